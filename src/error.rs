@@ -1,0 +1,100 @@
+//! The one error type of the crate.
+//!
+//! Every fallible call returns [`Result<T>`](crate::Result); its [`Error`] has one variant per
+//! situation a caller may want to handle differently. Redis client errors are sorted here, in
+//! [`Error::from_redis`], into "could not reach Redis in time" and "Redis answered with an error".
+
+use std::fmt;
+use std::time::Duration;
+
+/// Shorthand for `std::result::Result<T, redlease::Error>`.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in `redlease`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis could not be reached: connection refused or reset, or the connection dropped.
+    #[error("redis is unreachable: {0}")]
+    Unreachable(#[source] redis::RedisError),
+
+    /// Redis did not answer within the configured connect or response timeout.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+
+    /// Redis answered with an error (for example `WRONGTYPE` when the lock name is used by a
+    /// key of another type, or `NOPERM`).
+    #[error("redis answered with an error: {0}")]
+    Redis(#[source] redis::RedisError),
+
+    /// The calling thread does not hold the lock: it never took it, another thread or process
+    /// holds it, or its lease ran out before the release.
+    #[error("lock {name:?} is not held by the calling thread")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+
+    /// The lock was lost while a guard still held it (see [`LostReason`]).
+    #[error("lock {name:?} was lost: {reason}")]
+    LockLost {
+        /// The lock name.
+        name: String,
+        /// Why the lock is known to be gone.
+        reason: LostReason,
+    },
+
+    /// An argument is out of range: an empty lock name, a zero or too long duration.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The manager could not start one of its threads.
+    #[error("cannot start a redlease thread: {0}")]
+    ThreadSpawn(#[source] std::io::Error),
+
+    /// The manager was shut down; no new locks can be taken through it.
+    #[error("the lock manager has been shut down")]
+    ShutDown,
+}
+
+impl Error {
+    /// Sorts a Redis client error: I/O failures become [`Error::Unreachable`] or
+    /// [`Error::Timeout`], everything the server said becomes [`Error::Redis`].
+    pub(crate) fn from_redis(err: redis::RedisError, timeout: Duration) -> Self {
+        if err.is_timeout() {
+            Error::Timeout(timeout)
+        } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal()
+        {
+            Error::Unreachable(err)
+        } else {
+            Error::Redis(err)
+        }
+    }
+
+    /// True for the errors after which the same call may succeed later: Redis was unreachable
+    /// or slow.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unreachable(_) | Error::Timeout(_))
+    }
+}
+
+/// Why a held lock is known to be gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A renewal found the key gone or held by another holder: it expired, Redis lost its
+    /// data, or someone force-released it.
+    NotHeldAnymore,
+    /// Renewals kept failing (Redis unreachable, slow or busy) until the lease ran out by the
+    /// local monotonic clock.
+    LeaseExpired,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::NotHeldAnymore => "redis no longer records this holder",
+            LostReason::LeaseExpired => "renewals failed until the lease ran out",
+        })
+    }
+}

@@ -1,0 +1,51 @@
+//! Distributed locks on Redis for synchronous Rust programs.
+//!
+//! `redlease` lets worker threads in several processes on several hosts take turns on a
+//! shared resource. A [`LockManager`] (one per process is typical) hands out [`Lock`]
+//! handles; taking a lock returns a [`LockGuard`] that releases it when dropped.
+//!
+//! - **Reentrant, per thread.** A thread that holds a lock can take it again; each guard
+//!   releases one level and the last one frees the lock.
+//! - **Leases kept alive by a watchdog.** A lock taken without an explicit lease gets the
+//!   watchdog timeout (30 s by default) and is renewed every third of it while held, by one
+//!   thread for all locks of the manager, in batches. A holder that dies stops renewing, and
+//!   its lock expires on its own.
+//! - **Waiting without polling.** A waiter subscribes to the lock's release channel and sleeps
+//!   until a release wakes it, or until the holder's lease would run out.
+//! - **Lost locks are told.** [`LockGuard::is_lost`], [`LockGuard::check`] and
+//!   [`LockGuard::lost_signal`] report a lock the watchdog found gone; every acquisition
+//!   carries a [`fencing token`](LockGuard::fencing_token).
+//! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
+//!   lock names.
+//!
+//! ```
+//! # fn main() -> redlease::Result<()> {
+//! # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+//! # let url = redis.url();
+//! let manager = redlease::LockManager::builder(&url).build()?;
+//! let lock = manager.lock("payments:7731");
+//! if let Some(guard) = lock.try_lock_for(std::time::Duration::from_secs(5))? {
+//!     // ... only one thread in all processes runs this at a time ...
+//!     guard.unlock()?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+mod error;
+mod lease;
+mod lock;
+mod manager;
+mod names;
+mod pool;
+mod pubsub;
+mod script;
+#[cfg(unix)]
+pub mod testing;
+mod watchdog;
+
+pub use error::{Error, LostReason, Result};
+pub use lease::LostLock;
+pub use lock::{Lock, LockGuard};
+pub use manager::{LockManager, LockManagerBuilder};

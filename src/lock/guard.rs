@@ -1,0 +1,139 @@
+//! [`LockGuard`]: one held level of a [`Lock`], released when dropped.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use super::Lock;
+use crate::error::{Error, LostReason, Result};
+use crate::lease::LeaseState;
+
+/// One held level of a [`Lock`], taken by the current thread.
+///
+/// Dropping the guard releases this level; the last level frees the lock and wakes one
+/// waiter. [`unlock`](LockGuard::unlock) does the same and says how it went, where `Drop` can
+/// only log a failure. The guard is not `Send`: the lock is held by a thread, and only that
+/// thread may release it.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// let lock = manager.lock("export");
+/// let guard = lock.lock()?;
+/// assert!(!guard.is_lost());
+/// println!("exporting with fencing token {}", guard.fencing_token());
+/// guard.unlock()?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard<'a> {
+    lock: &'a Lock,
+    holder: String,
+    /// `None` when the watchdog renews this level.
+    fixed_lease: Option<Duration>,
+    token: u64,
+    lease: Arc<LeaseState>,
+    released: bool,
+    /// Holds are per thread: the guard must stay on the thread that took it.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> LockGuard<'a> {
+    pub(super) fn new(
+        lock: &'a Lock,
+        holder: String,
+        fixed_lease: Option<Duration>,
+        token: u64,
+        lease: Arc<LeaseState>,
+    ) -> Self {
+        LockGuard {
+            lock,
+            holder,
+            fixed_lease,
+            token,
+            lease,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The lock this guard holds.
+    pub fn lock(&self) -> &'a Lock {
+        self.lock
+    }
+
+    /// The fencing token of this acquisition: strictly greater than the token of every
+    /// earlier holder of the lock name; reentrant levels share the token of the first level.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Whether the lock is known to be lost: the watchdog found another holder or no key, its
+    /// renewals failed until the lease ran out, or (for a fixed lease) the lease ran out.
+    pub fn is_lost(&self) -> bool {
+        self.lease.lost().is_some()
+    }
+
+    /// `Err(Error::LockLost)` once the lock is known to be lost, else `Ok(())`: a check for
+    /// between the steps of a critical section.
+    pub fn check(&self) -> Result<()> {
+        match self.lease.lost() {
+            Some(reason) => Err(Error::LockLost {
+                name: self.lock.name().to_owned(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A receiver that gets one message, the reason, when the watchdog finds the lock lost.
+    /// Suits `select!` or a monitoring thread. (A fixed lease is not watched: it is reported
+    /// by [`is_lost`](LockGuard::is_lost) once it runs out, not through this signal.)
+    pub fn lost_signal(&self) -> Receiver<LostReason> {
+        self.lease.signal()
+    }
+
+    /// Releases this level now and reports the outcome: [`Error::NotHeld`] when the lock was
+    /// lost (expired or force-released) before.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.release()
+    }
+
+    fn release(&self) -> Result<()> {
+        let watchdog = &self.lock.manager.inner.watchdog;
+        let name = self.lock.name();
+        let still_watched = match self.fixed_lease {
+            None => watchdog.unwatch(name, &self.holder),
+            Some(_) => watchdog.chain_of(name, &self.holder).is_some(),
+        };
+        self.lock
+            .release(&self.holder, still_watched, self.fixed_lease)
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(err) = self.release() {
+            log::warn!("lock {:?}: release on drop failed: {err}", self.lock.name());
+        }
+    }
+}
+
+impl std::fmt::Debug for LockGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.lock.name())
+            .field("holder", &self.holder)
+            .field("fencing_token", &self.token)
+            .field("lost", &self.lease.lost())
+            .finish()
+    }
+}

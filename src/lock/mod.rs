@@ -1,0 +1,333 @@
+//! The reentrant lock: the [`Lock`] handle and its RAII [`LockGuard`].
+//!
+//! A [`Lock`] names one Redis hash (field = holder id, value = reentrancy count, TTL = lease)
+//! and knows how to take, wait for, inspect and release it, with the scripts next to this
+//! file. It asks the manager's watchdog to renew leases and its pub/sub hub to wake it when a
+//! holder releases.
+
+mod guard;
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+pub use guard::LockGuard;
+
+use crate::error::{Error, Result};
+use crate::lease::LeaseState;
+use crate::manager::LockManager;
+use crate::names::{self, LockKeys};
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("force_release.lua")));
+
+/// The message published on the lock's channel when it is freed (Redisson's `UNLOCK_MESSAGE`).
+const RELEASE_MESSAGE: &str = "0";
+
+/// While the release channel is not subscribed (the pub/sub connection is down), a waiter
+/// polls at least this often instead of trusting a wake-up that may never come.
+const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
+
+/// A handle to one named distributed lock. Cheap to clone; `Send` and `Sync`.
+///
+/// The lock is reentrant per thread: a thread that holds it can take it again, and must
+/// release it as many times. Each acquisition returns a [`LockGuard`] that releases one level
+/// when dropped.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let url = redis.url();
+/// let manager = redlease::LockManager::builder(&url).build()?;
+/// let lock = manager.lock("invoice:42");
+/// {
+///     let _outer = lock.lock()?;
+///     let _inner = lock.lock()?; // the same thread may enter again
+///     assert_eq!(lock.hold_count()?, 2);
+/// }
+/// assert!(!lock.is_locked()?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    manager: LockManager,
+    keys: Arc<LockKeys>,
+}
+
+/// How long an acquisition keeps the lock.
+#[derive(Clone, Copy)]
+enum Lease {
+    /// The watchdog timeout, renewed while held.
+    Watchdog,
+    /// A fixed lease, never renewed.
+    Fixed { duration: Duration, millis: u64 },
+}
+
+impl Lease {
+    fn fixed(duration: Duration) -> Result<Self> {
+        let millis = names::lease_millis("lease", duration)?;
+        Ok(Lease::Fixed { duration, millis })
+    }
+}
+
+/// What one acquisition attempt found.
+enum Attempt {
+    Acquired { token: u64, sent_at: Instant },
+    /// Someone else holds it; the lease it has left, when it has one.
+    Held { ttl: Option<Duration> },
+}
+
+impl Lock {
+    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+        Lock {
+            manager,
+            keys: Arc::new(LockKeys::new(name)),
+        }
+    }
+
+    /// The lock name: the Redis key of the lock.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Takes the lock, waiting as long as it takes; the watchdog keeps it while the guard
+    /// lives.
+    ///
+    /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
+    /// down.
+    pub fn lock(&self) -> Result<LockGuard<'_>> {
+        self.acquire(None, Lease::Watchdog)?
+            .ok_or_else(|| Error::Timeout(Duration::MAX))
+    }
+
+    /// Takes the lock for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
+    /// expires after `lease` even if the guard still lives.
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard<'_>> {
+        self.acquire(None, Lease::fixed(lease)?)?
+            .ok_or_else(|| Error::Timeout(Duration::MAX))
+    }
+
+    /// Takes the lock if it is free (or held by this thread), without waiting.
+    pub fn try_lock(&self) -> Result<Option<LockGuard<'_>>> {
+        self.acquire(Some(Instant::now()), Lease::Watchdog)
+    }
+
+    /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when the wait ran out. A zero
+    /// `wait` tries once.
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard<'_>>> {
+        self.acquire(Some(deadline_after(wait)?), Lease::Watchdog)
+    }
+
+    /// Like [`try_lock_for`](Lock::try_lock_for), with a fixed `lease` and no watchdog.
+    pub fn try_lock_for_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard<'_>>> {
+        let lease = Lease::fixed(lease)?;
+        self.acquire(Some(deadline_after(wait)?), lease)
+    }
+
+    /// Whether anyone holds the lock.
+    pub fn is_locked(&self) -> Result<bool> {
+        self.query(redis::cmd("EXISTS").arg(&self.keys()?.name))
+    }
+
+    /// Whether the calling thread holds the lock, as Redis sees it now.
+    pub fn is_held_by_current_thread(&self) -> Result<bool> {
+        let holder = self.manager.holder_id();
+        self.query(redis::cmd("HEXISTS").arg(&self.keys()?.name).arg(holder))
+    }
+
+    /// How many times the calling thread holds the lock (0 when it does not).
+    pub fn hold_count(&self) -> Result<u32> {
+        let holder = self.manager.holder_id();
+        let count: Option<u32> = self.query(redis::cmd("HGET").arg(&self.keys()?.name).arg(holder))?;
+        Ok(count.unwrap_or(0))
+    }
+
+    /// The lease the lock has left: `None` when nobody holds it, [`Duration::MAX`] when its
+    /// key has no expiry (set by something other than a lock).
+    pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        let millis: i64 = self.query(redis::cmd("PTTL").arg(&self.keys()?.name))?;
+        Ok(match millis {
+            -2 => None,
+            -1 => Some(Duration::MAX),
+            millis => Some(Duration::from_millis(millis.max(0) as u64)),
+        })
+    }
+
+    /// Frees the lock whoever holds it, and wakes its waiters. Answers whether it was held.
+    ///
+    /// The holder is not told at once; its renewal finds the lock gone and marks its guard
+    /// lost, and its release answers [`Error::NotHeld`].
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.keys()?;
+        let freed: i64 = self.manager.inner.pool.run(|connection| {
+            FORCE_RELEASE
+                .key(&self.keys.name)
+                .key(&self.keys.channel)
+                .arg(RELEASE_MESSAGE)
+                .invoke(connection)
+        })?;
+        Ok(freed == 1)
+    }
+
+    /// Releases one level of the calling thread's hold without a guard: for holds whose guard
+    /// was leaked with [`std::mem::forget`]. Fails with [`Error::NotHeld`] when the calling
+    /// thread does not hold the lock.
+    pub fn unlock(&self) -> Result<()> {
+        let holder = self.manager.holder_id();
+        let watched = self.manager.inner.watchdog.unwatch(&self.keys()?.name, &holder);
+        self.release(&holder, watched, None)
+    }
+
+    fn keys(&self) -> Result<&LockKeys> {
+        self.keys.checked()
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
+        self.manager.inner.pool.run(|connection| command.query(connection))
+    }
+
+    /// Tries until `deadline` (forever with `None`): subscribe to the release channel after
+    /// the first failed attempt and before the next, then sleep until a release wakes this
+    /// thread or the holder's lease runs out.
+    fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard<'_>>> {
+        self.manager.ensure_running()?;
+        self.keys()?;
+        let holder = self.manager.holder_id();
+        if let Attempt::Acquired { token, sent_at } = self.attempt(&holder, lease)? {
+            return Ok(Some(self.guard(holder, lease, token, sent_at)));
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Ok(None);
+        }
+        let subscription = self.manager.inner.hub.subscribe(&self.keys.channel)?;
+        loop {
+            let ttl = match self.attempt(&holder, lease)? {
+                Attempt::Acquired { token, sent_at } => {
+                    return Ok(Some(self.guard(holder, lease, token, sent_at)))
+                }
+                Attempt::Held { ttl } => ttl,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            // A lock without expiry can only be freed by a release message (or by hand):
+            // look again once per watchdog interval all the same.
+            let mut sleep = ttl.unwrap_or(self.manager.watchdog_timeout() / 3);
+            if let Some(deadline) = deadline {
+                sleep = sleep.min(deadline - now);
+            }
+            if !subscription.is_live() {
+                sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
+            }
+            subscription.wait(sleep.max(Duration::from_millis(1)));
+            self.manager.ensure_running()?;
+        }
+    }
+
+    fn attempt(&self, holder: &str, lease: Lease) -> Result<Attempt> {
+        let lease_ms = match lease {
+            Lease::Watchdog => self.manager.inner.watchdog_timeout_ms,
+            Lease::Fixed { millis, .. } => millis,
+        };
+        let sent_at = Instant::now();
+        let (acquired, value): (i64, i64) = self.manager.inner.pool.run(|connection| {
+            ACQUIRE
+                .key(&self.keys.name)
+                .key(&self.keys.token)
+                .arg(lease_ms)
+                .arg(holder)
+                .invoke(connection)
+        })?;
+        Ok(if acquired == 1 {
+            Attempt::Acquired {
+                token: value.max(0) as u64,
+                sent_at,
+            }
+        } else {
+            Attempt::Held {
+                ttl: u64::try_from(value).ok().map(Duration::from_millis),
+            }
+        })
+    }
+
+    fn guard(&self, holder: String, lease: Lease, token: u64, sent_at: Instant) -> LockGuard<'_> {
+        let watchdog = &self.manager.inner.watchdog;
+        let (state, fixed_lease) = match lease {
+            Lease::Watchdog => (watchdog.watch(&self.keys.name, &holder, sent_at), None),
+            Lease::Fixed { duration, .. } => {
+                let state = watchdog
+                    .chain_of(&self.keys.name, &holder)
+                    .unwrap_or_else(|| Arc::new(LeaseState::fixed(sent_at + duration)));
+                (state, Some(duration))
+            }
+        };
+        LockGuard::new(self, holder, fixed_lease, token, state)
+    }
+
+    /// Releases one level held by `holder`. `still_watched` says whether the watchdog renews
+    /// the lock after this level (then the remaining levels get the watchdog timeout as their
+    /// lease, else the lease of the level released).
+    pub(crate) fn release(
+        &self,
+        holder: &str,
+        still_watched: bool,
+        fixed_lease: Option<Duration>,
+    ) -> Result<()> {
+        let inner = &self.manager.inner;
+        let lease_ms = match fixed_lease {
+            Some(lease) if !still_watched => names::lease_millis("lease", lease)?,
+            _ => inner.watchdog_timeout_ms,
+        };
+        let request_id = uuid::Uuid::new_v4().simple().to_string();
+        let latch = self.keys.unlock_latch(&request_id);
+        let send = || -> Result<Option<i64>> {
+            inner.pool.run(|connection| {
+                RELEASE
+                    .key(&self.keys.name)
+                    .key(&self.keys.channel)
+                    .key(&latch)
+                    .arg(holder)
+                    .arg(lease_ms)
+                    .arg(inner.release_latch_ms)
+                    .arg(RELEASE_MESSAGE)
+                    .invoke(connection)
+            })
+        };
+        // The latch makes a repeated request answer like the first, should the first have
+        // been carried out before its connection broke.
+        let answer = match send() {
+            Err(Error::Unreachable(err)) => {
+                log::debug!("lock {:?}: retrying release after: {err}", self.name());
+                send()?
+            }
+            answer => answer?,
+        };
+        match answer {
+            Some(_) => Ok(()),
+            None => Err(Error::NotHeld {
+                name: self.keys.name.clone(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("name", &self.keys.name).finish()
+    }
+}
+
+fn deadline_after(wait: Duration) -> Result<Instant> {
+    Instant::now().checked_add(wait).ok_or_else(|| {
+        Error::InvalidArgument(format!("wait of {wait:?} is too long; use lock() to wait forever"))
+    })
+}

@@ -1,0 +1,149 @@
+//! Redis key and channel names derived from a lock name, holder ids, and argument checks.
+//!
+//! The naming follows the Redisson layout (`shared/PROTOCOL.md`): a derived name is
+//! `prefix:{name}`, or `prefix:name` when the name already has a `{`, so every key and channel
+//! of one lock lands in the same Redis Cluster slot. Pure functions only; no I/O.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Prefix of the channel on which releases are announced.
+const CHANNEL_PREFIX: &str = "redisson_lock__channel";
+/// Prefix of the per-name fencing token counter.
+const TOKEN_PREFIX: &str = "redisson_lock_token";
+/// Prefix of the keys that remember the answer of a release for a retry with the same id.
+const UNLOCK_LATCH_PREFIX: &str = "redisson_unlock_latch";
+
+/// The longest lease or watchdog timeout accepted: about 34.8 years. Longer ones are surely
+/// mistakes (and would overflow Redis's absolute expiry time if much longer).
+pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
+
+/// `prefix:{name}`, or `prefix:name` when `name` already carries a hash tag.
+pub(crate) fn derived(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The keys and channel one lock uses, computed once per [`Lock`](crate::Lock) handle.
+#[derive(Debug)]
+pub(crate) struct LockKeys {
+    pub(crate) name: String,
+    pub(crate) channel: String,
+    pub(crate) token: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(name: &str) -> Self {
+        LockKeys {
+            name: name.to_owned(),
+            channel: derived(CHANNEL_PREFIX, name),
+            token: derived(TOKEN_PREFIX, name),
+        }
+    }
+
+    /// The keys, or [`Error::InvalidArgument`] for an empty lock name.
+    pub(crate) fn checked(&self) -> Result<&Self> {
+        if self.name.is_empty() {
+            return Err(Error::InvalidArgument("lock name must not be empty".into()));
+        }
+        Ok(self)
+    }
+
+    /// The key under which the answer of the release with `request_id` is kept.
+    pub(crate) fn unlock_latch(&self, request_id: &str) -> String {
+        let mut key = derived(UNLOCK_LATCH_PREFIX, &self.name);
+        key.push(':');
+        key.push_str(request_id);
+        key
+    }
+}
+
+static NEXT_THREAD_NUMBER: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_NUMBER: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A number that identifies the calling thread within this process, stable for its lifetime
+/// and never reused (the `<thread-id>` half of a holder id).
+pub(crate) fn thread_number() -> u64 {
+    THREAD_NUMBER.with(|number| {
+        if number.get() == 0 {
+            number.set(NEXT_THREAD_NUMBER.fetch_add(1, Ordering::Relaxed));
+        }
+        number.get()
+    })
+}
+
+/// `<client-id>:<thread-number>` for the calling thread.
+pub(crate) fn holder_id(client_id: &str) -> String {
+    format!("{client_id}:{}", thread_number())
+}
+
+/// A lease or timeout as whole milliseconds (rounded up), checked against `1 ms ..= MAX_LEASE`.
+pub(crate) fn lease_millis(what: &str, lease: Duration) -> Result<u64> {
+    if lease.is_zero() {
+        return Err(Error::InvalidArgument(format!("{what} must not be zero")));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {lease:?} is longer than the maximum of {MAX_LEASE:?}"
+        )));
+    }
+    let millis = lease.as_millis() as u64;
+    Ok(if Duration::from_millis(millis) < lease {
+        millis + 1
+    } else {
+        millis
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_share_the_hash_slot_of_the_lock() {
+        assert_eq!(derived("p", "orders"), "p:{orders}");
+        assert_eq!(derived("p", "{orders}:7"), "p:{orders}:7");
+        assert_eq!(derived("p", "a b ü"), "p:{a b ü}");
+        let keys = LockKeys::new("job");
+        assert_eq!(keys.channel, "redisson_lock__channel:{job}");
+        assert_eq!(keys.token, "redisson_lock_token:{job}");
+        assert_eq!(keys.unlock_latch("r1"), "redisson_unlock_latch:{job}:r1");
+    }
+
+    #[test]
+    fn empty_names_are_rejected() {
+        assert!(matches!(
+            LockKeys::new("").checked(),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn leases_round_up_to_milliseconds_and_are_bounded() {
+        assert_eq!(lease_millis("lease", Duration::from_micros(1)).unwrap(), 1);
+        assert_eq!(lease_millis("lease", Duration::from_millis(30)).unwrap(), 30);
+        assert_eq!(
+            lease_millis("lease", Duration::from_micros(30_001)).unwrap(),
+            31
+        );
+        assert!(lease_millis("lease", Duration::ZERO).is_err());
+        assert!(lease_millis("lease", Duration::MAX).is_err());
+    }
+
+    #[test]
+    fn thread_numbers_differ_between_threads_and_stay_put_within_one() {
+        let here = thread_number();
+        assert_eq!(here, thread_number());
+        let there = std::thread::spawn(thread_number).join().unwrap();
+        assert_ne!(here, there);
+    }
+}

@@ -1,0 +1,205 @@
+//! A throwaway `redis-server` process for examples, demos, doc tests and tests.
+//!
+//! [`RedisServer::start`] runs `redis-server` (from `PATH`, or the path in the
+//! `REDLEASE_REDIS_SERVER` environment variable) on a free loopback port with persistence off
+//! and a private working directory, and waits until it answers `PING`. The process can be
+//! killed, paused (`SIGSTOP`), resumed and restarted on the same port, which is what fault
+//! tests need; dropping the value kills it. Unix only. Nothing else in the crate uses it.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a fresh server may take to answer its first `PING`.
+const STARTUP_DEADLINE: Duration = Duration::from_secs(10);
+
+static NEXT_SERVER: AtomicU64 = AtomicU64::new(0);
+
+/// A `redis-server` child process on `127.0.0.1`, killed when dropped.
+///
+/// ```
+/// let redis = redlease::testing::RedisServer::start().expect("redis-server on PATH");
+/// let manager = redlease::LockManager::builder(redis.url()).build().unwrap();
+/// assert!(!manager.lock("anything").is_locked().unwrap());
+/// ```
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra_args: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server with persistence off.
+    pub fn start() -> io::Result<Self> {
+        Self::start_with_args(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (such as `["--appendonly", "yes"]`).
+    pub fn start_with_args(extra_args: &[&str]) -> io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "redlease-redis-{}-{}",
+            std::process::id(),
+            NEXT_SERVER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let mut server = RedisServer {
+            child: None,
+            port: 0,
+            dir,
+            extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+        };
+        let mut last_error = None;
+        // A free port can be taken by someone else before the server binds it: try again.
+        for _ in 0..5 {
+            server.port = free_port()?;
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(err) => last_error = Some(err),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("redis-server did not start")))
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The process id of the running server, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server with `SIGKILL` and waits for it to exit.
+    pub fn kill(&mut self) -> io::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let _ = self.signal_child(&child, libc::SIGCONT);
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Freezes the server with `SIGSTOP`: connections stay open and nothing answers.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// Lets a paused server go on (`SIGCONT`).
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal(libc::SIGCONT)
+    }
+
+    /// Kills the server if it runs and starts a new one on the same port, with the same
+    /// arguments; without persistence it starts empty.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill()?;
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            match self.spawn() {
+                Ok(()) => return Ok(()),
+                // The old socket may linger a moment.
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Sends one command (as words) and answers the raw reply, for checks in tests.
+    pub fn command(&self, words: &[&str]) -> io::Result<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(STARTUP_DEADLINE))?;
+        let mut request = format!("*{}\r\n", words.len());
+        for word in words {
+            request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+        }
+        stream.write_all(request.as_bytes())?;
+        let mut reply = vec![0u8; 64 * 1024];
+        let read = stream.read(&mut reply)?;
+        Ok(String::from_utf8_lossy(&reply[..read]).into_owned())
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let program =
+            std::env::var_os("REDLEASE_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        let port = self.port.to_string();
+        let mut child = Command::new(&program)
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| {
+                io::Error::new(
+                    err.kind(),
+                    format!("cannot run {program:?} (install redis-server): {err}"),
+                )
+            })?;
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Err(io::Error::other(format!("redis-server exited: {status}")));
+            }
+            if self.answers_ping() {
+                self.child = Some(child);
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "redis-server did not answer PING",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn answers_ping(&self) -> bool {
+        self.command(&["PING"])
+            .is_ok_and(|reply| reply.starts_with("+PONG"))
+    }
+
+    fn signal(&self, signal: libc::c_int) -> io::Result<()> {
+        match &self.child {
+            Some(child) => self.signal_child(child, signal),
+            None => Err(io::Error::other("redis-server is not running")),
+        }
+    }
+
+    fn signal_child(&self, child: &Child, signal: libc::c_int) -> io::Result<()> {
+        let pid = libc::pid_t::try_from(child.id()).map_err(io::Error::other)?;
+        // SAFETY: kill(2) on the pid of our own child, which we have not waited for yet.
+        if unsafe { libc::kill(pid, signal) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
