@@ -32,7 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     {
         let _again = lock.lock()?;
-        println!("entered again on the same thread: hold count {}", lock.hold_count()?);
+        println!(
+            "entered again on the same thread: hold count {}",
+            lock.hold_count()?
+        );
     }
     println!("hold count after the inner guard: {}", lock.hold_count()?);
 

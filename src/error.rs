@@ -63,8 +63,7 @@ impl Error {
     pub(crate) fn from_redis(err: redis::RedisError, timeout: Duration) -> Self {
         if err.is_timeout() {
             Error::Timeout(timeout)
-        } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal()
-        {
+        } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
             Error::Unreachable(err)
         } else {
             Error::Redis(err)

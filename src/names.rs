@@ -130,7 +130,10 @@ mod tests {
     #[test]
     fn leases_round_up_to_milliseconds_and_are_bounded() {
         assert_eq!(lease_millis("lease", Duration::from_micros(1)).unwrap(), 1);
-        assert_eq!(lease_millis("lease", Duration::from_millis(30)).unwrap(), 30);
+        assert_eq!(
+            lease_millis("lease", Duration::from_millis(30)).unwrap(),
+            30
+        );
         assert_eq!(
             lease_millis("lease", Duration::from_micros(30_001)).unwrap(),
             31

@@ -109,7 +109,9 @@ impl RedisServer {
             match self.spawn() {
                 Ok(()) => return Ok(()),
                 // The old socket may linger a moment.
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
                 Err(err) => return Err(err),
             }
         }
@@ -135,7 +137,14 @@ impl RedisServer {
         let port = self.port.to_string();
         let mut child = Command::new(&program)
             .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"])
+            .args([
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+            ])
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra_args)

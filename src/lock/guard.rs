@@ -12,6 +12,9 @@ use crate::lease::LeaseState;
 
 /// One held level of a [`Lock`], taken by the current thread.
 ///
+/// The guard owns a clone of its [`Lock`] handle, so it can outlive the handle it came from
+/// (`manager.lock("name").lock()?` is fine).
+///
 /// Dropping the guard releases this level; the last level frees the lock and wakes one
 /// waiter. [`unlock`](LockGuard::unlock) does the same and says how it went, where `Drop` can
 /// only log a failure. The guard is not `Send`: the lock is held by a thread, and only that
@@ -30,8 +33,8 @@ use crate::lease::LeaseState;
 /// # }
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct LockGuard<'a> {
-    lock: &'a Lock,
+pub struct LockGuard {
+    lock: Lock,
     holder: String,
     /// `None` when the watchdog renews this level.
     fixed_lease: Option<Duration>,
@@ -42,9 +45,9 @@ pub struct LockGuard<'a> {
     _not_send: PhantomData<*const ()>,
 }
 
-impl<'a> LockGuard<'a> {
+impl LockGuard {
     pub(super) fn new(
-        lock: &'a Lock,
+        lock: Lock,
         holder: String,
         fixed_lease: Option<Duration>,
         token: u64,
@@ -62,8 +65,8 @@ impl<'a> LockGuard<'a> {
     }
 
     /// The lock this guard holds.
-    pub fn lock(&self) -> &'a Lock {
-        self.lock
+    pub fn lock(&self) -> &Lock {
+        &self.lock
     }
 
     /// The fencing token of this acquisition: strictly greater than the token of every
@@ -116,7 +119,7 @@ impl<'a> LockGuard<'a> {
     }
 }
 
-impl Drop for LockGuard<'_> {
+impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.released {
             return;
@@ -127,7 +130,7 @@ impl Drop for LockGuard<'_> {
     }
 }
 
-impl std::fmt::Debug for LockGuard<'_> {
+impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("name", &self.lock.name())

@@ -76,9 +76,14 @@ impl Lease {
 
 /// What one acquisition attempt found.
 enum Attempt {
-    Acquired { token: u64, sent_at: Instant },
+    Acquired {
+        token: u64,
+        sent_at: Instant,
+    },
     /// Someone else holds it; the lease it has left, when it has one.
-    Held { ttl: Option<Duration> },
+    Held {
+        ttl: Option<Duration>,
+    },
 }
 
 impl Lock {
@@ -99,26 +104,26 @@ impl Lock {
     ///
     /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
     /// down.
-    pub fn lock(&self) -> Result<LockGuard<'_>> {
+    pub fn lock(&self) -> Result<LockGuard> {
         self.acquire(None, Lease::Watchdog)?
             .ok_or_else(|| Error::Timeout(Duration::MAX))
     }
 
     /// Takes the lock for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
     /// expires after `lease` even if the guard still lives.
-    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard<'_>> {
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         self.acquire(None, Lease::fixed(lease)?)?
             .ok_or_else(|| Error::Timeout(Duration::MAX))
     }
 
     /// Takes the lock if it is free (or held by this thread), without waiting.
-    pub fn try_lock(&self) -> Result<Option<LockGuard<'_>>> {
+    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
         self.acquire(Some(Instant::now()), Lease::Watchdog)
     }
 
     /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when the wait ran out. A zero
     /// `wait` tries once.
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard<'_>>> {
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
         self.acquire(Some(deadline_after(wait)?), Lease::Watchdog)
     }
 
@@ -127,7 +132,7 @@ impl Lock {
         &self,
         wait: Duration,
         lease: Duration,
-    ) -> Result<Option<LockGuard<'_>>> {
+    ) -> Result<Option<LockGuard>> {
         let lease = Lease::fixed(lease)?;
         self.acquire(Some(deadline_after(wait)?), lease)
     }
@@ -146,7 +151,8 @@ impl Lock {
     /// How many times the calling thread holds the lock (0 when it does not).
     pub fn hold_count(&self) -> Result<u32> {
         let holder = self.manager.holder_id();
-        let count: Option<u32> = self.query(redis::cmd("HGET").arg(&self.keys()?.name).arg(holder))?;
+        let count: Option<u32> =
+            self.query(redis::cmd("HGET").arg(&self.keys()?.name).arg(holder))?;
         Ok(count.unwrap_or(0))
     }
 
@@ -182,7 +188,11 @@ impl Lock {
     /// thread does not hold the lock.
     pub fn unlock(&self) -> Result<()> {
         let holder = self.manager.holder_id();
-        let watched = self.manager.inner.watchdog.unwatch(&self.keys()?.name, &holder);
+        let watched = self
+            .manager
+            .inner
+            .watchdog
+            .unwatch(&self.keys()?.name, &holder);
         self.release(&holder, watched, None)
     }
 
@@ -191,13 +201,16 @@ impl Lock {
     }
 
     fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
-        self.manager.inner.pool.run(|connection| command.query(connection))
+        self.manager
+            .inner
+            .pool
+            .run(|connection| command.query(connection))
     }
 
     /// Tries until `deadline` (forever with `None`): subscribe to the release channel after
     /// the first failed attempt and before the next, then sleep until a release wakes this
     /// thread or the holder's lease runs out.
-    fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard<'_>>> {
+    fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard>> {
         self.manager.ensure_running()?;
         self.keys()?;
         let holder = self.manager.holder_id();
@@ -259,7 +272,7 @@ impl Lock {
         })
     }
 
-    fn guard(&self, holder: String, lease: Lease, token: u64, sent_at: Instant) -> LockGuard<'_> {
+    fn guard(&self, holder: String, lease: Lease, token: u64, sent_at: Instant) -> LockGuard {
         let watchdog = &self.manager.inner.watchdog;
         let (state, fixed_lease) = match lease {
             Lease::Watchdog => (watchdog.watch(&self.keys.name, &holder, sent_at), None),
@@ -270,7 +283,7 @@ impl Lock {
                 (state, Some(duration))
             }
         };
-        LockGuard::new(self, holder, fixed_lease, token, state)
+        LockGuard::new(self.clone(), holder, fixed_lease, token, state)
     }
 
     /// Releases one level held by `holder`. `still_watched` says whether the watchdog renews
@@ -322,12 +335,16 @@ impl Lock {
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("name", &self.keys.name).finish()
+        f.debug_struct("Lock")
+            .field("name", &self.keys.name)
+            .finish()
     }
 }
 
 fn deadline_after(wait: Duration) -> Result<Instant> {
     Instant::now().checked_add(wait).ok_or_else(|| {
-        Error::InvalidArgument(format!("wait of {wait:?} is too long; use lock() to wait forever"))
+        Error::InvalidArgument(format!(
+            "wait of {wait:?} is too long; use lock() to wait forever"
+        ))
     })
 }

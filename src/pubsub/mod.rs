@@ -139,6 +139,13 @@ impl PubSubHub {
                 move || shared.run()
             })
             .map_err(Error::ThreadSpawn)?;
+        // Give the first connection a chance, so the first waiters find a live subscription.
+        let ready_by = Instant::now() + connect_timeout;
+        let mut state = shared.state.lock();
+        while state.writer.is_none() && !shared.changed.wait_until(&mut state, ready_by).timed_out()
+        {
+        }
+        drop(state);
         Ok(PubSubHub {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -173,7 +180,11 @@ impl PubSubHub {
             if confirmed || state.writer.is_none() || state.stopping {
                 break;
             }
-            if shared.changed.wait_until(&mut state, give_up_at).timed_out() {
+            if shared
+                .changed
+                .wait_until(&mut state, give_up_at)
+                .timed_out()
+            {
                 break;
             }
         }
@@ -525,8 +536,7 @@ impl Endpoint {
                     return Err(io::ErrorKind::UnexpectedEof.into());
                 }
                 buffer.extend_from_slice(&chunk[..read]);
-                if let Some((frame, _)) = resp::parse(&buffer).map_err(|e| io::Error::other(e.0))?
-                {
+                if let Some((frame, _)) = resp::parse(&buffer).map_err(|e| io::Error::other(e.0))? {
                     break frame;
                 }
             };

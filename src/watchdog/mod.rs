@@ -327,7 +327,8 @@ impl Shared {
 
     /// Records the outcomes and schedules what comes next; answers the locks given up.
     fn apply(&self, batch: &[Renewal], outcomes: Vec<Outcome>, sent_at: Instant) -> Vec<LostLock> {
-        let retry_delay = (self.interval / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let retry_delay =
+            (self.interval / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut lost = Vec::new();
         let mut state = self.state.lock();
         let now = Instant::now();

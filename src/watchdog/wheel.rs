@@ -127,7 +127,10 @@ mod tests {
         wheel.insert(origin + Duration::from_millis(45), 3);
         assert_eq!(wheel.next_due(), Some(origin + Duration::from_millis(30)));
         assert!(collect(&mut wheel, origin + Duration::from_millis(29)).is_empty());
-        assert_eq!(collect(&mut wheel, origin + Duration::from_millis(30)), [1, 2]);
+        assert_eq!(
+            collect(&mut wheel, origin + Duration::from_millis(30)),
+            [1, 2]
+        );
         assert_eq!(wheel.len(), 1);
         assert_eq!(wheel.next_due(), Some(origin + Duration::from_millis(50)));
         assert_eq!(collect(&mut wheel, origin + Duration::from_millis(55)), [3]);
@@ -143,7 +146,10 @@ mod tests {
         assert_eq!(collect(&mut wheel, origin + Duration::from_millis(50)), [1]);
         assert_eq!(wheel.next_due(), Some(origin + Duration::from_millis(130)));
         assert!(collect(&mut wheel, origin + Duration::from_millis(90)).is_empty());
-        assert_eq!(collect(&mut wheel, origin + Duration::from_millis(500)), [2]);
+        assert_eq!(
+            collect(&mut wheel, origin + Duration::from_millis(500)),
+            [2]
+        );
         assert_eq!(wheel.len(), 0);
     }
 
@@ -154,6 +160,9 @@ mod tests {
         assert!(collect(&mut wheel, origin + Duration::from_millis(100)).is_empty());
         wheel.insert(origin, 7);
         assert_eq!(wheel.next_due(), Some(origin + Duration::from_millis(110)));
-        assert_eq!(collect(&mut wheel, origin + Duration::from_millis(110)), [7]);
+        assert_eq!(
+            collect(&mut wheel, origin + Duration::from_millis(110)),
+            [7]
+        );
     }
 }

@@ -1,0 +1,76 @@
+//! Shared test helpers: throwaway servers, managers with short timeouts, condition waits and
+//! child processes.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use redlease::testing::RedisServer;
+use redlease::LockManager;
+
+/// Environment variable that turns a test binary run into a child worker.
+pub const CHILD_ROLE: &str = "REDLEASE_TEST_CHILD_ROLE";
+
+pub fn server() -> RedisServer {
+    RedisServer::start().expect("start redis-server (install it: apt-get install redis-server)")
+}
+
+/// A manager with a 1 s response timeout and the given watchdog timeout.
+pub fn manager(server: &RedisServer, watchdog: Duration) -> LockManager {
+    manager_for_url(&server.url(), watchdog)
+}
+
+pub fn manager_for_url(url: &str, watchdog: Duration) -> LockManager {
+    LockManager::builder(url)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .watchdog_timeout(watchdog)
+        .build()
+        .expect("build manager")
+}
+
+/// Polls `condition` until it holds or `within` passes; answers whether it held.
+pub fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Re-runs this test binary as a child that executes only `test_name`, with `role` in
+/// [`CHILD_ROLE`] and the given extra environment.
+pub fn spawn_child(test_name: &str, role: &str, env: &[(&str, String)]) -> Child {
+    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
+    command
+        .args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ROLE, role)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.spawn().expect("spawn child test process")
+}
+
+/// The role of this process when it runs as a child, if it does.
+pub fn child_role() -> Option<String> {
+    std::env::var(CHILD_ROLE).ok()
+}
+
+pub fn env(key: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| panic!("child needs {key}"))
+}
+
+/// The `PUBSUB CHANNELS` reply of the server, as raw text.
+pub fn pubsub_channels(server: &RedisServer) -> String {
+    server
+        .command(&["PUBSUB", "CHANNELS"])
+        .expect("PUBSUB CHANNELS")
+}
