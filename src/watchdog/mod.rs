@@ -37,8 +37,11 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rene
 /// clients run between the calls of a pipeline) while keeping script calls few.
 const LOCKS_PER_SCRIPT_CALL: usize = 1_000;
 
-/// Slots of the timer wheel; with a tick of interval / 64 one turn spans two intervals.
-const WHEEL_SLOTS: usize = 128;
+/// Ticks per renewal interval: renewals due within one tick go out together, at most a
+/// sixteenth of the interval late (the lease has two intervals of margin).
+const TICKS_PER_INTERVAL: u32 = 16;
+/// Slots of the timer wheel: one turn spans four intervals.
+const WHEEL_SLOTS: usize = 64;
 
 /// Called with every lock the watchdog gives up.
 pub(crate) type LostCallback = Arc<dyn Fn(&LostLock) + Send + Sync>;
@@ -102,7 +105,7 @@ impl Watchdog {
         on_lost: Option<LostCallback>,
     ) -> Result<Self> {
         let interval = timeout / 3;
-        let tick = (interval / 64).max(Duration::from_millis(1));
+        let tick = (interval / TICKS_PER_INTERVAL).max(Duration::from_millis(1));
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 entries: HashMap::new(),

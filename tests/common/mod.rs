@@ -2,7 +2,8 @@
 //! child processes.
 #![allow(dead_code)]
 
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use redlease::testing::RedisServer;
@@ -73,4 +74,19 @@ pub fn pubsub_channels(server: &RedisServer) -> String {
     server
         .command(&["PUBSUB", "CHANNELS"])
         .expect("PUBSUB CHANNELS")
+}
+
+/// Reads the child's stdout until a line containing `marker` (libtest prints its own lines
+/// first); answers the reader, to keep the pipe open while the child lives.
+pub fn wait_for_line(child: &mut Child, marker: &str) -> BufReader<ChildStdout> {
+    let mut reader = BufReader::new(child.stdout.take().expect("child stdout is piped"));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = reader.read_line(&mut line).expect("read child stdout");
+        assert!(read > 0, "child ended before saying {marker:?}");
+        if line.contains(marker) {
+            return reader;
+        }
+    }
 }

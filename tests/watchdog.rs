@@ -1,0 +1,126 @@
+//! The watchdog: it keeps held locks alive, stops with the last release, batches renewals,
+//! and never renews past a release.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, manager, server};
+
+#[test]
+fn a_one_second_watchdog_keeps_a_lock_for_ten_seconds() {
+    let redis = server();
+    let holder = manager(&redis, Duration::from_secs(1));
+    let rival = manager(&redis, Duration::from_secs(1));
+    let lock = holder.lock("long-job");
+    let guard = lock.lock().unwrap();
+    let rival_lock = rival.lock("long-job");
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut tries = 0;
+    while Instant::now() < until {
+        let got = rival_lock.try_lock_for(Duration::from_millis(500)).unwrap();
+        assert!(got.is_none(), "the rival got the lock after {tries} tries");
+        tries += 1;
+    }
+    assert!(!guard.is_lost());
+    assert!(lock.remaining_ttl().unwrap().is_some());
+    guard.unlock().unwrap();
+    assert_eq!(holder.watched_locks(), 0);
+    assert!(rival_lock.try_lock().unwrap().is_some());
+}
+
+#[test]
+fn renewal_stops_with_the_last_level() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_millis(600));
+    let lock = manager.lock("levels");
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    assert_eq!(manager.watched_locks(), 1);
+    drop(inner);
+    assert_eq!(
+        manager.watched_locks(),
+        1,
+        "the outer level still asks for renewal"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(lock.is_locked().unwrap(), "renewed past its 600 ms lease");
+    drop(outer);
+    assert_eq!(manager.watched_locks(), 0);
+    // Leak a level so the key would stay if anything renewed it; nothing does.
+    std::mem::forget(lock.lock_with_lease(Duration::from_millis(300)).unwrap());
+    assert!(eventually(Duration::from_secs(5), || !lock
+        .is_locked()
+        .unwrap()));
+}
+
+#[test]
+fn no_renewal_outlives_its_release() {
+    // Release and re-take with a short fixed lease, over and over, while renewals of the
+    // earlier watchdog holds are due all the time. A renewal that landed after its release
+    // would stretch the fixed lease to the watchdog timeout.
+    let redis = server();
+    let watchdog = Duration::from_millis(90); // renewals every 30 ms
+    let manager = manager(&redis, watchdog);
+    let lock = manager.lock("interleave");
+    let fixed = Duration::from_millis(40);
+    let started = Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let watched = lock.lock().unwrap();
+        std::thread::sleep(Duration::from_millis(rounds % 35));
+        drop(watched);
+        let short = lock.lock_with_lease(fixed).unwrap();
+        let ttl = lock.remaining_ttl().unwrap().unwrap();
+        assert!(
+            ttl <= fixed,
+            "round {rounds}: a renewal stretched the lease to {ttl:?}"
+        );
+        drop(short);
+        rounds += 1;
+    }
+    assert_eq!(manager.watched_locks(), 0);
+}
+
+#[test]
+fn thousands_of_locks_are_renewed_in_batches() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(2));
+    let locks: Vec<_> = (0..20_000)
+        .map(|i| manager.lock(&format!("bulk:{i}")))
+        .collect();
+    let guards: Vec<_> = locks.iter().map(|lock| lock.lock().unwrap()).collect();
+    assert_eq!(manager.watched_locks(), 20_000);
+    let stats_before = redis.command(&["INFO", "commandstats"]).unwrap();
+    // Three watchdog timeouts: without renewal every lock would be gone.
+    std::thread::sleep(Duration::from_secs(6));
+    let stats_after = redis.command(&["INFO", "commandstats"]).unwrap();
+    assert!(guards.iter().all(|guard| !guard.is_lost()));
+    let alive: usize = redis
+        .command(&["EVAL", "local n = 0 for i = 0, 19999 do n = n + redis.call('exists', 'bulk:' .. i) end return n", "0"])
+        .unwrap()
+        .trim_start_matches(':')
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(alive, 20_000);
+    let evalsha_calls = |stats: &str| -> u64 {
+        stats
+            .lines()
+            .find(|line| line.starts_with("cmdstat_evalsha:"))
+            .and_then(|line| line.split("calls=").nth(1))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0)
+    };
+    // Renewal every 667 ms: about 9 rounds of 20 000 renewals in 6 s. One script call per lock
+    // would be 180 000 calls; batching by tick must average well over 100 locks per call.
+    let renewal_calls = evalsha_calls(&stats_after) - evalsha_calls(&stats_before);
+    assert!(renewal_calls >= 20, "renewals happened: {renewal_calls}");
+    assert!(
+        renewal_calls < 1_800,
+        "batched, not one call per lock: {renewal_calls}"
+    );
+    drop(guards);
+    assert_eq!(manager.watched_locks(), 0);
+}
