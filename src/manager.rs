@@ -4,7 +4,7 @@
 //! id). It owns the command connection pool, the watchdog thread and the pub/sub listener
 //! thread; [`LockManager::shutdown`], or dropping the last clone, stops and joins both.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +56,7 @@ pub(crate) struct Inner {
     pub(crate) watchdog_timeout_ms: u64,
     /// How long a release answer is kept for a retry of the same request.
     pub(crate) release_latch_ms: u64,
+    next_request: AtomicU64,
     shut_down: AtomicBool,
 }
 
@@ -143,6 +144,13 @@ impl std::fmt::Debug for LockManager {
 }
 
 impl Inner {
+    /// A release request id unique to this client: the client id is random, the counter
+    /// never repeats. (Cheaper than a fresh random UUID per release.)
+    pub(crate) fn next_request_id(&self) -> String {
+        let number = self.next_request.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{number}", self.client_id)
+    }
+
     fn shutdown(&self) {
         if !self.shut_down.swap(true, Ordering::AcqRel) {
             self.watchdog.stop();
@@ -241,6 +249,7 @@ impl LockManagerBuilder {
                 hub,
                 watchdog_timeout_ms,
                 release_latch_ms,
+                next_request: AtomicU64::new(0),
                 shut_down: AtomicBool::new(false),
             }),
         })

@@ -300,8 +300,7 @@ impl Lock {
             Some(lease) if !still_watched => names::lease_millis("lease", lease)?,
             _ => inner.watchdog_timeout_ms,
         };
-        let request_id = uuid::Uuid::new_v4().simple().to_string();
-        let latch = self.keys.unlock_latch(&request_id);
+        let latch = self.keys.unlock_latch(&inner.next_request_id());
         let send = || -> Result<Option<i64>> {
             inner.pool.run(|connection| {
                 RELEASE

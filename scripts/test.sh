@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, integration (against throwaway redis-server processes) and doc
+# tests. Installs redis-server first when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure-redis.sh
+cargo test --lib --tests --examples
+cargo test --doc
