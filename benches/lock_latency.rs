@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redlease::testing::RedisServer;
+use redlease::testing::url_or_throwaway;
 use redlease::LockManager;
 
 const ROUND_TRIPS: usize = 20_000;
@@ -19,14 +19,10 @@ const HANDOFFS_PER_THREAD: usize = 400;
 const HELD_LOCKS: usize = 100_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url_argument = std::env::args().skip(1).find(|arg| arg.starts_with("redis"));
-    let (url, _server) = match url_argument {
-        Some(url) => (url, None),
-        None => {
-            let server = RedisServer::start()?;
-            (server.url(), Some(server))
-        }
-    };
+    let url_argument = std::env::args()
+        .skip(1)
+        .find(|arg| arg.starts_with("redis"));
+    let (url, _server) = url_or_throwaway(url_argument)?;
     let manager = LockManager::builder(&url).build()?;
 
     let round_trip = Samples::new(measure_round_trips(&url)?);
@@ -116,7 +112,9 @@ fn measure_handoffs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
 /// Holds 100 000 locks on one manager with a 3 s watchdog for three timeouts.
 fn measure_held_locks(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let watchdog = Duration::from_secs(3);
-    let manager = LockManager::builder(url).watchdog_timeout(watchdog).build()?;
+    let manager = LockManager::builder(url)
+        .watchdog_timeout(watchdog)
+        .build()?;
     let locks: Vec<_> = (0..HELD_LOCKS)
         .map(|i| manager.lock(&format!("bench:held:{i}")))
         .collect();

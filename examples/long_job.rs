@@ -9,30 +9,31 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::testing::RedisServer;
+use redlease::testing::url_or_throwaway;
 use redlease::LockManager;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match std::env::args().nth(1) {
-        Some(url) => (url, None),
-        None => {
-            let server = RedisServer::start()?;
-            println!("started a throwaway redis-server at {}", server.url());
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
     let watchdog = Duration::from_secs(2);
-    let worker = LockManager::builder(&url).watchdog_timeout(watchdog).build()?;
+    let worker = LockManager::builder(&url)
+        .watchdog_timeout(watchdog)
+        .build()?;
     let rival = LockManager::builder(&url).build()?;
 
     let lock = worker.lock("migrations");
     let guard = lock.lock()?;
-    println!("job started; lease {watchdog:?}, renewed every {:?}", watchdog / 3);
+    println!(
+        "job started; lease {watchdog:?}, renewed every {:?}",
+        watchdog / 3
+    );
 
     let rival_lock = rival.lock("migrations");
     let rival_thread = std::thread::spawn(move || -> redlease::Result<u32> {
         let mut refused = 0;
-        while rival_lock.try_lock_for(Duration::from_millis(500))?.is_none() {
+        while rival_lock
+            .try_lock_for(Duration::from_millis(500))?
+            .is_none()
+        {
             refused += 1;
         }
         Ok(refused)
@@ -50,6 +51,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     guard.unlock()?;
     let refused = rival_thread.join().expect("rival panicked")?;
-    println!("job done after {:.1?}; the rival was refused {refused} times, then got the lock", started.elapsed());
+    println!(
+        "job done after {:.1?}; the rival was refused {refused} times, then got the lock",
+        started.elapsed()
+    );
     Ok(())
 }

@@ -5,18 +5,11 @@
 
 use std::time::Duration;
 
-use redlease::testing::RedisServer;
+use redlease::testing::url_or_throwaway;
 use redlease::LockManager;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match std::env::args().nth(1) {
-        Some(url) => (url, None),
-        None => {
-            let server = RedisServer::start()?;
-            println!("started a throwaway redis-server at {}", server.url());
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
 
     let manager = LockManager::builder(&url)
         .watchdog_timeout(Duration::from_secs(30))

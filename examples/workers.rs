@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redlease::testing::RedisServer;
+use redlease::testing::url_or_throwaway;
 use redlease::LockManager;
 
 const WORKERS: usize = 8;
@@ -17,14 +17,7 @@ const INCREMENTS: usize = 50;
 const COUNTER_KEY: &str = "demo:counter";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match std::env::args().nth(1) {
-        Some(url) => (url, None),
-        None => {
-            let server = RedisServer::start()?;
-            println!("started a throwaway redis-server at {}", server.url());
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
     let manager = LockManager::builder(&url).build()?;
     let mut redis = redis::Client::open(url.as_str())?.get_connection()?;
     let _: () = redis.set(COUNTER_KEY, 0)?;
@@ -34,18 +27,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for worker in 0..WORKERS {
             let lock = manager.lock("demo:counter-lock");
             let url = url.clone();
-            scope.spawn(move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-                let mut redis = redis::Client::open(url.as_str())?.get_connection()?;
-                for _ in 0..INCREMENTS {
-                    let guard = lock.lock()?; // released when `guard` goes out of scope
-                    let value: u64 = redis.get(COUNTER_KEY)?;
-                    std::thread::sleep(Duration::from_micros(100));
-                    let _: () = redis.set(COUNTER_KEY, value + 1)?;
-                    drop(guard);
-                }
-                println!("worker {worker} done");
-                Ok(())
-            });
+            scope.spawn(
+                move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+                    let mut redis = redis::Client::open(url.as_str())?.get_connection()?;
+                    for _ in 0..INCREMENTS {
+                        let guard = lock.lock()?; // released when `guard` goes out of scope
+                        let value: u64 = redis.get(COUNTER_KEY)?;
+                        std::thread::sleep(Duration::from_micros(100));
+                        let _: () = redis.set(COUNTER_KEY, value + 1)?;
+                        drop(guard);
+                    }
+                    println!("worker {worker} done");
+                    Ok(())
+                },
+            );
         }
     });
     let total: u64 = redis.get(COUNTER_KEY)?;

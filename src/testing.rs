@@ -209,6 +209,24 @@ impl Drop for RedisServer {
     }
 }
 
+/// The Redis to run a demo on: `url` when one is given, else a throwaway server (returned
+/// too, to keep it running).
+///
+/// ```no_run
+/// let (url, _server) = redlease::testing::url_or_throwaway(std::env::args().nth(1))?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn url_or_throwaway(url: Option<String>) -> io::Result<(String, Option<RedisServer>)> {
+    match url {
+        Some(url) => Ok((url, None)),
+        None => {
+            let server = RedisServer::start()?;
+            println!("started a throwaway redis-server at {}", server.url());
+            Ok((server.url(), Some(server)))
+        }
+    }
+}
+
 fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
