@@ -7,6 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use redis::{ErrorKind, ServerErrorKind};
+
 /// Shorthand for `std::result::Result<T, redlease::Error>`.
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -70,10 +72,26 @@ impl Error {
         }
     }
 
-    /// True for the errors after which the same call may succeed later: Redis was unreachable
-    /// or slow.
+    /// True for the errors after which the same call may succeed later: Redis was
+    /// unreachable or slow, or answered that it cannot serve now (`LOADING`, `BUSY`,
+    /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unreachable(_) | Error::Timeout(_))
+        match self {
+            Error::Unreachable(_) | Error::Timeout(_) => true,
+            Error::Redis(err) => {
+                matches!(
+                    err.kind(),
+                    ErrorKind::Server(
+                        ServerErrorKind::BusyLoading
+                            | ServerErrorKind::TryAgain
+                            | ServerErrorKind::MasterDown
+                            | ServerErrorKind::ReadOnly
+                            | ServerErrorKind::ClusterDown
+                    )
+                ) || err.code() == Some("BUSY")
+            }
+            _ => false,
+        }
     }
 }
 

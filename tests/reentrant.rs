@@ -317,3 +317,40 @@ fn shutdown_stops_new_acquisitions_but_lets_guards_release() {
     guard.unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
 }
+
+#[test]
+fn a_reentrant_level_never_shortens_the_lease_of_the_outer_one() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(20));
+    let lock = manager.lock("nested-leases");
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock_with_lease(Duration::from_millis(100)).unwrap();
+    let left = lock.remaining_ttl().unwrap().unwrap();
+    assert!(
+        left > Duration::from_secs(15),
+        "inner level shortened the lease to {left:?}"
+    );
+    inner.unlock().unwrap();
+    let left = lock.remaining_ttl().unwrap().unwrap();
+    assert!(
+        left > Duration::from_secs(15),
+        "inner release shortened the lease to {left:?}"
+    );
+    outer.unlock().unwrap();
+}
+
+#[test]
+fn a_failing_acquisition_writes_nothing() {
+    let redis = server();
+    let manager = manager(&redis, WATCHDOG);
+    redis
+        .command(&["SET", "redisson_lock_token:{spoiled}", "not-a-number"])
+        .unwrap();
+    let lock = manager.lock("spoiled");
+    assert!(matches!(lock.try_lock(), Err(Error::Redis(_))));
+    assert!(
+        !lock.is_locked().unwrap(),
+        "no half-taken lock is left behind"
+    );
+    assert_eq!(manager.watched_locks(), 0);
+}

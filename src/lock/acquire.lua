@@ -5,15 +5,19 @@
 -- ARGV[2]: the holder id
 -- Answers {1, fencing token} when the holder now holds the lock (a reentrant acquisition
 -- answers the token of the first one), or {0, PTTL of the lock in ms} when someone else has it.
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+-- Everything that can fail (INCR or GET on a key of another type) runs before the first write.
+if redis.call('exists', KEYS[1]) == 0 then
+  local token = redis.call('incr', KEYS[2])
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
-  local token = false
-  if count > 1 then
-    token = tonumber(redis.call('get', KEYS[2]))
-  end
-  if not token then
-    token = redis.call('incr', KEYS[2])
+  return {1, token}
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  local token = tonumber(redis.call('get', KEYS[2])) or redis.call('incr', KEYS[2])
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  -- A reentrant level never shortens the lease the outer levels have.
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
   end
   return {1, token}
 end

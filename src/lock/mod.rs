@@ -221,12 +221,20 @@ impl Lock {
             return Ok(None);
         }
         let subscription = self.manager.inner.hub.subscribe(&self.keys.channel)?;
+        let mut woken = false;
         loop {
-            let ttl = match self.attempt(&holder, lease)? {
-                Attempt::Acquired { token, sent_at } => {
+            let ttl = match self.attempt(&holder, lease) {
+                Ok(Attempt::Acquired { token, sent_at }) => {
                     return Ok(Some(self.guard(holder, lease, token, sent_at)))
                 }
-                Attempt::Held { ttl } => ttl,
+                Ok(Attempt::Held { ttl }) => ttl,
+                Err(err) => {
+                    if woken {
+                        // The release that woke us goes unused: let another waiter have it.
+                        subscription.pass_wake_on();
+                    }
+                    return Err(err);
+                }
             };
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {
@@ -241,7 +249,7 @@ impl Lock {
             if !subscription.is_live() {
                 sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
             }
-            subscription.wait(sleep.max(Duration::from_millis(1)));
+            woken = subscription.wait(sleep.max(Duration::from_millis(1)));
             self.manager.ensure_running()?;
         }
     }
@@ -317,7 +325,7 @@ impl Lock {
         // The latch makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
         let answer = match send() {
-            Err(Error::Unreachable(err)) => {
+            Err(err) if err.is_transient() => {
                 log::debug!("lock {:?}: retrying release after: {err}", self.name());
                 send()?
             }

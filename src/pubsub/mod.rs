@@ -36,6 +36,8 @@ use resp::Frame;
 const LISTENER_TICK: Duration = Duration::from_millis(500);
 /// The longest pause between two connection attempts while Redis is unreachable.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+/// A connection that lasted this long was healthy: the next reconnection starts fast again.
+const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
 
 pub(crate) struct PubSubHub {
     shared: Arc<Shared>,
@@ -110,6 +112,12 @@ impl Subscription {
     /// Sleeps until this waiter is woken or `timeout` passes; answers whether it was woken.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {
         self.waiter.woken.recv_timeout(timeout).is_ok()
+    }
+
+    /// Gives back a wake this waiter took and will not use; on leaving, it goes to another
+    /// waiter.
+    pub(crate) fn pass_wake_on(&self) {
+        wake(&self.waiter);
     }
 }
 
@@ -252,11 +260,17 @@ impl Shared {
             }
             match self.endpoint.connect(self.connect_timeout) {
                 Ok(stream) => {
-                    reconnect_delay = Duration::from_millis(10);
+                    let connected_at = Instant::now();
                     if let Err(err) = self.serve(stream) {
                         log::debug!("pub/sub connection lost: {err}");
                     }
                     self.disconnected();
+                    // A server that accepts and then refuses at once must not make us spin.
+                    if connected_at.elapsed() >= HEALTHY_CONNECTION {
+                        reconnect_delay = Duration::from_millis(10);
+                    } else {
+                        reconnect_delay = (reconnect_delay * 2).min(MAX_RECONNECT_DELAY);
+                    }
                 }
                 Err(err) => {
                     log::debug!("pub/sub connection failed: {err}");

@@ -200,8 +200,11 @@ impl Watchdog {
         if entry.levels > 0 {
             return true;
         }
-        // A renewal is bounded by the response timeout; the margin covers the thread's wake-up.
-        let give_up_at = Instant::now() + shared.pool.response_timeout() + Duration::from_secs(1);
+        // A renewal is bounded by its socket timeouts: at most a connection and three round
+        // trips (pipeline, SCRIPT LOAD, pipeline again), twice when a stale connection is
+        // replaced. Waiting that long keeps the rule; the bound only guards against a bug.
+        let give_up_at =
+            Instant::now() + shared.pool.response_timeout() * 8 + Duration::from_secs(1);
         while state.entries.get(name).is_some_and(|entry| entry.renewing) {
             if shared
                 .renewal_done
@@ -279,7 +282,11 @@ impl Shared {
                     lost_lock.reason
                 );
                 if let Some(on_lost) = &self.on_lost {
-                    on_lost(&lost_lock);
+                    // A panicking callback must not take the renewal of every other lock down.
+                    let call = std::panic::AssertUnwindSafe(|| on_lost(&lost_lock));
+                    if std::panic::catch_unwind(call).is_err() {
+                        log::error!("the lost-lock callback panicked for {:?}", lost_lock.name);
+                    }
                 }
             }
         }
