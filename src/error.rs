@@ -46,6 +46,19 @@ pub enum Error {
         reason: LostReason,
     },
 
+    /// A fenced write was refused: the resource has already seen a higher fencing token, so
+    /// the writer's lock was lost and someone else has taken it since (see
+    /// [`FencedStore`](crate::FencedStore)).
+    #[error("write to {key:?} refused: fencing token {token} is older than {highest}")]
+    StaleToken {
+        /// The key of the fenced resource.
+        key: String,
+        /// The token the write carried.
+        token: u64,
+        /// The highest token the resource has seen.
+        highest: u64,
+    },
+
     /// An argument is out of range: an empty lock name, a zero or too long duration.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -100,18 +113,23 @@ impl Error {
 #[non_exhaustive]
 pub enum LostReason {
     /// A renewal found the key gone or held by another holder: it expired, Redis lost its
-    /// data, or someone force-released it.
+    /// data (a restart without persistence, a failover), or something deleted it.
     NotHeldAnymore,
-    /// Renewals kept failing (Redis unreachable, slow or busy) until the lease ran out by the
-    /// local monotonic clock.
+    /// The lease ran out by the local monotonic clock before a renewal succeeded: Redis was
+    /// unreachable, slow or busy, or this process was paused past the lease. For a lock
+    /// taken with a fixed lease: the lease ran out while the guard still lived.
     LeaseExpired,
+    /// Someone freed the lock with [`Lock::force_unlock`](crate::Lock::force_unlock), and
+    /// this manager heard the notice.
+    ForceReleased,
 }
 
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LostReason::NotHeldAnymore => "redis no longer records this holder",
-            LostReason::LeaseExpired => "renewals failed until the lease ran out",
+            LostReason::LeaseExpired => "the lease ran out before a renewal succeeded",
+            LostReason::ForceReleased => "it was force-released",
         })
     }
 }

@@ -1,79 +1,117 @@
 //! The shared "is this lease still ours?" state of one acquisition chain.
 //!
 //! A [`LeaseState`] is created by the first (non-reentrant) acquisition of a lock by a holder
-//! and shared by its reentrant acquisitions and by the watchdog entry that renews it. The
-//! watchdog marks it lost; guards read it and hand out signals that fire once it is lost.
+//! and shared by its reentrant acquisitions and by the watchdog entry that tracks it. It knows
+//! when the lease runs out by the local monotonic clock (the watchdog moves that deadline on
+//! with every renewal) and why the lock was lost once that is known. The watchdog records
+//! losses; guards read the state and hand out signals that fire once a loss is recorded.
 //! No I/O here.
 
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::LostReason;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: OnceLock<LostReason>,
-    /// For a fixed lease: when it runs out by the local clock (the lease counted from the
-    /// moment the acquisition was sent).
-    expires_at: Option<Instant>,
-    signals: Mutex<Vec<Sender<LostReason>>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// When the lease runs out by the local clock unless it is renewed.
+    deadline: Instant,
+    signals: Vec<Sender<LostReason>>,
 }
 
 impl LeaseState {
-    /// The state of a chain the watchdog keeps alive.
-    pub(crate) fn renewed() -> Self {
-        LeaseState::default()
+    /// The state of a chain whose lease of `lease` was granted by a request sent at `sent_at`.
+    pub(crate) fn new(sent_at: Instant, lease: Duration) -> Self {
+        LeaseState {
+            lost: OnceLock::new(),
+            inner: Mutex::new(Inner {
+                deadline: deadline(sent_at, lease),
+                signals: Vec::new(),
+            }),
+        }
     }
 
-    /// The state of a chain with a fixed lease that runs out at `expires_at`.
-    pub(crate) fn fixed(expires_at: Instant) -> Self {
-        LeaseState {
-            expires_at: Some(expires_at),
-            ..LeaseState::default()
-        }
+    /// When the lease runs out by the local clock.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.inner.lock().deadline
+    }
+
+    /// Moves the deadline on to cover a lease of `lease` granted by a request sent at
+    /// `sent_at`; never moves it back. Answers the deadline now in force.
+    pub(crate) fn extend(&self, sent_at: Instant, lease: Duration) -> Instant {
+        let mut inner = self.inner.lock();
+        inner.deadline = inner.deadline.max(deadline(sent_at, lease));
+        inner.deadline
     }
 
     /// Records the loss; the first call wins and wakes every signal. Answers whether this call
     /// was the first.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
+        // The signals are taken under the same lock `signal` registers them under, so none
+        // registered after the loss is recorded is missed.
+        let mut inner = self.inner.lock();
         if self.lost.set(reason).is_err() {
             return false;
         }
-        for signal in self.signals.lock().drain(..) {
+        for signal in inner.signals.drain(..) {
             let _ = signal.try_send(reason);
         }
         true
     }
 
-    /// Why the lease is known to be gone, if it is.
+    /// Whether a loss has been recorded (by the watchdog or a force-release notice).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        self.lost.get().is_some()
+    }
+
+    /// Why the lease is known to be gone, if it is: the recorded reason, or
+    /// [`LostReason::LeaseExpired`] once the deadline has passed, even before the watchdog
+    /// thread has noticed.
     pub(crate) fn lost(&self) -> Option<LostReason> {
         if let Some(reason) = self.lost.get() {
             return Some(*reason);
         }
-        match self.expires_at {
-            Some(at) if Instant::now() >= at => Some(LostReason::LeaseExpired),
-            _ => None,
-        }
+        (Instant::now() >= self.deadline()).then_some(LostReason::LeaseExpired)
     }
 
     /// A receiver that gets the reason once the loss is recorded (at once if it already is).
     pub(crate) fn signal(&self) -> Receiver<LostReason> {
         let (sender, receiver) = crossbeam_channel::bounded(1);
-        let mut signals = self.signals.lock();
+        let mut inner = self.inner.lock();
         match self.lost.get() {
             Some(reason) => {
                 let _ = sender.try_send(*reason);
             }
-            None => signals.push(sender),
+            None => inner.signals.push(sender),
         }
         receiver
     }
 }
 
-/// A lock the watchdog gave up, as told to the manager's lost-lock callback.
+/// The local end of a lease granted by a request sent at `sent_at`.
+///
+/// Redis starts the lease when the request arrives, which is after `sent_at`, so counting from
+/// `sent_at` errs on the safe side. The clocks of the two machines may also run at slightly
+/// different rates: the same allowance as Redlock's (1 % of the lease plus 2 ms) is taken off.
+pub(crate) fn deadline(sent_at: Instant, lease: Duration) -> Instant {
+    sent_at + lease.saturating_sub(clock_drift(lease))
+}
+
+/// The clock drift allowed over a lease of `lease`: 1 % plus 2 ms.
+pub(crate) fn clock_drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// A lock found lost, as told to the manager's lost-lock callback.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LostLock {
@@ -83,4 +121,38 @@ pub struct LostLock {
     pub holder: String,
     /// Why it is known to be gone.
     pub reason: LostReason,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_allows_for_drift_and_only_moves_on() {
+        let start = Instant::now();
+        let state = LeaseState::new(start, Duration::from_secs(10));
+        assert_eq!(state.deadline(), start + Duration::from_millis(9_898));
+        state.extend(start, Duration::from_secs(1));
+        assert_eq!(state.deadline(), start + Duration::from_millis(9_898));
+        let later = start + Duration::from_secs(5);
+        assert_eq!(
+            state.extend(later, Duration::from_secs(10)),
+            later + Duration::from_millis(9_898)
+        );
+        assert_eq!(state.lost(), None);
+    }
+
+    #[test]
+    fn a_passed_deadline_reads_as_expired_and_the_first_recorded_reason_wins() {
+        // A lease shorter than the drift allowance has run out as soon as it is granted.
+        let state = LeaseState::new(Instant::now(), Duration::from_millis(1));
+        assert_eq!(state.lost(), Some(LostReason::LeaseExpired));
+        assert!(!state.is_marked_lost());
+        let signal = state.signal();
+        assert!(state.mark_lost(LostReason::ForceReleased));
+        assert!(!state.mark_lost(LostReason::NotHeldAnymore));
+        assert_eq!(signal.try_recv(), Ok(LostReason::ForceReleased));
+        assert_eq!(state.lost(), Some(LostReason::ForceReleased));
+        assert_eq!(state.signal().try_recv(), Ok(LostReason::ForceReleased));
+    }
 }

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::lease::LostLock;
-use crate::lock::Lock;
+use crate::lock::{ForceReleaseNotice, Lock, FORCE_RELEASE_CHANNEL};
 use crate::names;
 use crate::pool::Pool;
-use crate::pubsub::PubSubHub;
+use crate::pubsub::{Notices, PubSubHub};
 use crate::watchdog::{LostCallback, Watchdog};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -102,7 +102,8 @@ impl LockManager {
         self.inner.watchdog.timeout()
     }
 
-    /// How many locks the watchdog is renewing now.
+    /// How many locks held through this manager the watchdog tracks now: those it renews,
+    /// and those with a fixed lease whose deadline it watches.
     pub fn watched_locks(&self) -> usize {
         self.inner.watchdog.len()
     }
@@ -191,8 +192,9 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Called on the watchdog thread for every lock it gives up (see [`LostLock`]). Keep it
-    /// short, and do not drop the last clone of the manager inside it.
+    /// Called on the watchdog thread for every lock found lost while held (see [`LostLock`]
+    /// and [`LostReason`](crate::LostReason)), once per acquisition chain. Keep it short, and
+    /// do not drop the last clone of the manager inside it.
     pub fn on_lost_lock(mut self, callback: impl Fn(&LostLock) + Send + Sync + 'static) -> Self {
         self.on_lost = Some(Arc::new(callback));
         self
@@ -229,15 +231,23 @@ impl LockManagerBuilder {
             self.max_idle_connections,
         ));
         pool.run(|connection| redis::cmd("PING").query::<()>(connection))?;
-        let hub = PubSubHub::start(&info, self.connect_timeout, self.response_timeout)?;
-        let watchdog = match Watchdog::start(Arc::clone(&pool), self.watchdog_timeout, self.on_lost)
-        {
-            Ok(watchdog) => watchdog,
-            Err(err) => {
-                hub.stop();
-                return Err(err);
-            }
+        let watchdog = Watchdog::start(Arc::clone(&pool), self.watchdog_timeout, self.on_lost)?;
+        let sink = watchdog.notice_sink();
+        let notices = Notices {
+            channel: FORCE_RELEASE_CHANNEL.to_owned(),
+            handler: Box::new(move |message| match ForceReleaseNotice::parse(message) {
+                Some(notice) => sink.force_released(notice.name, notice.holder, notice.token),
+                None => log::debug!("ignoring a malformed force-release notice"),
+            }),
         };
+        let hub =
+            match PubSubHub::start(&info, self.connect_timeout, self.response_timeout, notices) {
+                Ok(hub) => hub,
+                Err(err) => {
+                    watchdog.stop();
+                    return Err(err);
+                }
+            };
         let release_latch_ms = (self.response_timeout * 4)
             .max(Duration::from_secs(10))
             .as_millis() as u64;

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    child_role, env, eventually, manager, manager_for_url, pubsub_channels, server, spawn_child,
+    assert_nothing_left, child_role, env, eventually, manager, manager_for_url, release_channels,
+    server, spawn_child,
 };
 use redis::Commands;
 
@@ -39,9 +40,9 @@ fn a_non_atomic_counter_is_exact_across_processes_and_threads() {
         "counter: {total:?}"
     );
     assert!(
-        pubsub_channels(&redis).starts_with("*0"),
+        release_channels(&redis).starts_with("*0"),
         "{}",
-        pubsub_channels(&redis)
+        release_channels(&redis)
     );
 }
 
@@ -115,14 +116,7 @@ fn thirty_two_threads_on_five_names_share_one_listener_and_leave_nothing() {
         thread.join().unwrap();
     }
     assert_eq!(most_subscribed_clients, 1);
-    assert_eq!(manager.watched_locks(), 0);
-    assert!(eventually(Duration::from_secs(5), || manager
-        .subscribed_channels()
-        == 0));
-    assert!(eventually(Duration::from_secs(5), || pubsub_channels(
-        &redis
-    )
-    .starts_with("*0")));
+    assert_nothing_left(&manager, &redis);
     for name in &names {
         assert!(!manager.lock(name).is_locked().unwrap());
     }

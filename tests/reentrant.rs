@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, manager, server};
-use redlease::Error;
+use redlease::{Error, LostReason};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
 
@@ -138,7 +138,12 @@ fn a_fixed_lease_hands_the_lock_over_when_it_runs_out() {
     let lease = Duration::from_millis(800);
     let taken_at = Instant::now();
     let stale = lock.lock_with_lease(lease).unwrap();
-    assert_eq!(manager.watched_locks(), 0, "a fixed lease is not renewed");
+    let lost = stale.lost_signal();
+    assert_eq!(
+        manager.watched_locks(),
+        1,
+        "a fixed lease is watched until it runs out"
+    );
     let other = lock.clone();
     let handed_over_after = std::thread::spawn(move || {
         let guard = other
@@ -160,6 +165,12 @@ fn a_fixed_lease_hands_the_lock_over_when_it_runs_out() {
         "{handed_over_after:?}"
     );
     assert!(stale.is_lost(), "a fixed lease past its end reports lost");
+    assert_eq!(
+        lost.recv_timeout(Duration::from_secs(5)),
+        Ok(LostReason::LeaseExpired),
+        "and signals it"
+    );
+    assert_eq!(manager.watched_locks(), 0);
     assert!(matches!(stale.check(), Err(Error::LockLost { .. })));
     assert!(
         matches!(stale.unlock(), Err(Error::NotHeld { .. })),

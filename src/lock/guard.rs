@@ -75,8 +75,9 @@ impl LockGuard {
         self.token
     }
 
-    /// Whether the lock is known to be lost: the watchdog found another holder or no key, its
-    /// renewals failed until the lease ran out, or (for a fixed lease) the lease ran out.
+    /// Whether the lock is known to be lost (see [`LostReason`]): a renewal found another
+    /// holder or no key, the lease ran out by the local clock before a renewal succeeded (or,
+    /// for a fixed lease, at all), or a force release was heard. Cheap: no I/O.
     pub fn is_lost(&self) -> bool {
         self.lease.lost().is_some()
     }
@@ -93,9 +94,38 @@ impl LockGuard {
         }
     }
 
-    /// A receiver that gets one message, the reason, when the watchdog finds the lock lost.
-    /// Suits `select!` or a monitoring thread. (A fixed lease is not watched: it is reported
-    /// by [`is_lost`](LockGuard::is_lost) once it runs out, not through this signal.)
+    /// A receiver that gets one message, the reason, once the lock is found lost (at once if
+    /// it already is). Suits `select!` or a monitoring thread; every call gives a new
+    /// receiver, and all of them fire.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use crossbeam_channel::select;
+    ///
+    /// let (send_job, jobs) = crossbeam_channel::unbounded::<u32>();
+    /// send_job.send(7).unwrap();
+    /// drop(send_job);
+    ///
+    /// let guard = manager.lock("migration").lock()?;
+    /// let lost = guard.lost_signal();
+    /// loop {
+    ///     select! {
+    ///         recv(lost) -> reason => {
+    ///             eprintln!("lock lost ({reason:?}): stop taking jobs");
+    ///             break;
+    ///         }
+    ///         recv(jobs) -> job => match job {
+    ///             Ok(job) => println!("migrating batch {job}"),
+    ///             Err(_) => break, // no more jobs
+    ///         },
+    ///     }
+    /// }
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn lost_signal(&self) -> Receiver<LostReason> {
         self.lease.signal()
     }
@@ -108,12 +138,11 @@ impl LockGuard {
     }
 
     fn release(&self) -> Result<()> {
-        let watchdog = &self.lock.manager.inner.watchdog;
-        let name = self.lock.name();
-        let still_watched = match self.fixed_lease {
-            None => watchdog.unwatch(name, &self.holder),
-            Some(_) => watchdog.chain_of(name, &self.holder).is_some(),
-        };
+        let still_watched = self.lock.manager.inner.watchdog.unwatch(
+            self.lock.name(),
+            &self.lease,
+            self.fixed_lease.is_some(),
+        );
         self.lock
             .release(&self.holder, still_watched, self.fixed_lease)
     }

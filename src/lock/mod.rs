@@ -15,7 +15,6 @@ use redis::Script;
 pub use guard::LockGuard;
 
 use crate::error::{Error, Result};
-use crate::lease::LeaseState;
 use crate::manager::LockManager;
 use crate::names::{self, LockKeys};
 
@@ -26,6 +25,37 @@ static FORCE_RELEASE: LazyLock<Script> =
 
 /// The message published on the lock's channel when it is freed (Redisson's `UNLOCK_MESSAGE`).
 const RELEASE_MESSAGE: &str = "0";
+
+/// The channel a force release is announced on, one message per holder of the freed lock:
+/// `<fencing token> <holder id> <lock name>`. Every manager listens to it, so a holder learns
+/// at once that its lock was taken away. (One channel for all names: force releases are rare,
+/// and a channel per held lock would cost every acquisition a subscription.)
+pub(crate) const FORCE_RELEASE_CHANNEL: &str = "redlease_lock__force_release";
+
+/// One force-release notice, as published by `force_release.lua`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ForceReleaseNotice<'a> {
+    pub(crate) token: u64,
+    pub(crate) holder: &'a str,
+    pub(crate) name: &'a str,
+}
+
+impl<'a> ForceReleaseNotice<'a> {
+    /// Reads a notice; `None` for a message that is not one. Token and holder id hold no
+    /// spaces; the name, last, may.
+    pub(crate) fn parse(message: &'a [u8]) -> Option<Self> {
+        let message = std::str::from_utf8(message).ok()?;
+        let mut parts = message.splitn(3, ' ');
+        let token = parts.next()?.parse().ok()?;
+        let holder = parts.next()?;
+        let name = parts.next()?;
+        (!holder.is_empty() && !name.is_empty()).then_some(ForceReleaseNotice {
+            token,
+            holder,
+            name,
+        })
+    }
+}
 
 /// While the release channel is not subscribed (the pub/sub connection is down), a waiter
 /// polls at least this often instead of trusting a wake-up that may never come.
@@ -169,15 +199,19 @@ impl Lock {
 
     /// Frees the lock whoever holds it, and wakes its waiters. Answers whether it was held.
     ///
-    /// The holder is not told at once; its renewal finds the lock gone and marks its guard
-    /// lost, and its release answers [`Error::NotHeld`].
+    /// A holder that is a `redlease` manager hears a notice at once and its guard reports
+    /// [`LostReason::ForceReleased`](crate::LostReason::ForceReleased); should the notice
+    /// miss it (its pub/sub connection was down), its next renewal finds the lock gone. Its
+    /// release answers [`Error::NotHeld`].
     pub fn force_unlock(&self) -> Result<bool> {
         self.keys()?;
         let freed: i64 = self.manager.inner.pool.run(|connection| {
             FORCE_RELEASE
                 .key(&self.keys.name)
                 .key(&self.keys.channel)
+                .key(&self.keys.token)
                 .arg(RELEASE_MESSAGE)
+                .arg(FORCE_RELEASE_CHANNEL)
                 .invoke(connection)
         })?;
         Ok(freed == 1)
@@ -192,7 +226,7 @@ impl Lock {
             .manager
             .inner
             .watchdog
-            .unwatch(&self.keys()?.name, &holder);
+            .unwatch_holder(&self.keys()?.name, &holder);
         self.release(&holder, watched, None)
     }
 
@@ -281,16 +315,17 @@ impl Lock {
     }
 
     fn guard(&self, holder: String, lease: Lease, token: u64, sent_at: Instant) -> LockGuard {
-        let watchdog = &self.manager.inner.watchdog;
-        let (state, fixed_lease) = match lease {
-            Lease::Watchdog => (watchdog.watch(&self.keys.name, &holder, sent_at), None),
-            Lease::Fixed { duration, .. } => {
-                let state = watchdog
-                    .chain_of(&self.keys.name, &holder)
-                    .unwrap_or_else(|| Arc::new(LeaseState::fixed(sent_at + duration)));
-                (state, Some(duration))
-            }
+        let fixed_lease = match lease {
+            Lease::Watchdog => None,
+            Lease::Fixed { duration, .. } => Some(duration),
         };
+        let state = self.manager.inner.watchdog.watch(
+            &self.keys.name,
+            &holder,
+            token,
+            sent_at,
+            fixed_lease,
+        );
         LockGuard::new(self.clone(), holder, fixed_lease, token, state)
     }
 
@@ -354,4 +389,25 @@ fn deadline_after(wait: Duration) -> Result<Instant> {
             "wait of {wait:?} is too long; use lock() to wait forever"
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ForceReleaseNotice;
+
+    #[test]
+    fn force_release_notices_are_read_with_names_that_hold_spaces() {
+        let notice = ForceReleaseNotice::parse(b"42 0c1f:7 nightly report {eu}");
+        assert_eq!(
+            notice,
+            Some(ForceReleaseNotice {
+                token: 42,
+                holder: "0c1f:7",
+                name: "nightly report {eu}",
+            })
+        );
+        for junk in [&b""[..], b"0", b"x h n", b"1 h", b"1  n", b"\xff h n"] {
+            assert_eq!(ForceReleaseNotice::parse(junk), None, "{junk:?}");
+        }
+    }
 }

@@ -12,6 +12,10 @@
 //! trip and no hand-off to the listener. When the connection drops (or stops answering
 //! pings) the listener reconnects, subscribes again to every channel that has waiters, and
 //! wakes all waiters, which retry at once: a release may have gone by unseen.
+//!
+//! Besides the release channels, the hub stays subscribed to one [`Notices`] channel for as
+//! long as it runs, and hands every message on it to the notice handler (on the listener
+//! thread, outside the hub's lock).
 
 mod resp;
 
@@ -39,6 +43,15 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 /// A connection that lasted this long was healthy: the next reconnection starts fast again.
 const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
 
+/// Handles one message of the notice channel.
+pub(crate) type NoticeHandler = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+/// The channel the hub always listens to, and what to do with its messages.
+pub(crate) struct Notices {
+    pub(crate) channel: String,
+    pub(crate) handler: NoticeHandler,
+}
+
 pub(crate) struct PubSubHub {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -50,6 +63,7 @@ struct Shared {
     /// stops.
     changed: Condvar,
     endpoint: Endpoint,
+    notices: Notices,
     connect_timeout: Duration,
     response_timeout: Duration,
 }
@@ -59,6 +73,8 @@ struct State {
     channels: HashMap<String, Channel>,
     /// The write side of the subscribed connection, while there is one.
     writer: Option<Stream>,
+    /// Redis has confirmed the subscription to the notice channel on this connection.
+    notices_live: bool,
     stopping: bool,
 }
 
@@ -132,11 +148,13 @@ impl PubSubHub {
         info: &ConnectionInfo,
         connect_timeout: Duration,
         response_timeout: Duration,
+        notices: Notices,
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             endpoint: Endpoint::from_info(info)?,
+            notices,
             connect_timeout,
             response_timeout,
         });
@@ -147,12 +165,11 @@ impl PubSubHub {
                 move || shared.run()
             })
             .map_err(Error::ThreadSpawn)?;
-        // Give the first connection a chance, so the first waiters find a live subscription.
+        // Give the first connection a chance, so the first waiters find a live subscription
+        // and no notice is missed from the start.
         let ready_by = Instant::now() + connect_timeout;
         let mut state = shared.state.lock();
-        while state.writer.is_none() && !shared.changed.wait_until(&mut state, ready_by).timed_out()
-        {
-        }
+        while !state.notices_live && !shared.changed.wait_until(&mut state, ready_by).timed_out() {}
         drop(state);
         Ok(PubSubHub {
             shared,
@@ -284,7 +301,8 @@ impl Shared {
         }
     }
 
-    /// Subscribes again to every channel with waiters, then reads until the connection ends.
+    /// Subscribes to the notice channel and again to every channel with waiters, then reads
+    /// until the connection ends.
     fn serve(&self, mut reader: Stream) -> io::Result<()> {
         reader.set_write_timeout(Some(self.response_timeout))?;
         let writer = reader.try_clone()?;
@@ -293,7 +311,7 @@ impl Shared {
             if state.stopping {
                 return Ok(());
             }
-            let mut names = Vec::new();
+            let mut names = vec![self.notices.channel.clone()];
             state.channels.retain(|name, channel| {
                 channel.confirmed = false;
                 channel.subscribed = !channel.waiters.is_empty();
@@ -304,7 +322,7 @@ impl Shared {
                 channel.subscribed
             });
             let mut writer = Some(writer);
-            if !names.is_empty() && !send(&mut writer, "SUBSCRIBE", &names) {
+            if !send(&mut writer, "SUBSCRIBE", &names) {
                 return Err(io::Error::other("cannot send SUBSCRIBE"));
             }
             state.writer = writer;
@@ -362,16 +380,24 @@ impl Shared {
         let mut used = 0;
         let mut state = self.state.lock();
         let mut confirmed_any = false;
+        let mut notices = Vec::new();
         while let Some((frame, length)) =
             resp::parse(&buffer[used..]).map_err(|err| io::Error::other(err.0))?
         {
             used += length;
-            confirmed_any |= handle_frame(&mut state, frame)?;
+            match handle_frame(&mut state, frame, &self.notices.channel)? {
+                Handled::Confirmed => confirmed_any = true,
+                Handled::Notice(payload) => notices.push(payload),
+                Handled::Nothing => {}
+            }
         }
         drop(state);
         buffer.drain(..used);
         if confirmed_any {
             self.changed.notify_all();
+        }
+        for payload in notices {
+            (self.notices.handler)(&payload);
         }
         Ok(())
     }
@@ -382,6 +408,7 @@ impl Shared {
             if let Some(writer) = state.writer.take() {
                 let _ = writer.shutdown();
             }
+            state.notices_live = false;
             state.channels.retain(|_, channel| {
                 channel.subscribed = false;
                 channel.confirmed = false;
@@ -395,50 +422,63 @@ impl Shared {
     }
 }
 
-/// Acts on one frame from the subscribed connection; answers whether it confirmed a
-/// subscription.
-fn handle_frame(state: &mut State, frame: Frame) -> io::Result<bool> {
+/// What one frame from the subscribed connection called for.
+enum Handled {
+    Nothing,
+    /// A subscription was confirmed: waiters blocked in `subscribe` may go on.
+    Confirmed,
+    /// A message on the notice channel, for the handler.
+    Notice(Vec<u8>),
+}
+
+/// Acts on one frame from the subscribed connection.
+fn handle_frame(state: &mut State, frame: Frame, notice_channel: &str) -> io::Result<Handled> {
     let items = match frame {
         Frame::Array(Some(items)) => items,
         Frame::Error(message) => {
             let message = String::from_utf8_lossy(&message);
             return Err(io::Error::other(format!("redis refused: {message}")));
         }
-        _ => return Ok(false), // +PONG outside subscribed mode
+        _ => return Ok(Handled::Nothing), // +PONG outside subscribed mode
     };
     let kind = items.first().and_then(Frame::as_bytes).unwrap_or_default();
     let channel = items.get(1).and_then(Frame::as_bytes).unwrap_or_default();
     let channel = String::from_utf8_lossy(channel);
+    let payload = || items.get(2).and_then(Frame::as_bytes).unwrap_or_default();
     match kind {
+        b"message" if channel == notice_channel => Ok(Handled::Notice(payload().to_vec())),
         b"message" => {
             if let Some(entry) = state.channels.get_mut(&*channel) {
-                let payload = items.get(2).and_then(Frame::as_bytes).unwrap_or_default();
-                if payload == b"1" {
+                if payload() == b"1" {
                     entry.waiters.iter().for_each(|waiter| wake(waiter));
                 } else {
                     wake_one(entry);
                 }
             }
-            Ok(false)
+            Ok(Handled::Nothing)
+        }
+        b"subscribe" if channel == notice_channel => {
+            state.notices_live = true;
+            Ok(Handled::Confirmed)
         }
         b"subscribe" | b"unsubscribe" => {
             let Some(entry) = state.channels.get_mut(&*channel) else {
-                return Ok(false);
+                return Ok(Handled::Nothing);
             };
             entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
             if entry.unconfirmed > 0 {
-                return Ok(false);
+                return Ok(Handled::Nothing);
             }
             if entry.subscribed {
                 entry.confirmed = true;
-                return Ok(true);
+                return Ok(Handled::Confirmed);
             }
             if entry.waiters.is_empty() {
                 state.channels.remove(&*channel);
             }
-            Ok(false)
+            Ok(Handled::Nothing)
         }
-        _ => Ok(false), // "pong"
+        _ => Ok(Handled::Nothing), // "pong"
     }
 }
 

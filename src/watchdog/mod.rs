@@ -1,23 +1,33 @@
-//! The watchdog: one thread per manager that keeps the leases of held locks alive.
+//! The watchdog: one thread per manager that keeps the leases of held locks alive and finds
+//! out, as early as it can, when one is lost.
 //!
 //! Entries are keyed by lock name (the counterpart of Redisson's `EXPIRATION_RENEWAL_MAP`):
-//! the holder in this process, how many of its reentrant levels asked for the watchdog, the
-//! shared [`LeaseState`], and the local deadline of the lease. A [`TimerWheel`] says which
-//! entries fall due; all entries due in one tick are renewed with one pipeline of batched
-//! script calls (one round trip however many locks).
+//! the holder in this process, its fencing token, how many of its reentrant levels asked for
+//! the watchdog and how many took a fixed lease, and the shared [`LeaseState`] that carries
+//! the local deadline of the lease. A [`TimerWheel`] says which renewals fall due; all
+//! renewals due in one tick go out as one pipeline of batched script calls (one round trip
+//! however many locks). A heap of deadlines, checked to the instant, covers the leases that
+//! may run out: those whose renewals fail, and those with only fixed-lease levels.
 //!
-//! Two rules keep renewals honest:
-//! - an entry is removed *before* its last release is sent, and a release waits for a renewal
-//!   of its entry that is already in flight, so no renewal reaches Redis after a release;
-//! - a renewal that fails is retried until the lease would have run out by the local
-//!   monotonic clock, and only then, or when Redis says the holder is gone, is the lock given
-//!   up and its [`LeaseState`] marked lost.
+//! A lock is given up, its [`LeaseState`] marked lost and the lost-lock callback told, when:
+//! - a renewal answers that the holder is gone ([`LostReason::NotHeldAnymore`]);
+//! - the lease deadline passes by the local monotonic clock before a renewal succeeded,
+//!   whether Redis is unreachable or this process was paused ([`LostReason::LeaseExpired`]);
+//! - the pub/sub listener hears a force-release notice for it
+//!   ([`LostReason::ForceReleased`], see [`Watchdog::force_released`]).
 //!
-//! This module talks to Redis only through the [`Pool`] and only from its own thread.
+//! A failed renewal is retried until the deadline, so an outage shorter than the lease is not
+//! a loss. An entry is removed *before* its last release is sent, and a release waits for a
+//! renewal of its entry that is already in flight, so no renewal reaches Redis after a
+//! release.
+//!
+//! This module talks to Redis only through the [`Pool`] and only from its own thread; the
+//! callback runs on that thread too.
 
 mod wheel;
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, LazyLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -43,7 +53,7 @@ const TICKS_PER_INTERVAL: u32 = 16;
 /// Slots of the timer wheel: one turn spans four intervals.
 const WHEEL_SLOTS: usize = 64;
 
-/// Called with every lock the watchdog gives up.
+/// Called with every lock found lost.
 pub(crate) type LostCallback = Arc<dyn Fn(&LostLock) + Send + Sync>;
 
 pub(crate) struct Watchdog {
@@ -51,9 +61,13 @@ pub(crate) struct Watchdog {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// A cheap handle for the pub/sub listener to report force-release notices with.
+#[derive(Clone)]
+pub(crate) struct NoticeSink(Arc<Shared>);
+
 struct Shared {
     state: Mutex<State>,
-    /// Wakes the watchdog thread: work arrived in an empty wheel, or it must stop.
+    /// Wakes the watchdog thread: work arrived, a loss is to be told, or it must stop.
     work_arrived: Condvar,
     /// Wakes releases waiting for an in-flight renewal of their entry.
     renewal_done: Condvar,
@@ -65,30 +79,45 @@ struct Shared {
 
 struct State {
     entries: HashMap<Arc<str>, Entry>,
-    wheel: TimerWheel<(Arc<str>, u64)>,
-    next_generation: u64,
+    schedule: Schedule,
+    /// Losses recorded and not yet told to the callback.
+    reports: Vec<LostLock>,
     stopping: bool,
 }
 
+/// When the watchdog thread has something to do.
+struct Schedule {
+    /// Renewals, batched by tick: `(name, ticket)`; only the entry's current ticket counts.
+    wheel: TimerWheel<(Arc<str>, u64)>,
+    /// Deadline checks, to the instant: `(deadline, chain, name)`.
+    deadlines: BinaryHeap<Reverse<(Instant, u64, Arc<str>)>>,
+    /// The last ticket or chain number handed out.
+    last_number: u64,
+}
+
 struct Entry {
+    /// Tells this acquisition chain from earlier and later ones of the same name.
+    chain: u64,
     holder: Arc<str>,
-    /// Reentrant levels of the holder that asked for the watchdog.
-    levels: u32,
-    /// Tells this entry from an earlier one of the same name in the wheel.
-    generation: u64,
+    token: u64,
     lease: Arc<LeaseState>,
-    /// When the lease runs out by the local clock unless a renewal succeeds: the send time of
-    /// the last successful acquisition or renewal plus the timeout.
-    lease_deadline: Instant,
+    /// Reentrant levels of the holder that asked for the watchdog...
+    renewed_levels: u32,
+    /// ... and that took a fixed lease.
+    fixed_levels: u32,
+    /// The wheel item that is current for this entry; older ones are ignored.
+    ticket: u64,
     /// A renewal of this entry is on the wire.
     renewing: bool,
+    /// The deadline a check is queued for in the heap, if one is.
+    deadline_check: Option<Instant>,
 }
 
 /// One lock of a renewal batch.
 struct Renewal {
     name: Arc<str>,
     holder: Arc<str>,
-    generation: u64,
+    chain: u64,
     lease_deadline: Instant,
 }
 
@@ -109,8 +138,12 @@ impl Watchdog {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 entries: HashMap::new(),
-                wheel: TimerWheel::new(Instant::now(), tick, WHEEL_SLOTS),
-                next_generation: 0,
+                schedule: Schedule {
+                    wheel: TimerWheel::new(Instant::now(), tick, WHEEL_SLOTS),
+                    deadlines: BinaryHeap::new(),
+                    last_number: 0,
+                },
+                reports: Vec::new(),
                 stopping: false,
             }),
             work_arrived: Condvar::new(),
@@ -137,75 +170,134 @@ impl Watchdog {
         self.shared.timeout
     }
 
-    /// Starts (or, for a reentrant level, extends) the renewal of `name` held by `holder`,
-    /// whose acquisition was sent at `sent_at`. Answers the lease state of the chain.
-    pub(crate) fn watch(&self, name: &str, holder: &str, sent_at: Instant) -> Arc<LeaseState> {
+    /// A handle for reporting force-release notices.
+    pub(crate) fn notice_sink(&self) -> NoticeSink {
+        NoticeSink(Arc::clone(&self.shared))
+    }
+
+    /// Tracks one more level of `name` held by `holder` with fencing `token`, granted by a
+    /// request sent at `sent_at`: renewed by the watchdog, or with a `fixed` lease that is only
+    /// watched until it runs out. A level of the chain already tracked joins it; a fresh
+    /// acquisition starts a new chain (and an older chain of the holder, which must have been
+    /// lost, is reported lost). Answers the lease state of the chain.
+    pub(crate) fn watch(
+        &self,
+        name: &str,
+        holder: &str,
+        token: u64,
+        sent_at: Instant,
+        fixed: Option<Duration>,
+    ) -> Arc<LeaseState> {
         let shared = &*self.shared;
-        let lease_deadline = sent_at + shared.timeout;
+        let lease = fixed.unwrap_or(shared.timeout);
         let mut state = shared.state.lock();
-        if let Some(entry) = state.entries.get_mut(name) {
-            if &*entry.holder == holder {
-                entry.levels += 1;
-                entry.lease_deadline = entry.lease_deadline.max(lease_deadline);
+        let state = &mut *state;
+        let name: Arc<str> = Arc::from(name);
+        if let Some(entry) = state.entries.get_mut(&name) {
+            if &*entry.holder == holder && entry.token == token && entry.lease.lost().is_none() {
+                entry.lease.extend(sent_at, lease);
+                match fixed {
+                    None => {
+                        entry.renewed_levels += 1;
+                        if entry.renewed_levels == 1 && !entry.renewing {
+                            let at = sent_at + shared.interval;
+                            state.schedule.renewal(&name, entry, at);
+                            shared.work_arrived.notify_one();
+                        }
+                    }
+                    Some(_) => {
+                        entry.fixed_levels += 1;
+                        if entry.renewed_levels == 0 {
+                            state.schedule.deadline_check(&name, entry);
+                            shared.work_arrived.notify_one();
+                        }
+                    }
+                }
                 return Arc::clone(&entry.lease);
             }
-            // Another thread of this process held it, and lost it before its renewal noticed.
-            entry.lease.mark_lost(LostReason::NotHeldAnymore);
-        }
-        let generation = state.next_generation;
-        state.next_generation += 1;
-        let lease = Arc::new(LeaseState::renewed());
-        let name: Arc<str> = Arc::from(name);
-        let was_idle = state.wheel.len() == 0;
-        state
-            .wheel
-            .insert(sent_at + shared.interval, (Arc::clone(&name), generation));
-        state.entries.insert(
-            name,
-            Entry {
-                holder: Arc::from(holder),
-                levels: 1,
-                generation,
-                lease: Arc::clone(&lease),
-                lease_deadline,
-                renewing: false,
-            },
-        );
-        if was_idle {
+            // A chain this process no longer holds: another thread took the lock after it was
+            // lost, or this thread took it afresh before the loss was noticed.
+            let reason = entry.lease.lost().unwrap_or(LostReason::NotHeldAnymore);
+            state.lose(&name, reason);
             shared.work_arrived.notify_one();
         }
+        let chain = state.schedule.next_number();
+        let mut entry = Entry {
+            chain,
+            holder: Arc::from(holder),
+            token,
+            lease: Arc::new(LeaseState::new(sent_at, lease)),
+            renewed_levels: u32::from(fixed.is_none()),
+            fixed_levels: u32::from(fixed.is_some()),
+            ticket: 0,
+            renewing: false,
+            deadline_check: None,
+        };
+        match fixed {
+            None => state
+                .schedule
+                .renewal(&name, &mut entry, sent_at + shared.interval),
+            Some(_) => state.schedule.deadline_check(&name, &mut entry),
+        }
+        let lease = Arc::clone(&entry.lease);
+        // Replaces a stale entry whose renewal may be in flight: that renewal is then told
+        // apart by its chain number.
+        state.entries.insert(name, entry);
+        shared.work_arrived.notify_one();
         lease
     }
 
-    /// The lease state of the chain `holder` has on `name`, if the watchdog renews it.
-    pub(crate) fn chain_of(&self, name: &str, holder: &str) -> Option<Arc<LeaseState>> {
-        let state = self.shared.state.lock();
-        let entry = state.entries.get(name)?;
-        (&*entry.holder == holder).then(|| Arc::clone(&entry.lease))
+    /// Ends one level of the chain `lease` of `name` (a `fixed`-lease level or a renewed one).
+    /// The last level removes the entry, after any renewal of it in flight has come back.
+    /// Answers whether the watchdog still renews the lock afterwards.
+    pub(crate) fn unwatch(&self, name: &str, lease: &Arc<LeaseState>, fixed: bool) -> bool {
+        self.end_level(name, |entry| Arc::ptr_eq(&entry.lease, lease), Some(fixed))
     }
 
-    /// Ends one watched level of `holder` on `name`; the last one removes the entry, after any
-    /// renewal of it that is in flight has come back. Answers whether the watchdog still
-    /// renews the lock afterwards.
-    pub(crate) fn unwatch(&self, name: &str, holder: &str) -> bool {
+    /// Like [`unwatch`](Watchdog::unwatch), for a level of `holder` whose guard is gone: a
+    /// renewed level if there is one, else a fixed one.
+    pub(crate) fn unwatch_holder(&self, name: &str, holder: &str) -> bool {
+        self.end_level(name, |entry| &*entry.holder == holder, None)
+    }
+
+    fn end_level(&self, name: &str, is_ours: impl Fn(&Entry) -> bool, fixed: Option<bool>) -> bool {
         let shared = &*self.shared;
         let mut state = shared.state.lock();
-        let Some(entry) = state.entries.get_mut(name) else {
+        let State {
+            entries, schedule, ..
+        } = &mut *state;
+        let Some(entry) = entries.get_mut(name).filter(|entry| is_ours(entry)) else {
             return false;
         };
-        if &*entry.holder != holder {
-            return false;
+        let fixed = fixed.unwrap_or(entry.renewed_levels == 0);
+        if fixed {
+            entry.fixed_levels = entry.fixed_levels.saturating_sub(1);
+        } else {
+            entry.renewed_levels = entry.renewed_levels.saturating_sub(1);
         }
-        entry.levels = entry.levels.saturating_sub(1);
-        if entry.levels > 0 {
+        if entry.renewed_levels > 0 {
             return true;
+        }
+        if entry.fixed_levels > 0 {
+            // Fixed-lease levels remain and nothing renews them: watch their deadline. (The
+            // release of this level gives them at least the watchdog timeout; the deadline
+            // kept here is older, so it errs on the safe side.)
+            schedule.deadline_check(&Arc::from(name), entry);
+            shared.work_arrived.notify_one();
+            return false;
         }
         // A renewal is bounded by its socket timeouts: at most a connection and three round
         // trips (pipeline, SCRIPT LOAD, pipeline again), twice when a stale connection is
         // replaced. Waiting that long keeps the rule; the bound only guards against a bug.
         let give_up_at =
             Instant::now() + shared.pool.response_timeout() * 8 + Duration::from_secs(1);
-        while state.entries.get(name).is_some_and(|entry| entry.renewing) {
+        let renewing = |state: &State| {
+            state
+                .entries
+                .get(name)
+                .is_some_and(|entry| is_ours(entry) && entry.renewing)
+        };
+        while renewing(&state) {
             if shared
                 .renewal_done
                 .wait_until(&mut state, give_up_at)
@@ -215,17 +307,13 @@ impl Watchdog {
                 break;
             }
         }
-        if state
-            .entries
-            .get(name)
-            .is_some_and(|entry| &*entry.holder == holder)
-        {
+        if state.entries.get(name).is_some_and(&is_ours) {
             state.entries.remove(name);
         }
         false
     }
 
-    /// How many locks the watchdog renews now.
+    /// How many locks the watchdog renews or watches now.
     pub(crate) fn len(&self) -> usize {
         self.shared.state.lock().entries.len()
     }
@@ -245,48 +333,71 @@ impl Watchdog {
     }
 }
 
+impl NoticeSink {
+    /// Someone force-released `name` while `holder` held it with fencing `token` (0 when the
+    /// token is unknown): if that is a chain of this process, it is lost.
+    pub(crate) fn force_released(&self, name: &str, holder: &str, token: u64) {
+        let shared = &*self.0;
+        let mut state = shared.state.lock();
+        let ours = state
+            .entries
+            .get(name)
+            .is_some_and(|entry| &*entry.holder == holder && (token == 0 || token == entry.token));
+        if ours {
+            state.lose(name, LostReason::ForceReleased);
+            shared.work_arrived.notify_one();
+        }
+    }
+}
+
 impl Shared {
     fn run(&self) {
         let mut due = Vec::new();
         loop {
-            let batch = {
+            let (batch, reports) = {
                 let mut state = self.state.lock();
                 loop {
                     if state.stopping {
                         return;
                     }
-                    state.wheel.collect(Instant::now(), &mut due);
-                    if !due.is_empty() {
-                        break;
+                    let now = Instant::now();
+                    state.check_deadlines(now);
+                    state.schedule.wheel.collect(now, &mut due);
+                    let batch = state.take_batch(&mut due, now);
+                    if !batch.is_empty() || !state.reports.is_empty() {
+                        break (batch, std::mem::take(&mut state.reports));
                     }
-                    match state.wheel.next_due() {
+                    match state.schedule.next_due() {
                         Some(at) => {
                             self.work_arrived.wait_until(&mut state, at);
                         }
                         None => self.work_arrived.wait(&mut state),
                     }
                 }
-                take_batch(&mut state, &mut due)
             };
-            if batch.is_empty() {
-                continue;
+            self.tell(reports);
+            if !batch.is_empty() {
+                let sent_at = Instant::now();
+                let outcomes = self.renew(&batch, sent_at);
+                self.apply(&batch, outcomes, sent_at);
             }
-            let sent_at = Instant::now();
-            let outcomes = self.renew(&batch, sent_at);
-            let lost = self.apply(&batch, outcomes, sent_at);
-            for lost_lock in lost {
-                log::warn!(
-                    "lock {:?} held by {} was lost: {}",
-                    lost_lock.name,
-                    lost_lock.holder,
-                    lost_lock.reason
-                );
-                if let Some(on_lost) = &self.on_lost {
-                    // A panicking callback must not take the renewal of every other lock down.
-                    let call = std::panic::AssertUnwindSafe(|| on_lost(&lost_lock));
-                    if std::panic::catch_unwind(call).is_err() {
-                        log::error!("the lost-lock callback panicked for {:?}", lost_lock.name);
-                    }
+        }
+    }
+
+    /// Logs every loss and hands it to the callback.
+    fn tell(&self, reports: Vec<LostLock>) {
+        for lost_lock in reports {
+            log::warn!(
+                "lock {:?} held by {} was lost: {}",
+                lost_lock.name,
+                lost_lock.holder,
+                lost_lock.reason
+            );
+            if let Some(on_lost) = &self.on_lost {
+                // A panicking callback must not take the renewal of every other lock down.
+                let call = std::panic::AssertUnwindSafe(|| on_lost(&lost_lock));
+                if std::panic::catch_unwind(call).is_err() {
+                    log::error!("the lost-lock callback panicked for {:?}", lost_lock.name);
                 }
             }
         }
@@ -335,68 +446,156 @@ impl Shared {
         outcomes
     }
 
-    /// Records the outcomes and schedules what comes next; answers the locks given up.
-    fn apply(&self, batch: &[Renewal], outcomes: Vec<Outcome>, sent_at: Instant) -> Vec<LostLock> {
+    /// Records the outcomes and schedules what comes next.
+    fn apply(&self, batch: &[Renewal], outcomes: Vec<Outcome>, sent_at: Instant) {
         let retry_delay =
             (self.interval / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        let mut lost = Vec::new();
         let mut state = self.state.lock();
         let now = Instant::now();
         for (renewal, outcome) in batch.iter().zip(outcomes) {
-            let Some(entry) = state.entries.get_mut(&renewal.name) else {
+            let State {
+                entries, schedule, ..
+            } = &mut *state;
+            let Some(entry) = entries.get_mut(&renewal.name) else {
                 continue;
             };
-            if entry.generation != renewal.generation {
+            if entry.chain != renewal.chain {
                 continue;
             }
             entry.renewing = false;
+            if entry.lease.is_marked_lost() {
+                // Told while the renewal was out (a force-release notice).
+                entries.remove(&renewal.name);
+                continue;
+            }
+            let deadline = entry.lease.deadline();
             let reason = match outcome {
                 Outcome::Renewed => {
-                    entry.lease_deadline = sent_at + self.timeout;
-                    let next = (Arc::clone(&renewal.name), renewal.generation);
-                    state.wheel.insert(sent_at + self.interval, next);
+                    entry.lease.extend(sent_at, self.timeout);
+                    schedule.renewal(&renewal.name, entry, sent_at + self.interval);
                     continue;
                 }
-                Outcome::Failed if now < entry.lease_deadline => {
-                    let retry_at = (now + retry_delay).min(entry.lease_deadline);
-                    let next = (Arc::clone(&renewal.name), renewal.generation);
-                    state.wheel.insert(retry_at, next);
+                Outcome::Failed if now < deadline => {
+                    schedule.renewal(&renewal.name, entry, (now + retry_delay).min(deadline));
+                    schedule.deadline_check(&renewal.name, entry);
                     continue;
                 }
-                Outcome::Failed => LostReason::LeaseExpired,
-                Outcome::HolderGone => LostReason::NotHeldAnymore,
+                Outcome::HolderGone if now < deadline => LostReason::NotHeldAnymore,
+                // Past the deadline a guard reads as expired, whatever came back.
+                _ => LostReason::LeaseExpired,
             };
-            if let Some(entry) = state.entries.remove(&renewal.name) {
-                entry.lease.mark_lost(reason);
-                lost.push(LostLock {
-                    name: renewal.name.to_string(),
-                    holder: entry.holder.to_string(),
-                    reason,
-                });
-            }
+            state.lose(&renewal.name, reason);
         }
         drop(state);
         self.renewal_done.notify_all();
-        lost
     }
 }
 
-/// Marks the entries behind `due` as renewing and describes them; stale wheel items (of
-/// released or replaced entries) are dropped here.
-fn take_batch(state: &mut State, due: &mut Vec<(Arc<str>, u64)>) -> Vec<Renewal> {
-    due.drain(..)
-        .filter_map(|(name, generation)| {
-            let entry = state.entries.get_mut(&name)?;
-            if entry.generation != generation || entry.renewing {
-                return None;
+impl State {
+    /// Records that the chain of `name` is lost and queues it for the callback (once). The
+    /// entry goes, unless a renewal of it is in flight: it goes when that comes back.
+    fn lose(&mut self, name: &str, reason: LostReason) {
+        let Some(entry) = self.entries.get(name) else {
+            return;
+        };
+        if entry.lease.mark_lost(reason) {
+            self.reports.push(LostLock {
+                name: name.to_owned(),
+                holder: entry.holder.to_string(),
+                reason,
+            });
+        }
+        if !entry.renewing {
+            self.entries.remove(name);
+        }
+    }
+
+    /// Gives up every chain whose deadline check is due and whose lease has run out.
+    fn check_deadlines(&mut self, now: Instant) {
+        while let Some(Reverse((at, _, _))) = self.schedule.deadlines.peek() {
+            if *at > now {
+                return;
+            }
+            let Some(Reverse((at, chain, name))) = self.schedule.deadlines.pop() else {
+                return;
+            };
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            if entry.chain != chain {
+                continue;
+            }
+            if entry.deadline_check == Some(at) {
+                entry.deadline_check = None;
+            }
+            if entry.lease.deadline() <= now {
+                self.lose(&name, LostReason::LeaseExpired);
+            }
+        }
+    }
+
+    /// Turns the due wheel items into a renewal batch, marking their entries as renewing.
+    /// Stale items (of released or replaced entries) are dropped; entries past their deadline
+    /// are given up rather than renewed (this process was paused, or the thread was late).
+    fn take_batch(&mut self, due: &mut Vec<(Arc<str>, u64)>, now: Instant) -> Vec<Renewal> {
+        let mut batch = Vec::new();
+        for (name, ticket) in due.drain(..) {
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            if entry.ticket != ticket || entry.renewing {
+                continue;
+            }
+            if entry.renewed_levels == 0 {
+                // Only fixed-lease levels are left: nothing to renew, a deadline to watch.
+                self.schedule.deadline_check(&name, entry);
+                continue;
+            }
+            let lease_deadline = entry.lease.deadline();
+            if lease_deadline <= now {
+                self.lose(&name, LostReason::LeaseExpired);
+                continue;
             }
             entry.renewing = true;
-            Some(Renewal {
+            batch.push(Renewal {
                 holder: Arc::clone(&entry.holder),
-                lease_deadline: entry.lease_deadline,
+                chain: entry.chain,
+                lease_deadline,
                 name,
-                generation,
-            })
-        })
-        .collect()
+            });
+        }
+        batch
+    }
+}
+
+impl Schedule {
+    fn next_number(&mut self) -> u64 {
+        self.last_number += 1;
+        self.last_number
+    }
+
+    /// Makes a renewal of `entry` at `at` its one current wheel item.
+    fn renewal(&mut self, name: &Arc<str>, entry: &mut Entry, at: Instant) {
+        entry.ticket = self.next_number();
+        self.wheel.insert(at, (Arc::clone(name), entry.ticket));
+    }
+
+    /// Queues a check of `entry`'s lease deadline, unless one is queued for it already.
+    fn deadline_check(&mut self, name: &Arc<str>, entry: &mut Entry) {
+        let deadline = entry.lease.deadline();
+        if entry.deadline_check != Some(deadline) {
+            entry.deadline_check = Some(deadline);
+            self.deadlines
+                .push(Reverse((deadline, entry.chain, Arc::clone(name))));
+        }
+    }
+
+    /// When the thread has something to do next, if ever.
+    fn next_due(&self) -> Option<Instant> {
+        let deadline = self.deadlines.peek().map(|Reverse((at, _, _))| *at);
+        match (self.wheel.next_due(), deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }

@@ -2,11 +2,15 @@
 -- KEYS[i]: a lock hash
 -- ARGV[1]: the lease in milliseconds
 -- ARGV[i + 1]: the holder id expected in KEYS[i]
--- Answers a list with, for each key, 1 when it was renewed and 0 when the holder is gone.
+-- Answers a list with, for each key, 1 when the holder still holds it and 0 when it is gone.
+-- A lease longer than ARGV[1] (a reentrant level with a long fixed lease) is not shortened.
+local lease = tonumber(ARGV[1])
 local renewed = {}
 for i, key in ipairs(KEYS) do
   if redis.call('hexists', key, ARGV[i + 1]) == 1 then
-    redis.call('pexpire', key, ARGV[1])
+    if redis.call('pttl', key) < lease then
+      redis.call('pexpire', key, lease)
+    end
     renewed[i] = 1
   else
     renewed[i] = 0

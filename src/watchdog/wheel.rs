@@ -29,6 +29,7 @@ impl<T> TimerWheel<T> {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

@@ -69,11 +69,31 @@ pub fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| panic!("child needs {key}"))
 }
 
-/// The `PUBSUB CHANNELS` reply of the server, as raw text.
-pub fn pubsub_channels(server: &RedisServer) -> String {
+/// The release channels anyone is subscribed to on the server (`PUBSUB CHANNELS`), as raw
+/// text: `*0\r\n` when there are none. (Every manager also listens to one notice channel
+/// for as long as it runs; that one is not a release channel.)
+pub fn release_channels(server: &RedisServer) -> String {
     server
-        .command(&["PUBSUB", "CHANNELS"])
+        .command(&["PUBSUB", "CHANNELS", "redisson_lock__channel*"])
         .expect("PUBSUB CHANNELS")
+}
+
+/// Asserts that `manager` left nothing behind: no watchdog entry, no subscription of its own
+/// and none on the server.
+pub fn assert_nothing_left(manager: &LockManager, server: &RedisServer) {
+    assert_eq!(manager.watched_locks(), 0, "a watchdog entry was left");
+    assert!(
+        eventually(Duration::from_secs(5), || manager.subscribed_channels()
+            == 0),
+        "a subscription was left: {}",
+        manager.subscribed_channels()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || release_channels(server)
+            .starts_with("*0")),
+        "a release channel is still subscribed: {}",
+        release_channels(server)
+    );
 }
 
 /// Reads the child's stdout until a line containing `marker` (libtest prints its own lines
