@@ -6,7 +6,8 @@
 //! of its own; connections are made on demand by the calling thread and kept idle up to a
 //! bound.
 
-use std::time::Duration;
+use std::io;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::{Connection, ConnectionLike, RedisResult};
@@ -19,6 +20,8 @@ pub(crate) struct Pool {
     max_idle: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// How many replies redis-rs waits for while setting up a new connection (at least 1).
+    setup_replies: u32,
 }
 
 impl Pool {
@@ -28,7 +31,12 @@ impl Pool {
         response_timeout: Duration,
         max_idle: usize,
     ) -> Self {
+        let settings = client.get_connection_info().redis_settings();
+        let setup_replies =
+            u32::from(settings.password().is_some() || settings.protocol().supports_resp3())
+                + u32::from(settings.db() != 0);
         Pool {
+            setup_replies: setup_replies.max(1),
             client,
             idle: Mutex::new(Vec::new()),
             max_idle,
@@ -41,28 +49,44 @@ impl Pool {
         self.response_timeout
     }
 
-    /// Runs `command` on a pooled connection with the configured response timeout.
+    /// Runs `command` on a pooled connection with the configured response timeout (and, for
+    /// a new connection, the connect timeout before it).
     ///
     /// When a connection that sat idle turns out to be dead (the server restarted or closed
     /// it), all idle connections are dropped and `command` runs once more on a fresh one.
     pub(crate) fn run<T>(
         &self,
-        command: impl FnMut(&mut Connection) -> RedisResult<T>,
-    ) -> Result<T> {
-        self.run_with_timeout(self.response_timeout, command)
-    }
-
-    /// Like [`Pool::run`], with `timeout` as this call's response timeout and as the most a
-    /// new connection for it may take.
-    pub(crate) fn run_with_timeout<T>(
-        &self,
-        timeout: Duration,
         mut command: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        let timeout = timeout.max(Duration::from_millis(1));
+        self.run_within(self.response_timeout, None, |connection| {
+            command(connection)
+        })
+    }
+
+    /// Like [`Pool::run`], but all of it, a new connection included, within `budget`.
+    /// `command` gets the deadline, to bound commands that read several answers.
+    pub(crate) fn run_with_timeout<T>(
+        &self,
+        budget: Duration,
+        mut command: impl FnMut(&mut Connection, Instant) -> RedisResult<T>,
+    ) -> Result<T> {
+        let budget = budget.max(Duration::from_millis(1));
+        let deadline = Instant::now() + budget;
+        self.run_within(budget, Some(deadline), |connection| {
+            command(connection, deadline)
+        })
+    }
+
+    /// Runs `command` with `timeout` per answer, and no later than `deadline` when given.
+    fn run_within<T>(
+        &self,
+        timeout: Duration,
+        deadline: Option<Instant>,
+        mut command: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
         let pooled = self.idle.lock().pop();
         if let Some(connection) = pooled {
-            match self.run_on(connection, timeout, &mut command) {
+            match self.run_on(connection, timeout, deadline, &mut command) {
                 Err(err) if is_stale_connection(&err) => {
                     log::debug!("dropping idle redis connections after: {err}");
                     self.idle.lock().clear();
@@ -70,8 +94,20 @@ impl Pool {
                 outcome => return outcome.map_err(|err| Error::from_redis(err, timeout)),
             }
         }
-        let connection = self.connect(self.connect_timeout.min(timeout))?;
-        self.run_on(connection, timeout, &mut command)
+        let connect_timeout = match deadline {
+            None => self.connect_timeout,
+            // redis-rs gives the TCP connect and each reply of its set-up commands the whole
+            // timeout: share what is left among them.
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(Error::Timeout(timeout));
+                }
+                self.connect_timeout.min(left / self.setup_replies)
+            }
+        };
+        let connection = self.connect(connect_timeout)?;
+        self.run_on(connection, timeout, deadline, &mut command)
             .map_err(|err| Error::from_redis(err, timeout))
     }
 
@@ -79,9 +115,18 @@ impl Pool {
         &self,
         mut connection: Connection,
         timeout: Duration,
+        deadline: Option<Instant>,
         command: &mut impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> RedisResult<T> {
-        let custom_timeout = timeout != self.response_timeout;
+        let timeout = match deadline {
+            Some(deadline) => timeout.min(deadline.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
+        if timeout.is_zero() {
+            self.put_back(connection);
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no time left").into());
+        }
+        let custom_timeout = timeout != self.response_timeout || deadline.is_some();
         if custom_timeout {
             connection.set_read_timeout(Some(timeout))?;
         }
@@ -93,16 +138,23 @@ impl Pool {
         };
         if reusable
             && (!custom_timeout
-                || connection
+                || (connection
                     .set_read_timeout(Some(self.response_timeout))
-                    .is_ok())
+                    .is_ok()
+                    && connection
+                        .set_write_timeout(Some(self.response_timeout))
+                        .is_ok()))
         {
-            let mut idle = self.idle.lock();
-            if idle.len() < self.max_idle {
-                idle.push(connection);
-            }
+            self.put_back(connection);
         }
         outcome
+    }
+
+    fn put_back(&self, connection: Connection) {
+        let mut idle = self.idle.lock();
+        if idle.len() < self.max_idle {
+            idle.push(connection);
+        }
     }
 
     fn connect(&self, timeout: Duration) -> Result<Connection> {

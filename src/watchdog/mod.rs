@@ -422,8 +422,8 @@ impl Shared {
             .collect();
         let answers = self
             .pool
-            .run_with_timeout(timeout, |connection| {
-                evalsha_pipelined(connection, &RENEW, &calls)
+            .run_with_timeout(timeout, |connection, deadline| {
+                evalsha_pipelined(connection, &RENEW, &calls, deadline)
             })
             .inspect_err(|err| log::debug!("renewal of {} locks failed: {err}", batch.len()))
             .unwrap_or_default();
