@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod fence;
 mod lease;
 mod lock;
 mod manager;
@@ -46,6 +47,7 @@ pub mod testing;
 mod watchdog;
 
 pub use error::{Error, LostReason, Result};
+pub use fence::FencedStore;
 pub use lease::LostLock;
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};

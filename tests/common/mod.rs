@@ -6,8 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 pub use redlease::testing::RedisServer;
-use redlease::LockManager;
+use redlease::{LockManager, LostLock};
 
 /// Environment variable that turns a test binary run into a child worker.
 pub const CHILD_ROLE: &str = "REDLEASE_TEST_CHILD_ROLE";
@@ -28,6 +29,25 @@ pub fn manager_for_url(url: &str, watchdog: Duration) -> LockManager {
         .watchdog_timeout(watchdog)
         .build()
         .expect("build manager")
+}
+
+/// Like [`manager`], with a lost-lock callback that sends every report, and when it came,
+/// to the returned receiver.
+pub fn reporting_manager(
+    server: &RedisServer,
+    watchdog: Duration,
+) -> (LockManager, Receiver<(LostLock, Instant)>) {
+    let (report, reports) = crossbeam_channel::unbounded();
+    let manager = LockManager::builder(server.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .watchdog_timeout(watchdog)
+        .on_lost_lock(move |lost| {
+            let _ = report.send((lost.clone(), Instant::now()));
+        })
+        .build()
+        .expect("build manager");
+    (manager, reports)
 }
 
 /// Polls `condition` until it holds or `within` passes; answers whether it held.
@@ -51,7 +71,7 @@ pub fn spawn_child(test_name: &str, role: &str, env: &[(&str, String)]) -> Child
     command
         .args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
         .env(CHILD_ROLE, role)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     for (key, value) in env {
@@ -100,13 +120,30 @@ pub fn assert_nothing_left(manager: &LockManager, server: &RedisServer) {
 /// first); answers the reader, to keep the pipe open while the child lives.
 pub fn wait_for_line(child: &mut Child, marker: &str) -> BufReader<ChildStdout> {
     let mut reader = BufReader::new(child.stdout.take().expect("child stdout is piped"));
+    line_with(&mut reader, marker);
+    reader
+}
+
+/// Reads lines until one contains `marker`; answers the text after the marker, trimmed.
+pub fn line_with(reader: &mut impl BufRead, marker: &str) -> String {
     let mut line = String::new();
     loop {
         line.clear();
         let read = reader.read_line(&mut line).expect("read child stdout");
         assert!(read > 0, "child ended before saying {marker:?}");
-        if line.contains(marker) {
-            return reader;
+        if let Some(at) = line.find(marker) {
+            return line[at + marker.len()..].trim().to_owned();
         }
     }
+}
+
+/// Sends `signal` (`libc::SIGSTOP`, `libc::SIGCONT`...) to a child process.
+pub fn signal(child: &Child, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
+    assert_eq!(
+        unsafe { libc::kill(pid, signal) },
+        0,
+        "kill({pid}, {signal})"
+    );
 }

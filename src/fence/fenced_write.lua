@@ -1,0 +1,22 @@
+-- Writes a value only for a writer whose fencing token is at least the highest seen so far.
+-- KEYS[1]: the value
+-- KEYS[2]: the highest fencing token that wrote the value (kept after a delete, so that a
+--          stale writer cannot bring a deleted value back)
+-- ARGV[1]: the writer's fencing token
+-- ARGV[2]: 'set' or 'del'
+-- ARGV[3]: the new value, for 'set'
+-- Answers {1, token} when the write was done, {0, highest token seen} when it was refused.
+local highest = tonumber(redis.call('get', KEYS[2]) or '0')
+local token = tonumber(ARGV[1])
+if token < highest then
+  return {0, highest}
+end
+if token > highest then
+  redis.call('set', KEYS[2], ARGV[1])
+end
+if ARGV[2] == 'set' then
+  redis.call('set', KEYS[1], ARGV[3])
+else
+  redis.call('del', KEYS[1])
+end
+return {1, token}

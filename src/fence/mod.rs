@@ -1,0 +1,156 @@
+//! [`FencedStore`]: the resource's half of fencing, for a value kept in Redis.
+//!
+//! A lock's fencing token tells holders apart in time; it only helps if the resource refuses
+//! writes from a holder older than one it has already heard from. A fenced store keeps a
+//! value under a key and, next to it (same Cluster slot), the highest token that wrote it;
+//! `fenced_write.lua` compares and writes in one step. Talks to Redis through the manager's
+//! pool.
+
+use std::sync::LazyLock;
+
+use redis::{FromRedisValue, Script};
+
+use crate::error::{Error, Result};
+use crate::manager::LockManager;
+use crate::names;
+
+static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fenced_write.lua")));
+
+/// Prefix of the key that keeps the highest token a fenced value has seen.
+const FENCE_PREFIX: &str = "redlease_fence";
+
+/// A value in Redis that takes a write only with a fencing token at least as high as every
+/// token that wrote it before, so a holder whose lock was lost (paused past its lease, cut
+/// off from Redis) cannot overwrite the work of the holder that came after it.
+///
+/// Get one with [`LockManager::fenced_store`]; pass it the
+/// [`fencing_token`](crate::LockGuard::fencing_token) of the guard under which you write.
+/// Use the tokens of one lock name for one store: tokens of different names are not
+/// comparable. The value is a plain Redis string under the given key, readable by anyone;
+/// the token lives in `redlease_fence:{key}`, which stays after a delete.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// use redlease::Error;
+///
+/// let lock = manager.lock("report");
+/// let report = manager.fenced_store("report:latest");
+///
+/// let first = lock.lock()?;
+/// let stale_token = first.fencing_token();
+/// first.unlock()?;
+///
+/// let second = lock.lock()?;
+/// report.set(second.fencing_token(), "written by the second holder")?;
+///
+/// // The first holder comes back late: its write is refused.
+/// let refused = report.set(stale_token, "written by the first holder");
+/// assert!(matches!(refused, Err(Error::StaleToken { .. })));
+/// assert_eq!(
+///     report.get::<String>()?.as_deref(),
+///     Some("written by the second holder")
+/// );
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct FencedStore {
+    manager: LockManager,
+    key: String,
+    fence: String,
+}
+
+impl FencedStore {
+    pub(crate) fn new(manager: LockManager, key: &str) -> Self {
+        FencedStore {
+            manager,
+            key: key.to_owned(),
+            fence: names::derived(FENCE_PREFIX, key),
+        }
+    }
+
+    /// The key of the value.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Sets the value, unless a higher token has written it before.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] when the store has seen a higher token: nothing was written.
+    pub fn set(&self, token: u64, value: impl AsRef<[u8]>) -> Result<()> {
+        self.write(token, "set", value.as_ref())
+    }
+
+    /// Deletes the value, unless a higher token has written it before. The highest token
+    /// stays recorded.
+    ///
+    /// # Errors
+    /// [`Error::StaleToken`] as for [`set`](FencedStore::set).
+    pub fn delete(&self, token: u64) -> Result<()> {
+        self.write(token, "del", b"")
+    }
+
+    /// The value, converted like any Redis reply (`String`, `Vec<u8>`, a number...); `None`
+    /// when there is none. Reading needs no token.
+    pub fn get<T: FromRedisValue>(&self) -> Result<Option<T>> {
+        let key = self.checked_key()?;
+        self.manager
+            .inner
+            .pool
+            .run(|connection| redis::cmd("GET").arg(key).query(connection))
+    }
+
+    /// The highest fencing token that has written the value (0 when none has).
+    pub fn highest_token(&self) -> Result<u64> {
+        self.checked_key()?;
+        let token: Option<u64> = self
+            .manager
+            .inner
+            .pool
+            .run(|connection| redis::cmd("GET").arg(&self.fence).query(connection))?;
+        Ok(token.unwrap_or(0))
+    }
+
+    fn write(&self, token: u64, operation: &str, value: &[u8]) -> Result<()> {
+        let key = self.checked_key()?;
+        let (written, highest): (i64, u64) = self.manager.inner.pool.run(|connection| {
+            FENCED_WRITE
+                .key(key)
+                .key(&self.fence)
+                .arg(token)
+                .arg(operation)
+                .arg(value)
+                .invoke(connection)
+        })?;
+        if written == 1 {
+            Ok(())
+        } else {
+            Err(Error::StaleToken {
+                key: self.key.clone(),
+                token,
+                highest,
+            })
+        }
+    }
+
+    fn checked_key(&self) -> Result<&str> {
+        if self.key.is_empty() {
+            return Err(Error::InvalidArgument(
+                "fenced store key must not be empty".into(),
+            ));
+        }
+        Ok(&self.key)
+    }
+}
+
+impl std::fmt::Debug for FencedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedStore")
+            .field("key", &self.key)
+            .finish()
+    }
+}
