@@ -12,9 +12,14 @@
 //!   its lock expires on its own.
 //! - **Waiting without polling.** A waiter subscribes to the lock's release channel and sleeps
 //!   until a release wakes it, or until the holder's lease would run out.
-//! - **Lost locks are told.** [`LockGuard::is_lost`], [`LockGuard::check`] and
-//!   [`LockGuard::lost_signal`] report a lock the watchdog found gone; every acquisition
-//!   carries a [`fencing token`](LockGuard::fencing_token).
+//! - **Lost locks are told, promptly.** [`LockGuard::is_lost`], [`LockGuard::check`],
+//!   [`LockGuard::lost_signal`] and the manager's
+//!   [`on_lost_lock`](LockManagerBuilder::on_lost_lock) callback report a lock found gone,
+//!   with its [`LostReason`]: within one renewal interval of Redis answering that the holder
+//!   is gone, at the local lease deadline when Redis cannot be reached, at once after a
+//!   [`force_unlock`](Lock::force_unlock).
+//! - **Fencing.** Every acquisition carries a [`fencing token`](LockGuard::fencing_token)
+//!   that later holders exceed; a [`FencedStore`] refuses writes with an older one.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
