@@ -93,6 +93,16 @@ struct Schedule {
     deadlines: BinaryHeap<Reverse<(Instant, u64, Arc<str>)>>,
     /// The last ticket or chain number handed out.
     last_number: u64,
+    /// What the watchdog thread is doing, so that new work wakes it only when it must.
+    thread: ThreadState,
+}
+
+#[derive(Clone, Copy)]
+enum ThreadState {
+    /// It looks at the schedule before it sleeps again: no need to wake it.
+    Working,
+    /// It sleeps until the given instant (or until woken); earlier work must wake it.
+    Sleeping { until: Option<Instant> },
 }
 
 struct Entry {
@@ -142,6 +152,7 @@ impl Watchdog {
                     wheel: TimerWheel::new(Instant::now(), tick, WHEEL_SLOTS),
                     deadlines: BinaryHeap::new(),
                     last_number: 0,
+                    thread: ThreadState::Working,
                 },
                 reports: Vec::new(),
                 stopping: false,
@@ -192,8 +203,8 @@ impl Watchdog {
         let lease = fixed.unwrap_or(shared.timeout);
         let mut state = shared.state.lock();
         let state = &mut *state;
-        let name: Arc<str> = Arc::from(name);
-        if let Some(entry) = state.entries.get_mut(&name) {
+        let mut wake = false;
+        if let Some(entry) = state.entries.get_mut(name) {
             if &*entry.holder == holder && entry.token == token && entry.lease.lost().is_none() {
                 entry.lease.extend(sent_at, lease);
                 match fixed {
@@ -201,26 +212,29 @@ impl Watchdog {
                         entry.renewed_levels += 1;
                         if entry.renewed_levels == 1 && !entry.renewing {
                             let at = sent_at + shared.interval;
-                            state.schedule.renewal(&name, entry, at);
-                            shared.work_arrived.notify_one();
+                            wake = state.schedule.renewal(&Arc::from(name), entry, at);
                         }
                     }
                     Some(_) => {
                         entry.fixed_levels += 1;
                         if entry.renewed_levels == 0 {
-                            state.schedule.deadline_check(&name, entry);
-                            shared.work_arrived.notify_one();
+                            wake = state.schedule.deadline_check(&Arc::from(name), entry);
                         }
                     }
                 }
-                return Arc::clone(&entry.lease);
+                let lease = Arc::clone(&entry.lease);
+                if wake {
+                    shared.work_arrived.notify_one();
+                }
+                return lease;
             }
             // A chain this process no longer holds: another thread took the lock after it was
             // lost, or this thread took it afresh before the loss was noticed.
             let reason = entry.lease.lost().unwrap_or(LostReason::NotHeldAnymore);
-            state.lose(&name, reason);
-            shared.work_arrived.notify_one();
+            state.lose(name, reason);
+            wake = true; // to tell the callback
         }
+        let name: Arc<str> = Arc::from(name);
         let chain = state.schedule.next_number();
         let mut entry = Entry {
             chain,
@@ -233,17 +247,19 @@ impl Watchdog {
             renewing: false,
             deadline_check: None,
         };
-        match fixed {
+        wake |= match fixed {
             None => state
                 .schedule
                 .renewal(&name, &mut entry, sent_at + shared.interval),
             Some(_) => state.schedule.deadline_check(&name, &mut entry),
-        }
+        };
         let lease = Arc::clone(&entry.lease);
         // Replaces a stale entry whose renewal may be in flight: that renewal is then told
         // apart by its chain number.
         state.entries.insert(name, entry);
-        shared.work_arrived.notify_one();
+        if wake {
+            shared.work_arrived.notify_one();
+        }
         lease
     }
 
@@ -282,8 +298,9 @@ impl Watchdog {
             // Fixed-lease levels remain and nothing renews them: watch their deadline. (The
             // release of this level gives them at least the watchdog timeout; the deadline
             // kept here is older, so it errs on the safe side.)
-            schedule.deadline_check(&Arc::from(name), entry);
-            shared.work_arrived.notify_one();
+            if schedule.deadline_check(&Arc::from(name), entry) {
+                shared.work_arrived.notify_one();
+            }
             return false;
         }
         // A renewal is bounded by its socket timeouts: at most a connection and three round
@@ -367,12 +384,15 @@ impl Shared {
                     if !batch.is_empty() || !state.reports.is_empty() {
                         break (batch, std::mem::take(&mut state.reports));
                     }
-                    match state.schedule.next_due() {
+                    let next_due = state.schedule.next_due();
+                    state.schedule.thread = ThreadState::Sleeping { until: next_due };
+                    match next_due {
                         Some(at) => {
                             self.work_arrived.wait_until(&mut state, at);
                         }
                         None => self.work_arrived.wait(&mut state),
                     }
+                    state.schedule.thread = ThreadState::Working;
                 }
             };
             self.tell(reports);
@@ -574,19 +594,32 @@ impl Schedule {
         self.last_number
     }
 
-    /// Makes a renewal of `entry` at `at` its one current wheel item.
-    fn renewal(&mut self, name: &Arc<str>, entry: &mut Entry, at: Instant) {
+    /// Makes a renewal of `entry` at `at` its one current wheel item. Answers whether the
+    /// thread must be woken for it.
+    fn renewal(&mut self, name: &Arc<str>, entry: &mut Entry, at: Instant) -> bool {
         entry.ticket = self.next_number();
         self.wheel.insert(at, (Arc::clone(name), entry.ticket));
+        self.wakes_too_late_for(at)
     }
 
     /// Queues a check of `entry`'s lease deadline, unless one is queued for it already.
-    fn deadline_check(&mut self, name: &Arc<str>, entry: &mut Entry) {
+    /// Answers whether the thread must be woken for it.
+    fn deadline_check(&mut self, name: &Arc<str>, entry: &mut Entry) -> bool {
         let deadline = entry.lease.deadline();
-        if entry.deadline_check != Some(deadline) {
-            entry.deadline_check = Some(deadline);
-            self.deadlines
-                .push(Reverse((deadline, entry.chain, Arc::clone(name))));
+        if entry.deadline_check == Some(deadline) {
+            return false;
+        }
+        entry.deadline_check = Some(deadline);
+        self.deadlines
+            .push(Reverse((deadline, entry.chain, Arc::clone(name))));
+        self.wakes_too_late_for(deadline)
+    }
+
+    fn wakes_too_late_for(&self, due: Instant) -> bool {
+        match self.thread {
+            ThreadState::Working => false,
+            ThreadState::Sleeping { until: None } => true,
+            ThreadState::Sleeping { until: Some(until) } => due < until,
         }
     }
 
