@@ -63,18 +63,18 @@ impl Pool {
         })
     }
 
-    /// Like [`Pool::run`], but all of it, a new connection included, within `budget`.
-    /// `command` gets the deadline, to bound commands that read several answers.
-    pub(crate) fn run_with_timeout<T>(
+    /// Like [`Pool::run`], but all of it, a new connection included, before `deadline`.
+    /// `command` must bound its own reads by the deadline when it reads several answers.
+    pub(crate) fn run_before<T>(
         &self,
-        budget: Duration,
-        mut command: impl FnMut(&mut Connection, Instant) -> RedisResult<T>,
+        deadline: Instant,
+        command: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        let budget = budget.max(Duration::from_millis(1));
-        let deadline = Instant::now() + budget;
-        self.run_within(budget, Some(deadline), |connection| {
-            command(connection, deadline)
-        })
+        let budget = deadline.saturating_duration_since(Instant::now());
+        if budget.is_zero() {
+            return Err(Error::Timeout(budget));
+        }
+        self.run_within(budget, Some(deadline), command)
     }
 
     /// Runs `command` with `timeout` per answer, and no later than `deadline` when given.

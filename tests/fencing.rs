@@ -132,6 +132,17 @@ fn a_fenced_store_takes_equal_or_newer_tokens_and_refuses_older_ones() {
         .unwrap();
     assert!(fence.starts_with(":1"), "{fence:?}");
 
+    // Tokens compare exactly over the whole u64 range (no float rounding above 2^53).
+    let huge = manager.fenced_store("huge");
+    huge.set(u64::MAX - 1, "a").unwrap();
+    assert!(matches!(
+        huge.set(u64::MAX - 2, "b"),
+        Err(Error::StaleToken { highest, .. }) if highest == u64::MAX - 1
+    ));
+    huge.set(u64::MAX, "c").unwrap();
+    assert_eq!(huge.highest_token().unwrap(), u64::MAX);
+    assert!(matches!(huge.set(9, "d"), Err(Error::StaleToken { .. })));
+
     let unnamed = manager.fenced_store("");
     assert!(matches!(
         unnamed.set(1, "x"),

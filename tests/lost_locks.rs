@@ -37,6 +37,8 @@ fn a_holder_paused_past_its_lease_learns_it_lost_and_its_late_write_is_refused()
     let mut output = wait_for_line(&mut child, "READY");
     let stale_token: u64 = line_with(&mut output, "HELD").parse().unwrap();
 
+    // Should an assertion fail below, a stopped child must not outlive the test.
+    let mut child = KillOnDrop(child);
     signal(&child, libc::SIGSTOP);
     let manager = manager(&redis, watchdog);
     let lock = manager.lock("paused");
@@ -69,6 +71,7 @@ fn a_holder_paused_past_its_lease_learns_it_lost_and_its_late_write_is_refused()
     assert_eq!(line_with(&mut output, "RELEASE"), "not held");
     assert_eq!(line_with(&mut output, "LEFT"), "0 entries, 0 channels");
     assert!(child.wait().unwrap().success());
+    drop(child);
 
     assert_eq!(
         report.get::<String>().unwrap().as_deref(),
@@ -78,6 +81,32 @@ fn a_holder_paused_past_its_lease_learns_it_lost_and_its_late_write_is_refused()
     assert!(lock.is_held_by_current_thread().unwrap());
     guard.unlock().unwrap();
     assert_nothing_left(&manager, &redis);
+}
+
+/// A child process that is woken and killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            signal(&self.0, libc::SIGCONT);
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// Child side of the test above.
@@ -119,7 +148,7 @@ fn paused_holder_process() {
 /// Holds a lock through `outage` and checks that nothing was lost: no report, renewals go
 /// on, a rival cannot get in, and the release succeeds.
 fn survives(mut redis: RedisServer, outage: impl FnOnce(&mut RedisServer)) {
-    let watchdog = Duration::from_secs(3);
+    let watchdog = Duration::from_secs(6);
     let (manager, reports) = reporting_manager(&redis, watchdog);
     let lock = manager.lock("steady");
     let guard = lock.lock().unwrap();
@@ -145,8 +174,8 @@ fn survives(mut redis: RedisServer, outage: impl FnOnce(&mut RedisServer)) {
 fn a_redis_paused_for_less_than_the_lease_left_costs_nothing() {
     survives(server(), |redis| {
         redis.pause().unwrap();
-        // The outage itself: at least 1.9 s of the 3 s lease are left when it starts.
-        std::thread::sleep(Duration::from_millis(1200));
+        // The outage itself: at least 3.8 s of the 6 s lease are left when it starts.
+        std::thread::sleep(Duration::from_millis(1500));
         redis.resume().unwrap();
     });
 }
@@ -188,8 +217,9 @@ fn lost_by_the_deadline(fault: impl FnOnce(&mut RedisServer), heal: impl FnOnce(
     let told_after = cut_at.elapsed();
     // The last renewal was sent before the cut, so its lease ends at most `watchdog` after
     // it; renewals run every third of the lease, so it ends at least about two thirds after.
+    // Generous for a busy machine: the signal fires at the deadline, to the millisecond.
     assert!(
-        told_after <= watchdog + Duration::from_millis(100),
+        told_after <= watchdog + Duration::from_millis(500),
         "by the deadline: {told_after:?}"
     );
     assert!(told_after >= watchdog / 2, "not early: {told_after:?}");
@@ -197,7 +227,7 @@ fn lost_by_the_deadline(fault: impl FnOnce(&mut RedisServer), heal: impl FnOnce(
     let (report, reported_at) = reports.recv_timeout(PATIENCE).unwrap();
     assert_eq!(report.name, "cut-off");
     assert_eq!(report.reason, LostReason::LeaseExpired);
-    assert!(reported_at - cut_at <= watchdog + Duration::from_millis(100));
+    assert!(reported_at - cut_at <= watchdog + Duration::from_millis(500));
     heal(&mut redis);
     // The loss is told on the safe side of the lease: Redis may still hold the key a few
     // milliseconds longer, and renewals sent during the outage may even land once it is over.
@@ -229,7 +259,7 @@ fn a_dead_redis_is_reported_lost_by_the_lease_deadline() {
 #[test]
 fn a_restart_without_persistence_is_reported_within_one_renewal_interval() {
     let mut redis = server();
-    let watchdog = Duration::from_secs(3);
+    let watchdog = Duration::from_secs(6);
     let (manager, reports) = reporting_manager(&redis, watchdog);
     let guard = manager.lock("amnesia").lock().unwrap();
     let lost = guard.lost_signal();
@@ -238,7 +268,7 @@ fn a_restart_without_persistence_is_reported_within_one_renewal_interval() {
     assert_eq!(lost.recv_timeout(PATIENCE), Ok(LostReason::NotHeldAnymore));
     let told_after = restarted_at.elapsed();
     assert!(
-        told_after <= watchdog / 3 + Duration::from_millis(250),
+        told_after <= watchdog / 3 + Duration::from_millis(500),
         "within one renewal interval: {told_after:?}"
     );
     let (report, _) = reports.recv_timeout(PATIENCE).unwrap();
@@ -257,6 +287,11 @@ fn a_force_unlock_from_another_process_reaches_the_holder_at_once() {
     let outer = lock.lock().unwrap();
     let inner = lock.lock().unwrap();
     let lost = inner.lost_signal();
+    let fixed = manager
+        .lock("forced-fixed")
+        .lock_with_lease(Duration::from_secs(60))
+        .unwrap();
+    let fixed_lost = fixed.lost_signal();
     let mut child = spawn_child(
         "force_unlocker_process",
         "force_unlocker",
@@ -271,6 +306,12 @@ fn a_force_unlock_from_another_process_reaches_the_holder_at_once() {
         "{:?}",
         freed_at.elapsed()
     );
+    assert_eq!(line_with(&mut output, "FREED"), "true");
+    assert_eq!(
+        fixed_lost.recv_timeout(PATIENCE),
+        Ok(LostReason::ForceReleased),
+        "a fixed lease hears it too"
+    );
     assert!(child.wait().unwrap().success());
     assert!(outer.is_lost(), "every level of the chain is lost");
     let (report, _) = reports.recv_timeout(PATIENCE).unwrap();
@@ -278,13 +319,16 @@ fn a_force_unlock_from_another_process_reaches_the_holder_at_once() {
         (report.name.as_str(), report.reason),
         ("forced", LostReason::ForceReleased)
     );
-    assert!(reports.try_recv().is_err(), "told once");
+    let (report, _) = reports.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(report.name, "forced-fixed");
+    assert!(matches!(fixed.unlock(), Err(Error::NotHeld { .. })));
     assert!(matches!(inner.unlock(), Err(Error::NotHeld { .. })));
     assert!(matches!(outer.unlock(), Err(Error::NotHeld { .. })));
     // The name is free for a fresh chain, which is not lost.
     let fresh = lock.lock().unwrap();
     assert!(fresh.check().is_ok());
     fresh.unlock().unwrap();
+    assert!(reports.try_recv().is_err(), "each loss told once");
     assert_nothing_left(&manager, &redis);
 }
 
@@ -297,6 +341,10 @@ fn force_unlocker_process() {
     let manager = manager_for_url(&env("REDLEASE_TEST_URL"), Duration::from_secs(30));
     println!("READY");
     println!("FREED {}", manager.lock("forced").force_unlock().unwrap());
+    println!(
+        "FREED {}",
+        manager.lock("forced-fixed").force_unlock().unwrap()
+    );
 }
 
 #[test]
@@ -338,4 +386,82 @@ fn redis_holder_of(redis: &RedisServer, name: &str) -> String {
         .nth(2)
         .unwrap_or_else(|| panic!("no holder in {reply:?}"))
         .to_owned()
+}
+
+#[test]
+fn a_deadline_is_met_while_another_lock_waits_for_a_silent_redis() {
+    let redis = server();
+    // A long response timeout: a renewal of the watched lock would wait 5 s for an answer.
+    let manager = redlease::LockManager::builder(redis.url())
+        .response_timeout(Duration::from_secs(5))
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let watched = manager.lock("watched").lock().unwrap();
+    let lease = Duration::from_millis(2500);
+    let fixed = manager.lock("fixed").lock_with_lease(lease).unwrap();
+    let fixed_lost = fixed.lost_signal();
+    let taken_at = Instant::now();
+    redis.pause().unwrap();
+    // The watched lock's renewal goes out at 2 s and finds no answer; the fixed lease still
+    // ends on time.
+    let reason = fixed_lost.recv_timeout(PATIENCE);
+    let told_after = taken_at.elapsed();
+    redis.resume().unwrap();
+    assert_eq!(reason, Ok(LostReason::LeaseExpired));
+    assert!(
+        told_after < lease + Duration::from_millis(500),
+        "{told_after:?}"
+    );
+    assert!(
+        watched.check().is_ok(),
+        "the watched lock outlives the pause"
+    );
+    drop(fixed);
+    watched.unlock().unwrap();
+    assert_nothing_left(&manager, &redis);
+}
+
+#[test]
+fn without_the_notice_channel_in_its_acl_a_manager_still_works() {
+    let redis = server();
+    let created = redis
+        .command(&[
+            "ACL",
+            "SETUSER",
+            "worker",
+            "on",
+            ">secret",
+            "~*",
+            "resetchannels",
+            "&redisson_lock__channel*",
+            "+@all",
+        ])
+        .unwrap();
+    assert!(created.starts_with("+OK"), "{created}");
+    let url = format!("redis://worker:secret@127.0.0.1:{}/", redis.port());
+    let started = Instant::now();
+    let manager = manager_for_url(&url, Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(1), "no wait for it");
+    let lock = manager.lock("acl");
+    // Waiting still wakes on the release channel.
+    let guard = lock.lock().unwrap();
+    let waiter = {
+        let lock = lock.clone();
+        std::thread::spawn(move || lock.lock().map(|guard| guard.fencing_token()))
+    };
+    assert!(eventually(PATIENCE, || manager.subscribed_channels() == 1));
+    let released_at = Instant::now();
+    guard.unlock().unwrap();
+    let token = waiter.join().unwrap().unwrap();
+    assert!(released_at.elapsed() < Duration::from_secs(2));
+    // A force release cannot publish its notice; the next renewal finds the loss.
+    let guard = lock.lock().unwrap();
+    assert!(guard.fencing_token() > token);
+    let lost = guard.lost_signal();
+    let other = manager_for_url(&url, Duration::from_secs(1));
+    assert!(other.lock("acl").force_unlock().unwrap());
+    assert_eq!(lost.recv_timeout(PATIENCE), Ok(LostReason::NotHeldAnymore));
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
+    assert_nothing_left(&manager, &redis);
 }

@@ -2,17 +2,25 @@
 -- KEYS[1]: the value
 -- KEYS[2]: the highest fencing token that wrote the value (kept after a delete, so that a
 --          stale writer cannot bring a deleted value back)
--- ARGV[1]: the writer's fencing token
+-- ARGV[1]: the writer's fencing token, in decimal without leading zeros
 -- ARGV[2]: 'set' or 'del'
 -- ARGV[3]: the new value, for 'set'
 -- Answers {1, token} when the write was done, {0, highest token seen} when it was refused.
-local highest = tonumber(redis.call('get', KEYS[2]) or '0')
-local token = tonumber(ARGV[1])
-if token < highest then
+-- Tokens are compared as decimal strings (shorter is smaller, then by character), not as Lua
+-- numbers, which are doubles and would blur tokens above 2^53.
+local function lower(a, b)
+  if #a ~= #b then
+    return #a < #b
+  end
+  return a < b
+end
+local highest = redis.call('get', KEYS[2]) or '0'
+local token = ARGV[1]
+if lower(token, highest) then
   return {0, highest}
 end
-if token > highest then
-  redis.call('set', KEYS[2], ARGV[1])
+if lower(highest, token) then
+  redis.call('set', KEYS[2], token)
 end
 if ARGV[2] == 'set' then
   redis.call('set', KEYS[1], ARGV[3])

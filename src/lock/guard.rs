@@ -95,8 +95,10 @@ impl LockGuard {
     }
 
     /// A receiver that gets one message, the reason, once the lock is found lost (at once if
-    /// it already is). Suits `select!` or a monitoring thread; every call gives a new
-    /// receiver, and all of them fire.
+    /// it already is). Suits `select!` or a monitoring thread; every call registers a new
+    /// receiver for the life of the chain, and all of them fire, so take one and keep it
+    /// rather than calling this in a loop. After [`LockManager::shutdown`](crate::LockManager::shutdown)
+    /// it no longer fires; [`is_lost`](LockGuard::is_lost) still turns true at the deadline.
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {

@@ -201,8 +201,9 @@ impl Lock {
     ///
     /// A holder that is a `redlease` manager hears a notice at once and its guard reports
     /// [`LostReason::ForceReleased`](crate::LostReason::ForceReleased); should the notice
-    /// miss it (its pub/sub connection was down), its next renewal finds the lock gone. Its
-    /// release answers [`Error::NotHeld`].
+    /// miss it (its pub/sub connection was down, or an ACL refuses the notice channel), its
+    /// next renewal finds the lock gone; a holder with a fixed lease, which nothing renews,
+    /// then only learns at the end of its lease. Its release answers [`Error::NotHeld`].
     pub fn force_unlock(&self) -> Result<bool> {
         self.keys()?;
         let freed: i64 = self.manager.inner.pool.run(|connection| {

@@ -73,8 +73,9 @@ struct State {
     channels: HashMap<String, Channel>,
     /// The write side of the subscribed connection, while there is one.
     writer: Option<Stream>,
-    /// Redis has confirmed the subscription to the notice channel on this connection.
-    notices_live: bool,
+    /// Redis has answered (confirmed or refused) the subscription to the notice channel on
+    /// this connection.
+    notices_answered: bool,
     stopping: bool,
 }
 
@@ -169,7 +170,9 @@ impl PubSubHub {
         // and no notice is missed from the start.
         let ready_by = Instant::now() + connect_timeout;
         let mut state = shared.state.lock();
-        while !state.notices_live && !shared.changed.wait_until(&mut state, ready_by).timed_out() {}
+        while !state.notices_answered
+            && !shared.changed.wait_until(&mut state, ready_by).timed_out()
+        {}
         drop(state);
         Ok(PubSubHub {
             shared,
@@ -311,7 +314,7 @@ impl Shared {
             if state.stopping {
                 return Ok(());
             }
-            let mut names = vec![self.notices.channel.clone()];
+            let mut names = Vec::new();
             state.channels.retain(|name, channel| {
                 channel.confirmed = false;
                 channel.subscribed = !channel.waiters.is_empty();
@@ -322,7 +325,11 @@ impl Shared {
                 channel.subscribed
             });
             let mut writer = Some(writer);
-            if !send(&mut writer, "SUBSCRIBE", &names) {
+            // On its own: an ACL that refuses it must not refuse the release channels too.
+            if !send(&mut writer, "SUBSCRIBE", &self.notices.channel) {
+                return Err(io::Error::other("cannot send SUBSCRIBE"));
+            }
+            if !names.is_empty() && !send(&mut writer, "SUBSCRIBE", &names) {
                 return Err(io::Error::other("cannot send SUBSCRIBE"));
             }
             state.writer = writer;
@@ -408,7 +415,7 @@ impl Shared {
             if let Some(writer) = state.writer.take() {
                 let _ = writer.shutdown();
             }
-            state.notices_live = false;
+            state.notices_answered = false;
             state.channels.retain(|_, channel| {
                 channel.subscribed = false;
                 channel.confirmed = false;
@@ -436,8 +443,20 @@ fn handle_frame(state: &mut State, frame: Frame, notice_channel: &str) -> io::Re
     let items = match frame {
         Frame::Array(Some(items)) => items,
         Frame::Error(message) => {
+            // A refused command (an ACL without the channel): its subscription stays
+            // unconfirmed and its waiters poll. The notice channel is subscribed first, so a
+            // refusal before its answer is its own.
             let message = String::from_utf8_lossy(&message);
-            return Err(io::Error::other(format!("redis refused: {message}")));
+            if !state.notices_answered {
+                state.notices_answered = true;
+                log::warn!(
+                    "force-release notices unavailable (grant the channel {notice_channel}): \
+                     {message}; holders learn of force releases at their next renewal"
+                );
+                return Ok(Handled::Confirmed);
+            }
+            log::warn!("redis refused a pub/sub command: {message}");
+            return Ok(Handled::Nothing);
         }
         _ => return Ok(Handled::Nothing), // +PONG outside subscribed mode
     };
@@ -458,7 +477,7 @@ fn handle_frame(state: &mut State, frame: Frame, notice_channel: &str) -> io::Re
             Ok(Handled::Nothing)
         }
         b"subscribe" if channel == notice_channel => {
-            state.notices_live = true;
+            state.notices_answered = true;
             Ok(Handled::Confirmed)
         }
         b"subscribe" | b"unsubscribe" => {

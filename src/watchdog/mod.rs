@@ -18,8 +18,9 @@
 //!
 //! A failed renewal is retried until the deadline, so an outage shorter than the lease is not
 //! a loss. An entry is removed *before* its last release is sent, and a release waits for a
-//! renewal of its entry that is already in flight, so no renewal reaches Redis after a
-//! release.
+//! renewal of its entry that is already in flight, so no renewal is sent after a release.
+//! (One that timed out may still sit unread in a stalled server's input; run later, it finds
+//! the holder gone and does nothing.)
 //!
 //! This module talks to Redis only through the [`Pool`] and only from its own thread; the
 //! callback runs on that thread too.
@@ -73,6 +74,8 @@ struct Shared {
     renewal_done: Condvar,
     pool: Arc<Pool>,
     timeout: Duration,
+    /// The timeout in whole milliseconds, rounded up as for acquisitions.
+    timeout_ms: u64,
     interval: Duration,
     on_lost: Option<LostCallback>,
 }
@@ -123,6 +126,19 @@ struct Entry {
     deadline_check: Option<Instant>,
 }
 
+/// What the watchdog thread does next.
+enum Work {
+    /// Tell these losses to the log and the callback.
+    Tell(Vec<LostLock>),
+    /// Renew these locks, first sent at `sent_at`, with answers read no later than
+    /// `answer_by`.
+    Renew {
+        batch: Vec<Renewal>,
+        sent_at: Instant,
+        answer_by: Instant,
+    },
+}
+
 /// One lock of a renewal batch.
 struct Renewal {
     name: Arc<str>,
@@ -161,6 +177,7 @@ impl Watchdog {
             renewal_done: Condvar::new(),
             pool,
             timeout,
+            timeout_ms: crate::names::lease_millis("watchdog timeout", timeout)?,
             interval,
             on_lost,
         });
@@ -257,6 +274,7 @@ impl Watchdog {
         // Replaces a stale entry whose renewal may be in flight: that renewal is then told
         // apart by its chain number.
         state.entries.insert(name, entry);
+        state.compact_deadline_checks();
         if wake {
             shared.work_arrived.notify_one();
         }
@@ -303,11 +321,10 @@ impl Watchdog {
             }
             return false;
         }
-        // A renewal is bounded by its socket timeouts: at most a connection and three round
-        // trips (pipeline, SCRIPT LOAD, pipeline again), twice when a stale connection is
-        // replaced. Waiting that long keeps the rule; the bound only guards against a bug.
+        // A renewal reads its answers for at most the response timeout; the bound only guards
+        // against a bug.
         let give_up_at =
-            Instant::now() + shared.pool.response_timeout() * 8 + Duration::from_secs(1);
+            Instant::now() + shared.pool.response_timeout() * 2 + Duration::from_secs(1);
         let renewing = |state: &State| {
             state
                 .entries
@@ -327,6 +344,7 @@ impl Watchdog {
         if state.entries.get(name).is_some_and(&is_ours) {
             state.entries.remove(name);
         }
+        state.compact_deadline_checks();
         false
     }
 
@@ -371,36 +389,64 @@ impl Shared {
     fn run(&self) {
         let mut due = Vec::new();
         loop {
-            let (batch, reports) = {
-                let mut state = self.state.lock();
-                loop {
-                    if state.stopping {
-                        return;
-                    }
-                    let now = Instant::now();
-                    state.check_deadlines(now);
-                    state.schedule.wheel.collect(now, &mut due);
-                    let batch = state.take_batch(&mut due, now);
-                    if !batch.is_empty() || !state.reports.is_empty() {
-                        break (batch, std::mem::take(&mut state.reports));
-                    }
-                    let next_due = state.schedule.next_due();
-                    state.schedule.thread = ThreadState::Sleeping { until: next_due };
-                    match next_due {
-                        Some(at) => {
-                            self.work_arrived.wait_until(&mut state, at);
-                        }
-                        None => self.work_arrived.wait(&mut state),
-                    }
-                    state.schedule.thread = ThreadState::Working;
+            match self.next_work(&mut due) {
+                None => return,
+                Some(Work::Tell(reports)) => self.tell(reports),
+                Some(Work::Renew {
+                    batch,
+                    sent_at,
+                    answer_by,
+                }) => {
+                    let outcomes = self.renew(&batch, answer_by);
+                    self.apply(&batch, outcomes, sent_at);
                 }
-            };
-            self.tell(reports);
-            if !batch.is_empty() {
-                let sent_at = Instant::now();
-                let outcomes = self.renew(&batch, sent_at);
-                self.apply(&batch, outcomes, sent_at);
             }
+        }
+    }
+
+    /// Sleeps until there is work; `None` when the watchdog stops. Losses are told before a
+    /// batch is taken, so a slow callback never holds up a batch that releases wait for.
+    fn next_work(&self, due: &mut Vec<(Arc<str>, u64)>) -> Option<Work> {
+        let mut state = self.state.lock();
+        loop {
+            if state.stopping {
+                return None;
+            }
+            if !state.reports.is_empty() {
+                return Some(Work::Tell(std::mem::take(&mut state.reports)));
+            }
+            let now = Instant::now();
+            state.check_deadlines(now);
+            state.schedule.wheel.collect(now, due);
+            let batch = state.take_batch(due, now);
+            if !batch.is_empty() {
+                // Never wait for answers past a deadline the thread must meet: the earliest
+                // lease deadline of the batch, or any deadline check due sooner.
+                let mut answer_by = now + self.pool.response_timeout();
+                for renewal in &batch {
+                    answer_by = answer_by.min(renewal.lease_deadline);
+                }
+                if let Some(check) = state.next_deadline_check() {
+                    answer_by = answer_by.min(check);
+                }
+                return Some(Work::Renew {
+                    batch,
+                    sent_at: now,
+                    answer_by,
+                });
+            }
+            if !state.reports.is_empty() {
+                continue;
+            }
+            let next_due = state.schedule.next_due();
+            state.schedule.thread = ThreadState::Sleeping { until: next_due };
+            match next_due {
+                Some(at) => {
+                    self.work_arrived.wait_until(&mut state, at);
+                }
+                None => self.work_arrived.wait(&mut state),
+            }
+            state.schedule.thread = ThreadState::Working;
         }
     }
 
@@ -423,14 +469,10 @@ impl Shared {
         }
     }
 
-    /// Sends the renewals of `batch` in one pipeline; one outcome per renewal.
-    fn renew(&self, batch: &[Renewal], sent_at: Instant) -> Vec<Outcome> {
-        // Never wait past the earliest lease deadline: a silent Redis must not hide a loss.
-        let earliest_deadline = batch.iter().map(|renewal| renewal.lease_deadline).min();
-        let until_deadline =
-            earliest_deadline.map_or(Duration::ZERO, |at| at.saturating_duration_since(sent_at));
-        let timeout = self.pool.response_timeout().min(until_deadline);
-        let lease_ms = self.timeout.as_millis().to_string();
+    /// Sends the renewals of `batch` in one pipeline and reads the answers until
+    /// `answer_by`; one outcome per renewal.
+    fn renew(&self, batch: &[Renewal], answer_by: Instant) -> Vec<Outcome> {
+        let lease_ms = self.timeout_ms.to_string();
         let calls: Vec<ScriptCall<'_>> = batch
             .chunks(LOCKS_PER_SCRIPT_CALL)
             .map(|chunk| ScriptCall {
@@ -442,8 +484,8 @@ impl Shared {
             .collect();
         let answers = self
             .pool
-            .run_with_timeout(timeout, |connection, deadline| {
-                evalsha_pipelined(connection, &RENEW, &calls, deadline)
+            .run_before(answer_by, |connection| {
+                evalsha_pipelined(connection, &RENEW, &calls, answer_by)
             })
             .inspect_err(|err| log::debug!("renewal of {} locks failed: {err}", batch.len()))
             .unwrap_or_default();
@@ -489,20 +531,24 @@ impl Shared {
                 continue;
             }
             let deadline = entry.lease.deadline();
+            if now >= deadline {
+                // A guard past its deadline already reads as lost: whatever came back, a
+                // lost chain stays lost.
+                state.lose(&renewal.name, LostReason::LeaseExpired);
+                continue;
+            }
             let reason = match outcome {
                 Outcome::Renewed => {
                     entry.lease.extend(sent_at, self.timeout);
                     schedule.renewal(&renewal.name, entry, sent_at + self.interval);
                     continue;
                 }
-                Outcome::Failed if now < deadline => {
+                Outcome::Failed => {
                     schedule.renewal(&renewal.name, entry, (now + retry_delay).min(deadline));
                     schedule.deadline_check(&renewal.name, entry);
                     continue;
                 }
-                Outcome::HolderGone if now < deadline => LostReason::NotHeldAnymore,
-                // Past the deadline a guard reads as expired, whatever came back.
-                _ => LostReason::LeaseExpired,
+                Outcome::HolderGone => LostReason::NotHeldAnymore,
             };
             state.lose(&renewal.name, reason);
         }
@@ -542,16 +588,43 @@ impl State {
             let Some(entry) = self.entries.get_mut(&name) else {
                 continue;
             };
-            if entry.chain != chain {
-                continue;
+            if entry.chain != chain || entry.deadline_check != Some(at) {
+                continue; // superseded by a later check
             }
-            if entry.deadline_check == Some(at) {
-                entry.deadline_check = None;
-            }
+            entry.deadline_check = None;
             if entry.lease.deadline() <= now {
                 self.lose(&name, LostReason::LeaseExpired);
             }
         }
+    }
+
+    /// Whether the heap item `(at, chain, name)` is the current check of a live entry.
+    fn is_current_check(&self, at: Instant, chain: u64, name: &str) -> bool {
+        self.entries
+            .get(name)
+            .is_some_and(|entry| entry.chain == chain && entry.deadline_check == Some(at))
+    }
+
+    /// When the next current deadline check falls due; superseded items on top go.
+    fn next_deadline_check(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, chain, name))) = self.schedule.deadlines.peek() {
+            if self.is_current_check(*at, *chain, name) {
+                return Some(*at);
+            }
+            self.schedule.deadlines.pop();
+        }
+        None
+    }
+
+    /// Drops superseded deadline checks once they outnumber the entries: checks of released
+    /// chains would otherwise wait in the heap until their (possibly far) deadlines.
+    fn compact_deadline_checks(&mut self) {
+        if self.schedule.deadlines.len() <= 2 * self.entries.len() + 64 {
+            return;
+        }
+        let mut deadlines = std::mem::take(&mut self.schedule.deadlines);
+        deadlines.retain(|Reverse((at, chain, name))| self.is_current_check(*at, *chain, name));
+        self.schedule.deadlines = deadlines;
     }
 
     /// Turns the due wheel items into a renewal batch, marking their entries as renewing.
