@@ -59,6 +59,18 @@ pub enum Error {
         highest: u64,
     },
 
+    /// A lock over several servers could not reach enough of them: fewer than `required`
+    /// of its `masters` answered.
+    #[error("only {reachable} of {masters} redis servers answered, {required} are needed")]
+    NoQuorum {
+        /// How many servers answered.
+        reachable: usize,
+        /// How many must hold the lock.
+        required: usize,
+        /// How many servers the lock spans.
+        masters: usize,
+    },
+
     /// An argument is out of range: an empty lock name, a zero or too long duration.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -90,7 +102,7 @@ impl Error {
     /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Unreachable(_) | Error::Timeout(_) => true,
+            Error::Unreachable(_) | Error::Timeout(_) | Error::NoQuorum { .. } => true,
             Error::Redis(err) => {
                 matches!(
                     err.kind(),

@@ -15,17 +15,28 @@ use parking_lot::Mutex;
 
 use crate::error::LostReason;
 
-#[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: OnceLock<LostReason>,
     inner: Mutex<Inner>,
 }
 
-#[derive(Debug)]
+/// Told once when a lease state records its loss (a multi-master lock watches its members).
+pub(crate) type LossObserver = Box<dyn FnOnce(LostReason) + Send>;
+
 struct Inner {
     /// When the lease runs out by the local clock unless it is renewed.
     deadline: Instant,
     signals: Vec<Sender<LostReason>>,
+    observers: Vec<LossObserver>,
+}
+
+impl std::fmt::Debug for LeaseState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseState")
+            .field("lost", &self.lost.get())
+            .field("deadline", &self.deadline())
+            .finish_non_exhaustive()
+    }
 }
 
 impl LeaseState {
@@ -36,6 +47,7 @@ impl LeaseState {
             inner: Mutex::new(Inner {
                 deadline: deadline(sent_at, lease),
                 signals: Vec::new(),
+                observers: Vec::new(),
             }),
         }
     }
@@ -65,7 +77,25 @@ impl LeaseState {
         for signal in inner.signals.drain(..) {
             let _ = signal.try_send(reason);
         }
+        let observers = std::mem::take(&mut inner.observers);
+        drop(inner);
+        for observer in observers {
+            observer(reason);
+        }
         true
+    }
+
+    /// Has `observer` told of the loss once it is recorded (at once if it already is).
+    pub(crate) fn observe(&self, observer: LossObserver) {
+        let mut inner = self.inner.lock();
+        match self.lost.get() {
+            Some(reason) => {
+                let reason = *reason;
+                drop(inner);
+                observer(reason);
+            }
+            None => inner.observers.push(observer),
+        }
     }
 
     /// Whether a loss has been recorded (by the watchdog or a force-release notice).

@@ -39,7 +39,9 @@
 #![warn(missing_docs)]
 
 mod error;
+mod fanout;
 mod fence;
+mod group;
 mod lease;
 mod lock;
 mod manager;
@@ -53,6 +55,7 @@ mod watchdog;
 
 pub use error::{Error, LostReason, Result};
 pub use fence::FencedStore;
+pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
 pub use lease::LostLock;
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};

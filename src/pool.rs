@@ -49,6 +49,12 @@ impl Pool {
         self.response_timeout
     }
 
+    /// Which server and database this pool talks to, to tell servers apart.
+    pub(crate) fn server(&self) -> String {
+        let info = self.client.get_connection_info();
+        format!("{} db {}", info.addr(), info.redis_settings().db())
+    }
+
     /// Runs `command` on a pooled connection with the configured response timeout (and, for
     /// a new connection, the connect timeout before it).
     ///
@@ -150,6 +156,34 @@ impl Pool {
         outcome
     }
 
+    /// A connection for a caller that sends and reads by itself (a fan-out over several
+    /// servers): an idle one, or a new one made before `deadline`. Answers whether it came
+    /// from the idle list (and may turn out dead). Give it back with [`Pool::put_back`] only
+    /// when it is in step (every answer read) and its timeouts are the pool's again.
+    pub(crate) fn take(&self, deadline: Instant, fresh: bool) -> Result<(Connection, bool)> {
+        if !fresh {
+            if let Some(connection) = self.idle.lock().pop() {
+                return Ok((connection, true));
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(left));
+        }
+        let connection = self.connect(self.connect_timeout.min(left / self.setup_replies))?;
+        Ok((connection, false))
+    }
+
+    /// Restores the pool's socket timeouts on `connection` and keeps it for reuse.
+    pub(crate) fn give_back(&self, connection: Connection) {
+        let restored = connection
+            .set_read_timeout(Some(self.response_timeout))
+            .and_then(|()| connection.set_write_timeout(Some(self.response_timeout)));
+        if restored.is_ok() && connection.is_open() {
+            self.put_back(connection);
+        }
+    }
+
     fn put_back(&self, connection: Connection) {
         let mut idle = self.idle.lock();
         if idle.len() < self.max_idle {
@@ -173,6 +207,6 @@ impl Pool {
 }
 
 /// An error that says the connection was dead before we used it, not that the server is slow.
-fn is_stale_connection(err: &redis::RedisError) -> bool {
+pub(crate) fn is_stale_connection(err: &redis::RedisError) -> bool {
     !err.is_timeout() && (err.is_connection_dropped() || err.is_io_error())
 }

@@ -18,13 +18,15 @@ use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{self, LockKeys};
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+pub(crate) const ACQUIRE_LUA: &str = include_str!("acquire.lua");
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+pub(crate) const RELEASE_LUA: &str = include_str!("release.lua");
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_release.lua")));
 
 /// The message published on the lock's channel when it is freed (Redisson's `UNLOCK_MESSAGE`).
-const RELEASE_MESSAGE: &str = "0";
+pub(crate) const RELEASE_MESSAGE: &str = "0";
 
 /// The channel a force release is announced on, one message per holder of the freed lock:
 /// `<fencing token> <holder id> <lock name>`. Every manager listens to it, so a holder learns
@@ -231,8 +233,17 @@ impl Lock {
         self.release(&holder, watched, None)
     }
 
-    fn keys(&self) -> Result<&LockKeys> {
+    pub(crate) fn keys(&self) -> Result<&LockKeys> {
         self.keys.checked()
+    }
+
+    /// The keys, for callers that checked them once already.
+    pub(crate) fn keys_unchecked(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    pub(crate) fn manager(&self) -> &LockManager {
+        &self.manager
     }
 
     fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
@@ -384,7 +395,7 @@ impl std::fmt::Debug for Lock {
     }
 }
 
-fn deadline_after(wait: Duration) -> Result<Instant> {
+pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
     Instant::now().checked_add(wait).ok_or_else(|| {
         Error::InvalidArgument(format!(
             "wait of {wait:?} is too long; use lock() to wait forever"

@@ -131,6 +131,11 @@ impl Subscription {
         self.waiter.woken.recv_timeout(timeout).is_ok()
     }
 
+    /// The receiver that gets this waiter's wakes, to wait on several subscriptions at once.
+    pub(crate) fn woken(&self) -> &Receiver<()> {
+        &self.waiter.woken
+    }
+
     /// Gives back a wake this waiter took and will not use; on leaving, it goes to another
     /// waiter.
     pub(crate) fn pass_wake_on(&self) {

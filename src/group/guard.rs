@@ -1,0 +1,235 @@
+//! [`GroupGuard`]: one held level of a [`RedLock`](super::RedLock) or
+//! [`MultiLock`](super::MultiLock), and the chain of acquisitions it belongs to.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use super::Group;
+use crate::error::{Error, LostReason, Result};
+use crate::lease::LeaseState;
+use crate::names::{self, MAX_LEASE};
+
+/// One member a chain has taken: its fencing token and its lease, kept by its manager's
+/// watchdog.
+pub(super) struct MemberHold {
+    pub(super) token: u64,
+    pub(super) lease: Arc<LeaseState>,
+}
+
+/// The acquisition a thread holds a group lock by, shared by its reentrant levels.
+pub(super) struct Chain {
+    /// The holder id of the thread on each member's manager.
+    pub(super) holders: Vec<String>,
+    /// Per member: what was taken, or `None`.
+    pub(super) members: Vec<Option<MemberHold>>,
+    pub(super) fixed: Option<Duration>,
+    required: usize,
+    levels: AtomicU32,
+    /// Records the loss of the group (too few members left) for the signals.
+    state: LeaseState,
+    /// The fencing token once it has been handed out.
+    fence: OnceLock<u64>,
+}
+
+impl Chain {
+    pub(super) fn new(
+        holders: Vec<String>,
+        members: Vec<Option<MemberHold>>,
+        fixed: Option<Duration>,
+        required: usize,
+    ) -> Arc<Self> {
+        let chain = Arc::new(Chain {
+            holders,
+            members,
+            fixed,
+            required,
+            levels: AtomicU32::new(1),
+            state: LeaseState::new(Instant::now(), MAX_LEASE),
+            fence: OnceLock::new(),
+        });
+        for hold in chain.members.iter().flatten() {
+            let chain = Arc::downgrade(&chain);
+            hold.lease.observe(Box::new(move |reason| {
+                if let Some(chain) = chain.upgrade() {
+                    if chain.alive() < chain.required {
+                        chain.state.mark_lost(reason);
+                    }
+                }
+            }));
+        }
+        chain
+    }
+
+    pub(super) fn enter(&self) {
+        self.levels.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Ends one level; answers how many are left.
+    fn leave(&self) -> u32 {
+        self.levels.fetch_sub(1, Ordering::AcqRel).saturating_sub(1)
+    }
+
+    /// How many members are still held.
+    fn alive(&self) -> usize {
+        self.members
+            .iter()
+            .flatten()
+            .filter(|hold| hold.lease.lost().is_none())
+            .count()
+    }
+
+    pub(super) fn is_lost(&self) -> bool {
+        self.lost().is_some()
+    }
+
+    fn lost(&self) -> Option<LostReason> {
+        if let Some(reason) = self.state.lost() {
+            return Some(reason);
+        }
+        if self.alive() >= self.required {
+            return None;
+        }
+        // Lost by the members' deadlines before their watchdogs said so.
+        self.members
+            .iter()
+            .flatten()
+            .find_map(|hold| hold.lease.lost())
+            .or(Some(LostReason::NotHeldAnymore))
+    }
+}
+
+/// One held level of a [`RedLock`](super::RedLock) or [`MultiLock`](super::MultiLock),
+/// taken by the current thread; dropping it releases the level, the last one releases every
+/// member.
+///
+/// Like [`LockGuard`](crate::LockGuard), it is not `Send`, and
+/// [`unlock`](GroupGuard::unlock) reports what dropping can only log.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct GroupGuard {
+    group: Arc<Group>,
+    chain: Arc<Chain>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl GroupGuard {
+    pub(super) fn new(group: Arc<Group>, chain: Arc<Chain>) -> Self {
+        GroupGuard {
+            group,
+            chain,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// How many members (servers, or locks of a multi-lock) are still held.
+    pub fn held_members(&self) -> usize {
+        self.chain.alive()
+    }
+
+    /// The fencing token of this acquisition: greater than the token of every earlier
+    /// holder that asked for one; reentrant levels share it.
+    ///
+    /// The members' token counters advance independently, so the first call makes them
+    /// agree: it raises the counter of every member held to the largest token, and needs
+    /// `required` of them to still be held (one more round trip, later calls are free).
+    /// Any later acquisition then takes a higher token on at least one of those members.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when too few members are still held.
+    pub fn fencing_token(&self) -> Result<u64> {
+        if let Some(token) = self.chain.fence.get() {
+            return Ok(*token);
+        }
+        self.check()?;
+        let token = self
+            .chain
+            .members
+            .iter()
+            .flatten()
+            .map(|hold| hold.token)
+            .max()
+            .unwrap_or(0);
+        if !self.group.raise_token(&self.chain, token)? {
+            return Err(Error::LockLost {
+                name: self.group.label(),
+                reason: LostReason::NotHeldAnymore,
+            });
+        }
+        Ok(*self.chain.fence.get_or_init(|| token))
+    }
+
+    /// Whether the lock is known to be lost: fewer than the required members are still held.
+    pub fn is_lost(&self) -> bool {
+        self.chain.is_lost()
+    }
+
+    /// `Err(Error::LockLost)` once the lock is known to be lost, else `Ok(())`.
+    pub fn check(&self) -> Result<()> {
+        match self.chain.lost() {
+            Some(reason) => Err(Error::LockLost {
+                name: self.group.label(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// A receiver that gets one message, the reason, once too few members are still held.
+    pub fn lost_signal(&self) -> Receiver<LostReason> {
+        self.chain.state.signal()
+    }
+
+    /// Releases this level now and reports the outcome: [`Error::NotHeld`] when too few
+    /// members were still held, [`Error::NoQuorum`] when too few servers answered.
+    pub fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.release()
+    }
+
+    fn release(&self) -> Result<()> {
+        if self.chain.leave() > 0 {
+            return Ok(());
+        }
+        {
+            let mut holds = self.group.holds.lock();
+            let thread = names::thread_number();
+            if holds
+                .get(&thread)
+                .is_some_and(|chain| Arc::ptr_eq(chain, &self.chain))
+            {
+                holds.remove(&thread);
+            }
+        }
+        self.group.release(&self.chain)
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(err) = self.release() {
+            log::warn!(
+                "lock {:?}: release on drop failed: {err}",
+                self.group.label()
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for GroupGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupGuard")
+            .field("name", &self.group.label())
+            .field("held_members", &self.held_members())
+            .field("required", &self.group.required)
+            .field("lost", &self.chain.lost())
+            .finish()
+    }
+}

@@ -1,0 +1,693 @@
+//! Locks over several Redis servers: [`RedLock`] (a majority of independent masters) and
+//! [`MultiLock`] (every one of several locks), both held through a [`GroupGuard`].
+//!
+//! Either is a group of [`Lock`] handles, each on its own manager, of which `required` must
+//! be taken. An attempt sends the acquire script to every member at once and reads all
+//! answers against one attempt timeout ([`fanout`](crate::fanout): about one round trip, not
+//! one per server). It succeeds with `required` members taken and time left of the lease:
+//! the validity, lease − elapsed − drift (1 % of the lease + 2 ms), elapsed by the monotonic
+//! clock. Otherwise it releases every member, those that seemed to fail too (their acquire
+//! may have run), and tries again after a jittered delay, or as soon as a release message
+//! arrives on any member's channel.
+//!
+//! Each member taken is then kept by its own manager's watchdog, like a single lock; the
+//! group is lost when fewer than `required` members are still held. Reentrancy is counted
+//! here, per thread, without I/O. This module may use the members' managers (pools, hubs,
+//! watchdogs) and the lock scripts; it keeps no thread of its own.
+
+mod guard;
+
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::Script;
+
+pub use guard::GroupGuard;
+use guard::{Chain, MemberHold};
+
+use crate::error::{Error, Result};
+use crate::fanout::{self, Request};
+use crate::lease::clock_drift;
+use crate::lock::{
+    deadline_after, Lock, ACQUIRE, ACQUIRE_LUA, RELEASE, RELEASE_LUA, RELEASE_MESSAGE,
+};
+use crate::manager::LockManager;
+use crate::names;
+use crate::pubsub::Subscription;
+
+const RAISE_TOKEN_LUA: &str = include_str!("raise_token.lua");
+static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
+
+/// The delay between two attempts after a split vote, before jitter.
+const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
+/// While a member's release channel is not subscribed, a waiter looks at least this often.
+const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
+
+/// A lock taken on a majority of independent Redis masters (the Redlock algorithm), so that
+/// no single server is a point of failure. Cheap to clone; `Send` and `Sync`.
+///
+/// Build it from one [`Lock`] handle per master, each from its own [`LockManager`]
+/// ([`RedLock::new`], [`RedLock::builder`]), from managers and a name
+/// ([`RedLock::from_managers`]), or from URLs ([`RedLock::from_urls`]). With N masters it
+/// needs N / 2 + 1 of them. The guard, reentrancy, watchdog, lost-lock signal and fencing
+/// token work as for a single [`Lock`]; the lock is lost when fewer than a majority of its
+/// members are still held.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let servers: Vec<_> = (0..3)
+/// #     .map(|_| redlease::testing::RedisServer::start().expect("redis-server"))
+/// #     .collect();
+/// # let urls: Vec<String> = servers.iter().map(|server| server.url()).collect();
+/// let lock = redlease::RedLock::from_urls(&urls, "nightly-billing")?;
+/// assert_eq!(lock.required(), 2);
+/// let guard = lock.lock()?;
+/// // ... a majority of the masters hold it for this thread ...
+/// guard.unlock()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedLock {
+    group: Arc<Group>,
+}
+
+/// Several locks taken together, all or nothing: for work that needs several resources at
+/// once. Cheap to clone; `Send` and `Sync`.
+///
+/// The locks may live on one server or on several. An attempt asks for all of them at once;
+/// if any is held elsewhere, it releases those it got and waits, so two `MultiLock`s over
+/// overlapping sets never deadlock on each other.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// let accounts = redlease::MultiLock::new([
+///     manager.lock("account:17"),
+///     manager.lock("account:42"),
+/// ])?;
+/// let guard = accounts.lock()?;
+/// // ... move money between the two accounts ...
+/// guard.unlock()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct MultiLock {
+    group: Arc<Group>,
+}
+
+/// Configures a [`RedLock`] or a [`MultiLock`]; see [`RedLock::builder`] and
+/// [`MultiLock::builder`].
+#[must_use]
+pub struct GroupBuilder<T> {
+    kind: Kind,
+    members: Vec<Lock>,
+    attempt_timeout: Option<Duration>,
+    retry_delay: Duration,
+    _builds: PhantomData<T>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    RedLock,
+    MultiLock,
+}
+
+/// The shared state of a group lock (not nameable outside the crate).
+pub struct Group {
+    members: Vec<Lock>,
+    required: usize,
+    attempt_timeout: Duration,
+    retry_delay: Duration,
+    /// The chain this group is held by, per thread number.
+    holds: Mutex<HashMap<u64, Arc<Chain>>>,
+}
+
+/// How long an acquisition keeps the members.
+#[derive(Clone, Copy)]
+enum Lease {
+    Watchdog,
+    Fixed(Duration),
+}
+
+/// What one attempt found.
+struct Attempt {
+    /// The fencing token of each member taken.
+    taken: Vec<Option<u64>>,
+    /// Members that did not answer in time or answered an error.
+    failed: usize,
+    first_error: Option<Error>,
+    /// The shortest lease left among members held by others.
+    shortest_ttl: Option<Duration>,
+    sent_at: Instant,
+}
+
+impl Attempt {
+    fn taken_count(&self) -> usize {
+        self.taken.iter().flatten().count()
+    }
+}
+
+impl RedLock {
+    /// A Redlock over `locks`, one per master (a majority of them must be taken), with the
+    /// default timing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] with no lock, or two locks on the same server.
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<Self> {
+        Self::builder(locks).build()
+    }
+
+    /// Starts configuring a Redlock over `locks`, one per master.
+    pub fn builder(locks: impl IntoIterator<Item = Lock>) -> GroupBuilder<RedLock> {
+        GroupBuilder::new(Kind::RedLock, locks)
+    }
+
+    /// A Redlock on the lock `name` of each manager (one manager per master).
+    pub fn from_managers(managers: &[LockManager], name: &str) -> Result<Self> {
+        Self::new(managers.iter().map(|manager| manager.lock(name)))
+    }
+
+    /// A Redlock on the lock `name` of each server in `urls`, each through a manager of its
+    /// own with the default settings (see [`LockManager::builder`] for others).
+    ///
+    /// # Errors
+    /// As [`LockManagerBuilder::build`](crate::LockManagerBuilder::build) for a server that
+    /// cannot be reached or a bad URL, and as [`RedLock::new`].
+    pub fn from_urls(urls: &[impl AsRef<str>], name: &str) -> Result<Self> {
+        let managers = urls
+            .iter()
+            .map(|url| LockManager::builder(url.as_ref()).build())
+            .collect::<Result<Vec<_>>>()?;
+        Self::from_managers(&managers, name)
+    }
+}
+
+impl MultiLock {
+    /// A lock on all of `locks` at once, with the default timing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] with no lock, or the same lock twice.
+    pub fn new(locks: impl IntoIterator<Item = Lock>) -> Result<Self> {
+        Self::builder(locks).build()
+    }
+
+    /// Starts configuring a lock on all of `locks`.
+    pub fn builder(locks: impl IntoIterator<Item = Lock>) -> GroupBuilder<MultiLock> {
+        GroupBuilder::new(Kind::MultiLock, locks)
+    }
+}
+
+macro_rules! group_lock_api {
+    ($type:ty) => {
+        impl $type {
+            /// Takes the lock, waiting as long as it takes; the members' watchdogs keep it
+            /// while the guard lives. Fails when too few servers answer
+            /// ([`Error::NoQuorum`]), or on a Redis error.
+            pub fn lock(&self) -> Result<GroupGuard> {
+                self.group
+                    .acquire(None, Lease::Watchdog)?
+                    .ok_or(Error::Timeout(Duration::MAX))
+            }
+
+            /// Takes the lock for a fixed `lease`, waiting as long as it takes.
+            pub fn lock_with_lease(&self, lease: Duration) -> Result<GroupGuard> {
+                names::lease_millis("lease", lease)?;
+                self.group
+                    .acquire(None, Lease::Fixed(lease))?
+                    .ok_or(Error::Timeout(Duration::MAX))
+            }
+
+            /// Makes one attempt (one round trip to every server); `Ok(None)` when the lock
+            /// is held elsewhere.
+            pub fn try_lock(&self) -> Result<Option<GroupGuard>> {
+                self.group.acquire(Some(Instant::now()), Lease::Watchdog)
+            }
+
+            /// Takes the lock, waiting at most `wait`; `Ok(None)` when the wait ran out.
+            pub fn try_lock_for(&self, wait: Duration) -> Result<Option<GroupGuard>> {
+                self.group
+                    .acquire(Some(deadline_after(wait)?), Lease::Watchdog)
+            }
+
+            /// Like `try_lock_for`, with a fixed `lease` and no watchdog.
+            pub fn try_lock_for_with_lease(
+                &self,
+                wait: Duration,
+                lease: Duration,
+            ) -> Result<Option<GroupGuard>> {
+                names::lease_millis("lease", lease)?;
+                self.group
+                    .acquire(Some(deadline_after(wait)?), Lease::Fixed(lease))
+            }
+
+            /// Whether the calling thread holds the lock (as this process knows it: taken,
+            /// and not found lost since).
+            pub fn is_held_by_current_thread(&self) -> bool {
+                self.group.is_held_by_current_thread()
+            }
+
+            /// The lock handles the lock is made of.
+            pub fn members(&self) -> &[Lock] {
+                &self.group.members
+            }
+
+            /// How many members an acquisition must take.
+            pub fn required(&self) -> usize {
+                self.group.required
+            }
+        }
+
+        impl std::fmt::Debug for $type {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($type))
+                    .field("members", &self.group.members)
+                    .field("required", &self.group.required)
+                    .finish()
+            }
+        }
+    };
+}
+
+group_lock_api!(RedLock);
+group_lock_api!(MultiLock);
+
+/// What a [`GroupBuilder`] builds: [`RedLock`] or [`MultiLock`] (sealed).
+pub trait FromGroup: sealed::Sealed {}
+
+impl FromGroup for RedLock {}
+impl FromGroup for MultiLock {}
+
+mod sealed {
+    use std::sync::Arc;
+
+    pub trait Sealed: Sized {
+        fn from_group(group: Arc<super::Group>) -> Self;
+    }
+
+    impl Sealed for super::RedLock {
+        fn from_group(group: Arc<super::Group>) -> Self {
+            super::RedLock { group }
+        }
+    }
+
+    impl Sealed for super::MultiLock {
+        fn from_group(group: Arc<super::Group>) -> Self {
+            super::MultiLock { group }
+        }
+    }
+}
+
+impl<T: FromGroup> GroupBuilder<T> {
+    fn new(kind: Kind, locks: impl IntoIterator<Item = Lock>) -> Self {
+        GroupBuilder {
+            kind,
+            members: locks.into_iter().collect(),
+            attempt_timeout: None,
+            retry_delay: DEFAULT_RETRY_DELAY,
+            _builds: PhantomData,
+        }
+    }
+
+    /// The longest one attempt waits for the servers' answers (default: the shortest
+    /// response timeout of the members' managers). Keep it small against the lease: time
+    /// spent here is taken off the validity.
+    pub fn attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = Some(timeout);
+        self
+    }
+
+    /// The delay before another attempt after a split vote (default 50 ms); each wait is
+    /// drawn at random between half and one and a half of it.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// Checks the members and settings.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] with no member, two members on the same server (a
+    /// Redlock) or the same lock twice (a multi-lock), an empty lock name, or a zero or too
+    /// long timeout or delay.
+    pub fn build(self) -> Result<T> {
+        let GroupBuilder {
+            kind,
+            members,
+            attempt_timeout,
+            retry_delay,
+            ..
+        } = self;
+        if members.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "a {kind:?} needs at least one lock"
+            )));
+        }
+        let mut seen = HashSet::new();
+        for member in &members {
+            member.keys()?;
+            let server = member.manager().inner.pool.server();
+            let identity = match kind {
+                Kind::RedLock => server.clone(),
+                Kind::MultiLock => format!("{server} {}", member.name()),
+            };
+            if !seen.insert(identity) {
+                return Err(Error::InvalidArgument(match kind {
+                    Kind::RedLock => format!("two masters of a RedLock are the same server ({server}): each master must be a server of its own"),
+                    Kind::MultiLock => format!("lock {:?} on {server} is in the MultiLock twice", member.name()),
+                }));
+            }
+        }
+        let attempt_timeout = attempt_timeout.unwrap_or_else(|| {
+            members
+                .iter()
+                .map(|member| member.manager().inner.pool.response_timeout())
+                .min()
+                .unwrap_or(Duration::from_secs(1))
+        });
+        names::lease_millis("attempt timeout", attempt_timeout)?;
+        names::lease_millis("retry delay", retry_delay)?;
+        let required = match kind {
+            Kind::RedLock => members.len() / 2 + 1,
+            Kind::MultiLock => members.len(),
+        };
+        Ok(T::from_group(Arc::new(Group {
+            members,
+            required,
+            attempt_timeout,
+            retry_delay,
+            holds: Mutex::new(HashMap::new()),
+        })))
+    }
+}
+
+impl Group {
+    /// The name to report in errors: the lock name, or the names joined when they differ.
+    fn label(&self) -> String {
+        let first = self.members[0].name();
+        if self.members.iter().all(|member| member.name() == first) {
+            first.to_owned()
+        } else {
+            let names: Vec<&str> = self.members.iter().map(Lock::name).collect();
+            names.join("+")
+        }
+    }
+
+    fn is_held_by_current_thread(&self) -> bool {
+        self.holds
+            .lock()
+            .get(&names::thread_number())
+            .is_some_and(|chain| !chain.is_lost())
+    }
+
+    fn acquire(
+        self: &Arc<Self>,
+        deadline: Option<Instant>,
+        lease: Lease,
+    ) -> Result<Option<GroupGuard>> {
+        for member in &self.members {
+            member.manager().ensure_running()?;
+        }
+        let thread = names::thread_number();
+        if let Some(chain) = self.holds.lock().get(&thread) {
+            if !chain.is_lost() {
+                chain.enter();
+                return Ok(Some(GroupGuard::new(Arc::clone(self), Arc::clone(chain))));
+            }
+        }
+        let holders: Vec<String> = self
+            .members
+            .iter()
+            .map(|member| member.manager().holder_id())
+            .collect();
+        let lease_ms: Vec<u64> = match lease {
+            Lease::Watchdog => self
+                .members
+                .iter()
+                .map(|member| member.manager().inner.watchdog_timeout_ms)
+                .collect(),
+            Lease::Fixed(duration) => {
+                vec![names::lease_millis("lease", duration)?; self.members.len()]
+            }
+        };
+        let shortest_lease = Duration::from_millis(lease_ms.iter().copied().min().unwrap_or(0));
+        let mut subscriptions: Vec<Subscription> = Vec::new();
+        loop {
+            let attempt = self.attempt(&holders, &lease_ms);
+            let elapsed = attempt.sent_at.elapsed();
+            let valid = shortest_lease
+                .checked_sub(elapsed + clock_drift(shortest_lease))
+                .is_some_and(|validity| !validity.is_zero());
+            if attempt.taken_count() >= self.required && valid {
+                let chain = self.hold(thread, &holders, &attempt, lease);
+                return Ok(Some(GroupGuard::new(Arc::clone(self), chain)));
+            }
+            // Undo everywhere: a member that seemed to fail may have taken the lock.
+            self.release_everywhere(&holders, &lease_ms);
+            if attempt.failed > self.members.len() - self.required {
+                return Err(match attempt.first_error {
+                    Some(err) if !err.is_transient() => err,
+                    _ => Error::NoQuorum {
+                        reachable: self.members.len() - attempt.failed,
+                        required: self.required,
+                        masters: self.members.len(),
+                    },
+                });
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            if subscriptions.is_empty() {
+                for member in &self.members {
+                    let hub = &member.manager().inner.hub;
+                    subscriptions.push(hub.subscribe(&member.keys()?.channel)?);
+                }
+            }
+            // After a split vote, back off at random so that the contenders do not collide
+            // again; when others hold the lock, wait for a release message (or for their
+            // lease to run out).
+            let mut sleep = if attempt.taken_count() > 0 {
+                jittered(self.retry_delay)
+            } else {
+                jittered(attempt.shortest_ttl.unwrap_or(self.retry_delay))
+            };
+            if subscriptions
+                .iter()
+                .any(|subscription| !subscription.is_live())
+            {
+                sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
+            }
+            if let Some(deadline) = deadline {
+                sleep = sleep.min(deadline - now);
+            }
+            wait_for_any(&subscriptions, sleep.max(Duration::from_millis(1)));
+            for member in &self.members {
+                member.manager().ensure_running()?;
+            }
+        }
+    }
+
+    /// Sends the acquire script to every member at once.
+    fn attempt(&self, holders: &[String], lease_ms: &[u64]) -> Attempt {
+        let requests: Vec<Request<'_>> = self
+            .members
+            .iter()
+            .zip(holders)
+            .zip(lease_ms)
+            .map(|((member, holder), lease_ms)| Request {
+                pool: &member.manager().inner.pool,
+                keys: vec![member.name(), &member.keys_unchecked().token],
+                args: vec![lease_ms.to_string(), holder.clone()],
+            })
+            .collect();
+        let sent_at = Instant::now();
+        let answers = fanout::call_all(
+            &ACQUIRE,
+            ACQUIRE_LUA,
+            &requests,
+            sent_at + self.attempt_timeout,
+        );
+        let mut attempt = Attempt {
+            taken: Vec::with_capacity(answers.len()),
+            failed: 0,
+            first_error: None,
+            shortest_ttl: None,
+            sent_at,
+        };
+        for answer in answers {
+            let parsed = answer.and_then(|value| {
+                redis::from_redis_value::<(i64, i64)>(value).map_err(|err| Error::Redis(err.into()))
+            });
+            match parsed {
+                Ok((1, token)) => attempt.taken.push(Some(token.max(0) as u64)),
+                Ok((_, ttl)) => {
+                    attempt.taken.push(None);
+                    if let Ok(ttl) = u64::try_from(ttl) {
+                        let ttl = Duration::from_millis(ttl);
+                        attempt.shortest_ttl = Some(
+                            attempt
+                                .shortest_ttl
+                                .map_or(ttl, |shortest| shortest.min(ttl)),
+                        );
+                    }
+                }
+                Err(err) => {
+                    attempt.taken.push(None);
+                    attempt.failed += 1;
+                    attempt.first_error.get_or_insert(err);
+                }
+            }
+        }
+        attempt
+    }
+
+    /// Records a successful attempt: every member taken goes to its manager's watchdog.
+    fn hold(&self, thread: u64, holders: &[String], attempt: &Attempt, lease: Lease) -> Arc<Chain> {
+        let fixed = match lease {
+            Lease::Watchdog => None,
+            Lease::Fixed(duration) => Some(duration),
+        };
+        let members = self
+            .members
+            .iter()
+            .zip(holders)
+            .zip(&attempt.taken)
+            .map(|((member, holder), token)| {
+                token.map(|token| MemberHold {
+                    token,
+                    lease: member.manager().inner.watchdog.watch(
+                        member.name(),
+                        holder,
+                        token,
+                        attempt.sent_at,
+                        fixed,
+                    ),
+                })
+            })
+            .collect();
+        let chain = Chain::new(holders.to_vec(), members, fixed, self.required);
+        self.holds.lock().insert(thread, Arc::clone(&chain));
+        chain
+    }
+
+    /// Releases `holders`' hold on every member at once; answers each member's outcome:
+    /// `Ok(true)` released, `Ok(false)` not held.
+    fn release_everywhere(&self, holders: &[String], lease_ms: &[u64]) -> Vec<Result<bool>> {
+        let latches: Vec<String> = self
+            .members
+            .iter()
+            .map(|member| {
+                member
+                    .keys_unchecked()
+                    .unlock_latch(&member.manager().inner.next_request_id())
+            })
+            .collect();
+        let requests: Vec<Request<'_>> = self
+            .members
+            .iter()
+            .zip(holders)
+            .zip(lease_ms)
+            .zip(&latches)
+            .map(|(((member, holder), lease_ms), latch)| Request {
+                pool: &member.manager().inner.pool,
+                keys: vec![member.name(), &member.keys_unchecked().channel, latch],
+                args: vec![
+                    holder.clone(),
+                    lease_ms.to_string(),
+                    member.manager().inner.release_latch_ms.to_string(),
+                    RELEASE_MESSAGE.to_owned(),
+                ],
+            })
+            .collect();
+        let deadline = Instant::now() + self.attempt_timeout;
+        fanout::call_all(&RELEASE, RELEASE_LUA, &requests, deadline)
+            .into_iter()
+            .map(|answer| answer.map(|value| value != redis::Value::Nil))
+            .collect()
+    }
+
+    /// Ends the thread's hold of `chain` on every member: a full release.
+    fn release(&self, chain: &Chain) -> Result<()> {
+        let lease_ms: Vec<u64> = self
+            .members
+            .iter()
+            .map(|member| match chain.fixed {
+                Some(lease) => names::lease_millis("lease", lease).unwrap_or(1),
+                None => member.manager().inner.watchdog_timeout_ms,
+            })
+            .collect();
+        for (member, hold) in self.members.iter().zip(&chain.members) {
+            if let Some(hold) = hold {
+                let watchdog = &member.manager().inner.watchdog;
+                watchdog.unwatch(member.name(), &hold.lease, chain.fixed.is_some());
+            }
+        }
+        let outcomes = self.release_everywhere(&chain.holders, &lease_ms);
+        let released = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Ok(true)))
+            .count();
+        let failed = outcomes.iter().filter(|outcome| outcome.is_err()).count();
+        if released >= self.required {
+            return Ok(());
+        }
+        if failed > self.members.len() - self.required {
+            return Err(Error::NoQuorum {
+                reachable: self.members.len() - failed,
+                required: self.required,
+                masters: self.members.len(),
+            });
+        }
+        Err(Error::NotHeld { name: self.label() })
+    }
+
+    /// Raises the token counters of the members `chain` holds to `token`; answers whether
+    /// enough of them still held the lock to make it count.
+    fn raise_token(&self, chain: &Chain, token: u64) -> Result<bool> {
+        let token = token.to_string();
+        let requests: Vec<Request<'_>> = self
+            .members
+            .iter()
+            .zip(&chain.holders)
+            .zip(&chain.members)
+            .filter(|(_, hold)| hold.is_some())
+            .map(|((member, holder), _)| Request {
+                pool: &member.manager().inner.pool,
+                keys: vec![member.name(), &member.keys_unchecked().token],
+                args: vec![holder.clone(), token.clone()],
+            })
+            .collect();
+        let deadline = Instant::now() + self.attempt_timeout;
+        let raised = fanout::call_all(&RAISE_TOKEN, RAISE_TOKEN_LUA, &requests, deadline)
+            .into_iter()
+            .filter(|answer| matches!(answer, Ok(redis::Value::Int(1))))
+            .count();
+        Ok(raised >= self.required)
+    }
+}
+
+/// Blocks until any of `subscriptions` is woken or `timeout` passes, then clears every wake:
+/// the next attempt covers them all.
+fn wait_for_any(subscriptions: &[Subscription], timeout: Duration) {
+    let mut select = crossbeam_channel::Select::new();
+    for subscription in subscriptions {
+        select.recv(subscription.woken());
+    }
+    let _ = select.ready_timeout(timeout);
+    for subscription in subscriptions {
+        while subscription.woken().try_recv().is_ok() {}
+    }
+}
+
+/// `delay` times a random factor between 0.5 and 1.5.
+fn jittered(delay: Duration) -> Duration {
+    // Any source of randomness does; the v4 UUID generator is at hand.
+    let random = (uuid::Uuid::new_v4().as_u128() as u64 >> 11) as f64 / (1u64 << 53) as f64;
+    delay.mul_f64(0.5 + random)
+}

@@ -1,0 +1,372 @@
+//! Locks over several servers: a Redlock over five masters started here (killed, frozen and
+//! restarted by the tests), and multi-locks that take several locks all or nothing.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{assert_nothing_left, child_role, env, eventually, manager_for_url, spawn_child};
+use redis::Commands;
+use redlease::testing::RedisServer;
+use redlease::{Error, LockManager, LostReason, MultiLock, RedLock};
+
+const MASTERS: usize = 5;
+const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
+
+fn masters(count: usize) -> Vec<RedisServer> {
+    (0..count)
+        .map(|_| RedisServer::start().expect("start redis-server"))
+        .collect()
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+/// One manager per server, with 1 s timeouts and the given watchdog timeout.
+fn managers(urls: &[String], watchdog: Duration) -> Vec<LockManager> {
+    urls.iter()
+        .map(|url| manager_for_url(url, watchdog))
+        .collect()
+}
+
+fn redlock(managers: &[LockManager], name: &str) -> RedLock {
+    RedLock::builder(managers.iter().map(|manager| manager.lock(name)))
+        .attempt_timeout(ATTEMPT_TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn two_masters_down_are_tolerated_three_are_not() {
+    let mut servers = masters(MASTERS);
+    let watchdog = Duration::from_secs(1);
+    let managers = managers(&urls(&servers), watchdog);
+    let lock = redlock(&managers, "tolerant");
+    let rival_managers = self::managers(&urls(&servers), watchdog);
+    let rival = redlock(&rival_managers, "tolerant");
+    for server in &mut servers[..2] {
+        server.kill().unwrap();
+    }
+
+    let guard = lock.lock().unwrap();
+    assert_eq!(guard.held_members(), 3);
+    // Held for more than two leases: the watchdogs of the three live masters renew it.
+    std::thread::sleep(watchdog * 5 / 2);
+    assert!(guard.check().is_ok());
+    assert!(rival.try_lock().unwrap().is_none());
+    guard.unlock().unwrap();
+
+    servers[2].kill().unwrap();
+    let started = Instant::now();
+    match lock.try_lock_for(Duration::from_secs(30)) {
+        Err(Error::NoQuorum {
+            reachable,
+            required,
+            masters,
+        }) => assert_eq!((reachable, required, masters), (2, 3, 5)),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "fails at once, not after the wait: {:?}",
+        started.elapsed()
+    );
+
+    for server in &mut servers[..3] {
+        server.restart().unwrap();
+    }
+    let guard = lock
+        .try_lock_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("works again once the masters are back");
+    assert!(guard.held_members() >= 3);
+    guard.unlock().unwrap();
+    for (manager, server) in managers.iter().zip(&servers) {
+        assert_nothing_left(manager, server);
+    }
+}
+
+#[test]
+fn a_frozen_master_costs_an_attempt_at_most_its_timeout() {
+    let servers = masters(MASTERS);
+    let managers = managers(&urls(&servers), Duration::from_secs(30));
+    let lock = redlock(&managers, "frozen");
+    servers[0].pause().unwrap();
+    let started = Instant::now();
+    let guard = lock.try_lock().unwrap().expect("four masters are enough");
+    let took = started.elapsed();
+    assert!(
+        took < ATTEMPT_TIMEOUT + Duration::from_millis(500),
+        "{took:?}"
+    );
+    assert_eq!(guard.held_members(), 4);
+    drop(guard);
+
+    servers[1].pause().unwrap();
+    servers[2].pause().unwrap();
+    let started = Instant::now();
+    let outcome = lock.try_lock_for(Duration::from_secs(30));
+    let took = started.elapsed();
+    assert!(
+        matches!(outcome, Err(Error::NoQuorum { .. })),
+        "{outcome:?}"
+    );
+    // One attempt and one release, each bounded by the attempt timeout.
+    assert!(
+        took < ATTEMPT_TIMEOUT * 2 + Duration::from_millis(500),
+        "{took:?}"
+    );
+    for server in &servers[..3] {
+        server.resume().unwrap();
+    }
+    let guard = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+    assert!(guard.is_some());
+}
+
+#[test]
+fn a_redlock_excludes_across_processes() {
+    let servers = masters(MASTERS);
+    let urls = urls(&servers).join(",");
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            spawn_child(
+                "redlock_counter_process",
+                "redlock_counter",
+                &[("REDLEASE_TEST_URLS", urls.clone())],
+            )
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "a counting child failed");
+    }
+    let counter = servers[0].command(&["GET", "counter"]).unwrap();
+    assert!(
+        counter.ends_with(&format!("\r\n{}\r\n", 3 * 4 * 25)),
+        "{counter:?}"
+    );
+}
+
+/// Child side of the test above: four threads that GET and SET a counter on the first
+/// master under the Redlock.
+#[test]
+fn redlock_counter_process() {
+    if child_role().as_deref() != Some("redlock_counter") {
+        return;
+    }
+    let urls: Vec<String> = env("REDLEASE_TEST_URLS")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let managers = managers(&urls, Duration::from_secs(30));
+    let lock = redlock(&managers, "counting");
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let lock = lock.clone();
+            let url = urls[0].clone();
+            std::thread::spawn(move || {
+                let mut connection = redis::Client::open(url).unwrap().get_connection().unwrap();
+                for _ in 0..25 {
+                    let guard = lock.lock().unwrap();
+                    let value: Option<u64> = connection.get("counter").unwrap();
+                    let _: () = connection.set("counter", value.unwrap_or(0) + 1).unwrap();
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn racing_clients_never_hold_together_and_all_get_through() {
+    let servers = masters(MASTERS);
+    let inside = Arc::new(AtomicBool::new(false));
+    let rounds_done = Arc::new(AtomicUsize::new(0));
+    // Two clients (each its own five managers), two threads each: their attempts collide
+    // and split the votes; the jittered retries must sort it out.
+    let clients: Vec<RedLock> = (0..2)
+        .map(|_| redlock(&managers(&urls(&servers), Duration::from_secs(30)), "race"))
+        .collect();
+    let threads: Vec<_> = clients
+        .iter()
+        .flat_map(|client| [client.clone(), client.clone()])
+        .map(|lock| {
+            let inside = Arc::clone(&inside);
+            let rounds_done = Arc::clone(&rounds_done);
+            std::thread::spawn(move || {
+                for _ in 0..30 {
+                    let guard = lock
+                        .try_lock_for(Duration::from_secs(20))
+                        .unwrap()
+                        .expect("every contender gets through");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    std::thread::yield_now();
+                    inside.store(false, Ordering::SeqCst);
+                    guard.unlock().unwrap();
+                    rounds_done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(rounds_done.load(Ordering::Relaxed), 4 * 30);
+}
+
+#[test]
+fn the_watchdog_keeps_a_redlock_and_a_lost_majority_is_reported() {
+    let mut servers = masters(MASTERS);
+    let watchdog = Duration::from_secs(1);
+    let managers = managers(&urls(&servers), watchdog);
+    let lock = redlock(&managers, "kept");
+    let guard = lock.lock().unwrap();
+    let lost = guard.lost_signal();
+    std::thread::sleep(watchdog * 5 / 2);
+    assert!(guard.check().is_ok(), "renewed past its lease");
+    assert_eq!(guard.held_members(), 5);
+    for server in &mut servers[..2] {
+        server.kill().unwrap();
+    }
+    // Two members lost: still a majority.
+    assert!(eventually(watchdog * 3, || guard.held_members() == 3));
+    assert!(guard.check().is_ok());
+    servers[2].kill().unwrap();
+    let killed_at = Instant::now();
+    assert_eq!(
+        lost.recv_timeout(Duration::from_secs(10)),
+        Ok(LostReason::LeaseExpired)
+    );
+    assert!(killed_at.elapsed() <= watchdog + Duration::from_millis(500));
+    assert!(guard.is_lost());
+    assert!(!lock.is_held_by_current_thread());
+    assert!(matches!(guard.unlock(), Err(Error::NoQuorum { .. })));
+    for manager in &managers {
+        assert_eq!(manager.watched_locks(), 0);
+    }
+}
+
+#[test]
+fn redlock_reentrancy_and_fencing_tokens() {
+    let servers = masters(3);
+    let managers = managers(&urls(&servers), Duration::from_secs(30));
+    let lock = redlock(&managers, "fenced");
+    // The counters of the masters drift apart: one master has seen many more acquisitions.
+    let _ = servers[0].command(&["SET", "redisson_lock_token:{fenced}", "100"]);
+    let first = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    assert!(lock.is_held_by_current_thread());
+    let first_token = first.fencing_token().unwrap();
+    assert_eq!(first_token, 101);
+    assert_eq!(inner.fencing_token().unwrap(), first_token, "reentrant");
+    inner.unlock().unwrap();
+    assert!(lock.is_held_by_current_thread(), "one level left");
+    first.unlock().unwrap();
+    assert!(!lock.is_held_by_current_thread());
+
+    // Without the master that drove the token up, the next holder still gets a higher one.
+    servers[0].pause().unwrap();
+    let second = lock.lock().unwrap();
+    assert_eq!(second.held_members(), 2);
+    assert!(second.fencing_token().unwrap() > first_token);
+    servers[0].resume().unwrap();
+    second.unlock().unwrap();
+}
+
+#[test]
+fn bad_groups_get_clear_errors() {
+    let servers = masters(2);
+    let urls = urls(&servers);
+    let managers = managers(&urls, Duration::from_secs(30));
+    assert!(matches!(
+        RedLock::new(Vec::new()),
+        Err(Error::InvalidArgument(_))
+    ));
+    let twin = manager_for_url(&urls[0], Duration::from_secs(30));
+    let duplicate = RedLock::new([managers[0].lock("x"), twin.lock("x")]);
+    assert!(
+        matches!(duplicate, Err(Error::InvalidArgument(_))),
+        "{duplicate:?}"
+    );
+    assert!(matches!(
+        RedLock::new([managers[0].lock(""), managers[1].lock("")]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        MultiLock::new([managers[0].lock("a"), managers[0].lock("a")]),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        RedLock::builder([managers[0].lock("x")])
+            .attempt_timeout(Duration::ZERO)
+            .build(),
+        Err(Error::InvalidArgument(_))
+    ));
+    let single = RedLock::new([managers[0].lock("solo")]).unwrap();
+    assert_eq!(single.required(), 1);
+    single.lock().unwrap().unlock().unwrap();
+}
+
+#[test]
+fn a_multilock_is_all_or_nothing() {
+    let redis = RedisServer::start().unwrap();
+    let manager = manager_for_url(&redis.url(), Duration::from_secs(30));
+    let other = manager_for_url(&redis.url(), Duration::from_secs(30));
+    let names = ["a", "b", "c"];
+    let set = MultiLock::new(names.map(|name| manager.lock(name))).unwrap();
+    let blocker = other.lock("b").lock().unwrap();
+    assert!(set.try_lock().unwrap().is_none());
+    for name in names {
+        assert_eq!(
+            manager.lock(name).is_locked().unwrap(),
+            name == "b",
+            "{name}: nothing kept from a failed attempt"
+        );
+    }
+    drop(blocker);
+    let guard = set.try_lock().unwrap().expect("all free now");
+    for name in names {
+        assert!(manager.lock(name).is_locked().unwrap());
+    }
+    guard.unlock().unwrap();
+    for name in names {
+        assert!(!manager.lock(name).is_locked().unwrap());
+    }
+    assert_nothing_left(&manager, &redis);
+}
+
+#[test]
+fn ten_multilock_contenders_take_turns() {
+    let servers = masters(2);
+    let urls = urls(&servers);
+    let first = manager_for_url(&urls[0], Duration::from_secs(30));
+    let second = manager_for_url(&urls[1], Duration::from_secs(30));
+    let set = MultiLock::new([first.lock("x"), first.lock("y"), second.lock("z")]).unwrap();
+    let inside = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..10)
+        .map(|_| {
+            let set = set.clone();
+            let inside = Arc::clone(&inside);
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let guard = set.lock().unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    std::thread::yield_now();
+                    inside.store(false, Ordering::SeqCst);
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_nothing_left(&first, &servers[0]);
+    assert_nothing_left(&second, &servers[1]);
+}
