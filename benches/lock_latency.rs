@@ -3,20 +3,24 @@
 //! `cargo bench --bench lock_latency [-- redis-url]`: without a URL it starts a throwaway
 //! `redis-server`. Prints the PING round trip, the uncontended lock+unlock pair, the handoff
 //! latency between 8 contending threads (release started -> next holder has it), each as a
-//! ratio to the round trip, and how the watchdog copes with 100 000 held locks.
+//! ratio to the round trip, and how the watchdog copes with 100 000 held locks. Then, on five
+//! throwaway servers, a Redlock's uncontended acquire+release against the single-master pair
+//! measured on the first of them in the same run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redlease::testing::url_or_throwaway;
-use redlease::LockManager;
+use redlease::testing::{url_or_throwaway, RedisServer};
+use redlease::{LockManager, RedLock};
 
 const ROUND_TRIPS: usize = 20_000;
 const PAIRS: usize = 20_000;
 const CONTENDERS: usize = 8;
 const HANDOFFS_PER_THREAD: usize = 400;
 const HELD_LOCKS: usize = 100_000;
+const MASTERS: usize = 5;
+const REDLOCK_PAIRS: usize = 10_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url_argument = std::env::args()
@@ -42,7 +46,76 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         handoff.describe(Some(&round_trip))
     );
 
+    if std::env::args().any(|arg| arg == "--redlock-only") {
+        measure_redlock()?;
+        return Ok(());
+    }
     measure_held_locks(&url)?;
+    measure_redlock()?;
+    Ok(())
+}
+
+/// A Redlock over five servers against one lock on the first of them, same run.
+fn measure_redlock() -> Result<(), Box<dyn std::error::Error>> {
+    let servers = (0..MASTERS)
+        .map(|_| RedisServer::start())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let managers = servers
+        .iter()
+        .map(|server| LockManager::builder(server.url()).build())
+        .collect::<redlease::Result<Vec<_>>>()?;
+    let round_trip = Samples::new(measure_round_trips(&servers[0].url())?);
+    let fan_out = Samples::new(measure_fan_out_pings(&servers)?);
+    let scripts_floor = Samples::new(measure_fan_out_scripts(&servers)?);
+    let single = Samples::new(measure_pairs(&managers[0])?);
+    let redlock = RedLock::from_managers(&managers, "bench:redlock")?;
+    for _ in 0..1_000 {
+        redlock.lock()?.unlock()?;
+    }
+    let samples = (0..REDLOCK_PAIRS)
+        .map(|_| {
+            let started = Instant::now();
+            redlock.lock()?.unlock()?;
+            Ok(started.elapsed())
+        })
+        .collect::<redlease::Result<Vec<_>>>()?;
+    let redlock_pairs = Samples::new(samples);
+    println!(
+        "{:<36} {}",
+        format!("PING to {MASTERS} servers at once"),
+        fan_out.describe(Some(&round_trip))
+    );
+    println!(
+        "{:<36} {}",
+        format!("raw acquire+release scripts, {MASTERS}"),
+        scripts_floor.describe(Some(&round_trip))
+    );
+    println!(
+        "{:<36} {}",
+        "single-master pair (first of 5)",
+        single.describe(Some(&round_trip))
+    );
+    println!(
+        "{:<36} {}",
+        format!("Redlock pair, {MASTERS} masters"),
+        redlock_pairs.describe(Some(&round_trip))
+    );
+    println!(
+        "{:<36} p50 {:.2} x the PING to {MASTERS} servers at once",
+        "Redlock / fan-out PING",
+        redlock_pairs.percentile(50).as_secs_f64() / fan_out.percentile(50).as_secs_f64()
+    );
+    println!(
+        "{:<36} p50 {:.2} x the raw scripts sent to {MASTERS} servers at once",
+        "Redlock / raw scripts",
+        redlock_pairs.percentile(50).as_secs_f64() / scripts_floor.percentile(50).as_secs_f64()
+    );
+    println!(
+        "{:<36} p50 {:.2} x, p99 {:.2} x the single-master pair",
+        "Redlock / single",
+        redlock_pairs.percentile(50).as_secs_f64() / single.percentile(50).as_secs_f64(),
+        redlock_pairs.percentile(99).as_secs_f64() / single.percentile(99).as_secs_f64()
+    );
     Ok(())
 }
 
@@ -71,6 +144,79 @@ fn measure_pairs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
             lock.lock()?.unlock()?;
             Ok(started.elapsed())
         })
+        .collect()
+}
+
+/// The physical floor of a fan-out: PING written to every server, then every answer read.
+fn measure_fan_out_pings(servers: &[RedisServer]) -> redis::RedisResult<Vec<Duration>> {
+    let mut connections = servers
+        .iter()
+        .map(|server| redis::Client::open(server.url())?.get_connection())
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    let ping = redis::cmd("PING").get_packed_command();
+    (0..ROUND_TRIPS + 1_000)
+        .map(|_| {
+            let started = Instant::now();
+            for connection in &mut connections {
+                connection.send_packed_command(&ping)?;
+            }
+            for connection in &mut connections {
+                connection.recv_response()?;
+            }
+            Ok(started.elapsed())
+        })
+        .skip(1_000)
+        .collect()
+}
+
+/// The floor of a Redlock pair on these servers: the lock's own acquire and release scripts,
+/// each sent to every server at once, with nothing else around them.
+fn measure_fan_out_scripts(servers: &[RedisServer]) -> redis::RedisResult<Vec<Duration>> {
+    let acquire = redis::Script::new(include_str!("../src/lock/acquire.lua"));
+    let release = redis::Script::new(include_str!("../src/lock/release.lua"));
+    let mut connections = servers
+        .iter()
+        .map(|server| redis::Client::open(server.url())?.get_connection())
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    for connection in &mut connections {
+        acquire.prepare_invoke().load(connection)?;
+        release.prepare_invoke().load(connection)?;
+    }
+    let holder = "bench-floor:1";
+    let take = redis::cmd("EVALSHA")
+        .arg(acquire.get_hash())
+        .arg(2)
+        .arg("bench:floor")
+        .arg("redisson_lock_token:{bench:floor}")
+        .arg(30_000)
+        .arg(holder)
+        .get_packed_command();
+    (0..ROUND_TRIPS + 1_000)
+        .map(|round| {
+            let latch = format!("redisson_unlock_latch:{{bench:floor}}:{round}");
+            let give = redis::cmd("EVALSHA")
+                .arg(release.get_hash())
+                .arg(3)
+                .arg("bench:floor")
+                .arg("redisson_lock__channel:{bench:floor}")
+                .arg(&latch)
+                .arg(holder)
+                .arg(30_000)
+                .arg(10_000)
+                .arg("0")
+                .get_packed_command();
+            let started = Instant::now();
+            for packed in [&take, &give] {
+                for connection in &mut connections {
+                    connection.send_packed_command(packed)?;
+                }
+                for connection in &mut connections {
+                    connection.recv_response()?;
+                }
+            }
+            Ok(started.elapsed())
+        })
+        .skip(1_000)
         .collect()
 }
 

@@ -12,7 +12,6 @@ use redis::{Connection, RedisResult, Script, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::pool::{self, Pool};
-use crate::script::set_timeout_until;
 
 /// After the deadline, an answer is still read if it is already there: reading in request
 /// order must not turn one frozen server's delay into a timeout for all the others.
@@ -83,9 +82,7 @@ pub(crate) fn call_all(
         for (index, mut connection) in reloads {
             let mut both = load.clone();
             both.extend_from_slice(&packed[index]);
-            match set_timeout_until(&connection, deadline)
-                .and_then(|()| connection.send_packed_command(&both))
-            {
+            match connection.send_packed_command(&both) {
                 Ok(()) => sent.push((index, connection)),
                 Err(err) => outcomes[index] = Err(Error::from_redis(err, budget)),
             }
@@ -114,8 +111,9 @@ fn send(
     budget: Duration,
 ) -> Result<InFlight> {
     let (mut connection, was_idle) = pool.take(deadline, fresh)?;
-    let sent = set_timeout_until(&connection, deadline)
-        .and_then(|()| connection.send_packed_command(packed));
+    // No write timeout of its own: a request is small and the socket's send buffer empty,
+    // and the pool's write timeout bounds the rare exception.
+    let sent = connection.send_packed_command(packed);
     match sent {
         Ok(()) => Ok(InFlight {
             connection,
@@ -155,10 +153,8 @@ fn receive(
 
 /// Reads one answer: until `deadline`, or, when it has passed, one that is already there.
 fn read_in_time(connection: &mut Connection, deadline: Instant) -> RedisResult<Value> {
-    set_timeout_until(
-        connection,
-        deadline.max(Instant::now() + GRACE_AFTER_DEADLINE),
-    )?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    connection.set_read_timeout(Some(left.max(GRACE_AFTER_DEADLINE)))?;
     connection.recv_response()
 }
 

@@ -174,11 +174,10 @@ impl Pool {
         Ok((connection, false))
     }
 
-    /// Restores the pool's socket timeouts on `connection` and keeps it for reuse.
+    /// Restores the pool's read timeout on `connection` and keeps it for reuse (its write
+    /// timeout must not have been changed).
     pub(crate) fn give_back(&self, connection: Connection) {
-        let restored = connection
-            .set_read_timeout(Some(self.response_timeout))
-            .and_then(|()| connection.set_write_timeout(Some(self.response_timeout)));
+        let restored = connection.set_read_timeout(Some(self.response_timeout));
         if restored.is_ok() && connection.is_open() {
             self.put_back(connection);
         }

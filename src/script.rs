@@ -70,7 +70,7 @@ fn query_before(
 }
 
 /// Makes the socket timeouts end at `deadline`, or fails when it has passed.
-pub(crate) fn set_timeout_until(connection: &Connection, deadline: Instant) -> RedisResult<()> {
+fn set_timeout_until(connection: &Connection, deadline: Instant) -> RedisResult<()> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed").into());
