@@ -20,6 +20,9 @@
 //!   [`force_unlock`](Lock::force_unlock).
 //! - **Fencing.** Every acquisition carries a [`fencing token`](LockGuard::fencing_token)
 //!   that later holders exceed; a [`FencedStore`] refuses writes with an older one.
+//! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
+//!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
+//!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
