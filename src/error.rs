@@ -98,7 +98,8 @@ impl Error {
     }
 
     /// True for the errors after which the same call may succeed later: Redis was
-    /// unreachable or slow, or answered that it cannot serve now (`LOADING`, `BUSY`,
+    /// unreachable or slow (for a lock over several servers, too many of them:
+    /// [`Error::NoQuorum`]), or answered that it cannot serve now (`LOADING`, `BUSY`,
     /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`).
     pub fn is_transient(&self) -> bool {
         match self {

@@ -2,9 +2,11 @@
 //!
 //! [`call_all`] writes every request before it reads any answer, so the servers work in
 //! parallel and the whole costs about one round trip (the slowest), not one per server.
-//! Every answer is read against one deadline, so a server that is slow or frozen costs at
-//! most that deadline, and a dead one costs nothing beyond its refused connection. Used by
-//! the multi-master locks; talks to Redis only through the pools it is given.
+//! Answers are read against one deadline, so a server that is slow or frozen costs at most
+//! that deadline, and a dead one costs its refused connection. A request that must first
+//! connect is sent after those with an idle connection, and its answer gets as long again
+//! from its own send (each new connection adds at most one attempt timeout). Used by the
+//! multi-server locks; talks to Redis only through the pools it is given.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,9 @@ struct InFlight {
     connection: Connection,
     /// The connection came from the idle list, so it may turn out to have been dead.
     was_idle: bool,
+    /// Until when its answer is awaited: the attempt's deadline, later for a request that
+    /// had to wait for a new connection.
+    answer_by: Instant,
 }
 
 /// Calls `script` (whose Lua `source` it is) on every request's server, all requests written
@@ -53,17 +58,32 @@ pub(crate) fn call_all(
                 .get_packed_command()
         })
         .collect();
-    let in_flight: Vec<Result<InFlight>> = requests
+    // Requests with an idle connection go first: a server that needs a new one (slow to
+    // connect, or not there) must not hold them up.
+    let idle: Vec<Option<Connection>> = requests
+        .iter()
+        .map(|request| request.pool.take_idle())
+        .collect();
+    let mut in_flight: Vec<Option<Result<InFlight>>> = requests
         .iter()
         .zip(&packed)
-        .map(|(request, packed)| send(request.pool, packed, deadline, false, budget))
+        .zip(idle)
+        .map(|((request, packed), idle)| {
+            idle.map(|connection| send(request.pool, packed, Some(connection), deadline, budget))
+        })
         .collect();
+    for ((request, packed), flight) in requests.iter().zip(&packed).zip(&mut in_flight) {
+        if flight.is_none() {
+            *flight = Some(send(request.pool, packed, None, deadline, budget));
+        }
+    }
     let mut outcomes = Vec::with_capacity(requests.len());
     let mut reloads = Vec::new();
     for (index, ((request, packed), flight)) in
         requests.iter().zip(&packed).zip(in_flight).enumerate()
     {
-        match flight.and_then(|flight| receive(request.pool, flight, packed, deadline, budget)) {
+        let flight = flight.unwrap_or(Err(Error::Timeout(budget)));
+        match flight.and_then(|flight| receive(request.pool, flight, packed, budget)) {
             Ok(Received::Answer(value)) => outcomes.push(Ok(value)),
             Ok(Received::NoScript(connection)) => {
                 outcomes.push(Err(Error::Timeout(budget)));
@@ -103,49 +123,50 @@ enum Received {
     NoScript(Connection),
 }
 
+/// Writes `packed` on `idle`, or on a new connection; a dead idle connection is replaced
+/// once.
 fn send(
     pool: &Pool,
     packed: &[u8],
+    idle: Option<Connection>,
     deadline: Instant,
-    fresh: bool,
     budget: Duration,
 ) -> Result<InFlight> {
-    let (mut connection, was_idle) = pool.take(deadline, fresh)?;
+    let was_idle = idle.is_some();
+    let mut connection = match idle {
+        Some(connection) => connection,
+        None => pool.connect_within(budget)?,
+    };
     // No write timeout of its own: a request is small and the socket's send buffer empty,
     // and the pool's write timeout bounds the rare exception.
-    let sent = connection.send_packed_command(packed);
-    match sent {
+    match connection.send_packed_command(packed) {
         Ok(()) => Ok(InFlight {
             connection,
             was_idle,
+            answer_by: deadline.max(Instant::now() + budget),
         }),
         Err(err) if was_idle && pool::is_stale_connection(&err) => {
-            send(pool, packed, deadline, true, budget)
+            send(pool, packed, None, deadline, budget)
         }
         Err(err) => Err(Error::from_redis(err, budget)),
     }
 }
 
-fn receive(
-    pool: &Pool,
-    flight: InFlight,
-    packed: &[u8],
-    deadline: Instant,
-    budget: Duration,
-) -> Result<Received> {
+fn receive(pool: &Pool, flight: InFlight, packed: &[u8], budget: Duration) -> Result<Received> {
     let InFlight {
         mut connection,
         was_idle,
+        answer_by,
     } = flight;
-    match read_in_time(&mut connection, deadline) {
+    match read_in_time(&mut connection, answer_by) {
         Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
             Ok(Received::NoScript(connection))
         }
         // The idle connection was dead before the request reached the server: once more on
         // a fresh one (a fresh connection is not retried, so this ends).
         Err(err) if was_idle && pool::is_stale_connection(&err) => {
-            let flight = send(pool, packed, deadline, true, budget)?;
-            receive(pool, flight, packed, deadline, budget)
+            let flight = send(pool, packed, None, answer_by, budget)?;
+            receive(pool, flight, packed, budget)
         }
         answer => finish(pool, connection, answer, budget).map(Received::Answer),
     }

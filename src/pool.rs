@@ -156,22 +156,19 @@ impl Pool {
         outcome
     }
 
-    /// A connection for a caller that sends and reads by itself (a fan-out over several
-    /// servers): an idle one, or a new one made before `deadline`. Answers whether it came
-    /// from the idle list (and may turn out dead). Give it back with [`Pool::put_back`] only
-    /// when it is in step (every answer read) and its timeouts are the pool's again.
-    pub(crate) fn take(&self, deadline: Instant, fresh: bool) -> Result<(Connection, bool)> {
-        if !fresh {
-            if let Some(connection) = self.idle.lock().pop() {
-                return Ok((connection, true));
-            }
+    /// An idle connection, for a caller that sends and reads by itself (a fan-out over
+    /// several servers). It may turn out to be dead. Give it back with [`Pool::give_back`]
+    /// only when it is in step (every answer read).
+    pub(crate) fn take_idle(&self) -> Option<Connection> {
+        self.idle.lock().pop()
+    }
+
+    /// A new connection, made within `budget` (set-up replies included).
+    pub(crate) fn connect_within(&self, budget: Duration) -> Result<Connection> {
+        if budget.is_zero() {
+            return Err(Error::Timeout(budget));
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Error::Timeout(left));
-        }
-        let connection = self.connect(self.connect_timeout.min(left / self.setup_replies))?;
-        Ok((connection, false))
+        self.connect(self.connect_timeout.min(budget / self.setup_replies))
     }
 
     /// Restores the pool's read timeout on `connection` and keeps it for reuse (its write

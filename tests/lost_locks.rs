@@ -354,17 +354,19 @@ fn force_unlocker_process() {
 fn a_notice_for_another_chain_of_the_holder_is_ignored() {
     let redis = server();
     let (manager, reports) = reporting_manager(&redis, Duration::from_secs(30));
+    manager.lock("kept").lock().unwrap().unlock().unwrap();
     let guard = manager.lock("kept").lock().unwrap();
     let witness = manager.lock("witness").lock().unwrap();
     let witness_lost = witness.lost_signal();
-    // A notice naming this holder and lock, but another acquisition (another token).
-    let other_chain = format!(
+    // A late notice naming this holder and lock, about its earlier acquisition (a lower
+    // token).
+    let earlier_chain = format!(
         "{} {} kept",
-        guard.fencing_token() + 1,
+        guard.fencing_token() - 1,
         redis_holder_of(&redis, "kept")
     );
     let listeners = redis
-        .command(&["PUBLISH", "redlease_lock__force_release", &other_chain])
+        .command(&["PUBLISH", "redlease_lock__force_release", &earlier_chain])
         .unwrap();
     assert!(listeners.starts_with(":1"), "{listeners}");
     // Notices are handled in order: once the witness's is, the one before it was too.

@@ -140,7 +140,8 @@ impl GroupGuard {
     /// Any later acquisition then takes a higher token on at least one of those members.
     ///
     /// # Errors
-    /// [`Error::LockLost`] when too few members are still held.
+    /// [`Error::LockLost`] when too few members are still held, [`Error::NoQuorum`] when
+    /// too few servers answered.
     pub fn fencing_token(&self) -> Result<u64> {
         if let Some(token) = self.chain.fence.get() {
             return Ok(*token);
@@ -154,12 +155,7 @@ impl GroupGuard {
             .map(|hold| hold.token)
             .max()
             .unwrap_or(0);
-        if !self.group.raise_token(&self.chain, token)? {
-            return Err(Error::LockLost {
-                name: self.group.label(),
-                reason: LostReason::NotHeldAnymore,
-            });
-        }
+        self.group.raise_token(&self.chain, token)?;
         Ok(*self.chain.fence.get_or_init(|| token))
     }
 
@@ -180,6 +176,7 @@ impl GroupGuard {
     }
 
     /// A receiver that gets one message, the reason, once too few members are still held.
+    /// It no longer fires once the members' managers are shut down.
     pub fn lost_signal(&self) -> Receiver<LostReason> {
         self.chain.state.signal()
     }

@@ -28,7 +28,7 @@ use redis::Script;
 pub use guard::GroupGuard;
 use guard::{Chain, MemberHold};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LostReason, Result};
 use crate::fanout::{self, Request};
 use crate::lease::clock_drift;
 use crate::lock::{
@@ -37,6 +37,7 @@ use crate::lock::{
 use crate::manager::LockManager;
 use crate::names;
 use crate::pubsub::Subscription;
+use crate::watchdog::Grant;
 
 const RAISE_TOKEN_LUA: &str = include_str!("raise_token.lua");
 static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
@@ -55,6 +56,11 @@ const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
 /// needs N / 2 + 1 of them. The guard, reentrancy, watchdog, lost-lock signal and fencing
 /// token work as for a single [`Lock`]; the lock is lost when fewer than a majority of its
 /// members are still held.
+///
+/// Reentrancy is counted in the process, per handle (and its clones) and thread: a
+/// reentrant level keeps the lease of the first one. Members are told apart by their
+/// managers' URLs, so give each master one spelling (`localhost` and `127.0.0.1` would
+/// pass as two).
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
@@ -137,8 +143,10 @@ enum Lease {
 
 /// What one attempt found.
 struct Attempt {
-    /// The fencing token of each member taken.
-    taken: Vec<Option<u64>>,
+    /// What each member taken granted.
+    taken: Vec<Option<Grant>>,
+    /// Members whose answer did not come (they may have run the request).
+    unanswered: Vec<bool>,
     /// Members that did not answer in time or answered an error.
     failed: usize,
     first_error: Option<Error>,
@@ -174,7 +182,9 @@ impl RedLock {
     }
 
     /// A Redlock on the lock `name` of each server in `urls`, each through a manager of its
-    /// own with the default settings (see [`LockManager::builder`] for others).
+    /// own with the default settings (see [`LockManager::builder`] for others). Every server
+    /// must answer now: building a manager checks it (build the managers yourself and use
+    /// [`RedLock::from_managers`] to start with some down).
     ///
     /// # Errors
     /// As [`LockManagerBuilder::build`](crate::LockManagerBuilder::build) for a server that
@@ -432,6 +442,11 @@ impl Group {
                 .map(|member| member.manager().inner.watchdog_timeout_ms)
                 .collect(),
             Lease::Fixed(duration) => {
+                if duration <= clock_drift(duration) {
+                    return Err(Error::InvalidArgument(format!(
+                        "lease of {duration:?} is shorter than the clock drift it must allow for"
+                    )));
+                }
                 vec![names::lease_millis("lease", duration)?; self.members.len()]
             }
         };
@@ -440,15 +455,23 @@ impl Group {
         loop {
             let attempt = self.attempt(&holders, &lease_ms);
             let elapsed = attempt.sent_at.elapsed();
-            let valid = shortest_lease
-                .checked_sub(elapsed + clock_drift(shortest_lease))
-                .is_some_and(|validity| !validity.is_zero());
-            if attempt.taken_count() >= self.required && valid {
+            let quorum = attempt.taken_count() >= self.required;
+            let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
+            if quorum && valid {
                 let chain = self.hold(thread, &holders, &attempt, lease);
                 return Ok(Some(GroupGuard::new(Arc::clone(self), chain)));
             }
-            // Undo everywhere: a member that seemed to fail may have taken the lock.
-            self.release_everywhere(&holders, &lease_ms);
+            // Undo where the attempt took the lock or may have (an answer that did not come
+            // in time); members held by others have nothing of ours.
+            let undo: Vec<bool> = (0..self.members.len())
+                .map(|index| attempt.taken[index].is_some() || attempt.unanswered[index])
+                .collect();
+            self.release_members(&holders, &lease_ms, &undo);
+            if quorum {
+                // Taken, but the lease was gone before the answers were: too short a lease
+                // for these servers.
+                return Err(Error::Timeout(elapsed));
+            }
             if attempt.failed > self.members.len() - self.required {
                 return Err(match attempt.first_error {
                     Some(err) if !err.is_transient() => err,
@@ -466,27 +489,32 @@ impl Group {
             if subscriptions.is_empty() {
                 for member in &self.members {
                     let hub = &member.manager().inner.hub;
-                    subscriptions.push(hub.subscribe(&member.keys()?.channel)?);
+                    subscriptions.push(hub.subscribe(&member.keys_unchecked().channel)?);
                 }
+                // A release may have gone by while subscribing: look again before sleeping.
+                continue;
             }
-            // After a split vote, back off at random so that the contenders do not collide
-            // again; when others hold the lock, wait for a release message (or for their
-            // lease to run out).
-            let mut sleep = if attempt.taken_count() > 0 {
-                jittered(self.retry_delay)
-            } else {
-                jittered(attempt.shortest_ttl.unwrap_or(self.retry_delay))
+            let until = |sleep: Duration| match deadline {
+                Some(deadline) => sleep.min(deadline.saturating_duration_since(now)),
+                None => sleep,
             };
-            if subscriptions
-                .iter()
-                .any(|subscription| !subscription.is_live())
-            {
-                sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
+            if attempt.taken_count() > 0 {
+                // A split vote: back off at random so that the contenders do not collide
+                // again. Not woken by releases meanwhile, which are mostly the contenders'
+                // own undoing.
+                std::thread::sleep(until(jittered(self.retry_delay)));
+                drain(&subscriptions);
+            } else {
+                // Others hold it: wait for a release message, or for their lease to run out.
+                let mut sleep = attempt.shortest_ttl.unwrap_or(self.retry_delay);
+                if subscriptions
+                    .iter()
+                    .any(|subscription| !subscription.is_live())
+                {
+                    sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
+                }
+                wait_for_any(&subscriptions, until(sleep).max(Duration::from_millis(1)));
             }
-            if let Some(deadline) = deadline {
-                sleep = sleep.min(deadline - now);
-            }
-            wait_for_any(&subscriptions, sleep.max(Duration::from_millis(1)));
             for member in &self.members {
                 member.manager().ensure_running()?;
             }
@@ -515,6 +543,7 @@ impl Group {
         );
         let mut attempt = Attempt {
             taken: Vec::with_capacity(answers.len()),
+            unanswered: Vec::with_capacity(answers.len()),
             failed: 0,
             first_error: None,
             shortest_ttl: None,
@@ -524,8 +553,15 @@ impl Group {
             let parsed = answer.and_then(|value| {
                 redis::from_redis_value::<(i64, i64)>(value).map_err(|err| Error::Redis(err.into()))
             });
+            attempt.unanswered.push(matches!(
+                &parsed,
+                Err(Error::Timeout(_) | Error::Unreachable(_))
+            ));
             match parsed {
-                Ok((1, token)) => attempt.taken.push(Some(token.max(0) as u64)),
+                Ok((taken @ (1 | 2), token)) => attempt.taken.push(Some(Grant {
+                    token: token.max(0) as u64,
+                    reentrant: taken == 2,
+                })),
                 Ok((_, ttl)) => {
                     attempt.taken.push(None);
                     if let Ok(ttl) = u64::try_from(ttl) {
@@ -558,16 +594,16 @@ impl Group {
             .iter()
             .zip(holders)
             .zip(&attempt.taken)
-            .map(|((member, holder), token)| {
-                token.map(|token| MemberHold {
-                    token,
-                    lease: member.manager().inner.watchdog.watch(
+            .map(|((member, holder), grant)| {
+                grant.map(|grant| {
+                    let (lease, token) = member.manager().inner.watchdog.watch(
                         member.name(),
                         holder,
-                        token,
+                        grant,
                         attempt.sent_at,
                         fixed,
-                    ),
+                    );
+                    MemberHold { token, lease }
                 })
             })
             .collect();
@@ -576,43 +612,60 @@ impl Group {
         chain
     }
 
-    /// Releases `holders`' hold on every member at once; answers each member's outcome:
-    /// `Ok(true)` released, `Ok(false)` not held.
-    fn release_everywhere(&self, holders: &[String], lease_ms: &[u64]) -> Vec<Result<bool>> {
-        let latches: Vec<String> = self
-            .members
+    /// Releases `holders`' hold on the members marked in `which`, all at once; answers each
+    /// member's outcome (`None` where not asked): `Ok(true)` released, `Ok(false)` not held.
+    fn release_members(
+        &self,
+        holders: &[String],
+        lease_ms: &[u64],
+        which: &[bool],
+    ) -> Vec<Option<Result<bool>>> {
+        let asked: Vec<usize> = (0..self.members.len())
+            .filter(|&index| which[index])
+            .collect();
+        let latches: Vec<String> = asked
             .iter()
-            .map(|member| {
+            .map(|&index| {
+                let member = &self.members[index];
                 member
                     .keys_unchecked()
                     .unlock_latch(&member.manager().inner.next_request_id())
             })
             .collect();
-        let requests: Vec<Request<'_>> = self
-            .members
+        let requests: Vec<Request<'_>> = asked
             .iter()
-            .zip(holders)
-            .zip(lease_ms)
             .zip(&latches)
-            .map(|(((member, holder), lease_ms), latch)| Request {
-                pool: &member.manager().inner.pool,
-                keys: vec![member.name(), &member.keys_unchecked().channel, latch],
-                args: vec![
-                    holder.clone(),
-                    lease_ms.to_string(),
-                    member.manager().inner.release_latch_ms.to_string(),
-                    RELEASE_MESSAGE.to_owned(),
-                ],
+            .map(|(&index, latch)| {
+                let member = &self.members[index];
+                Request {
+                    pool: &member.manager().inner.pool,
+                    keys: vec![member.name(), &member.keys_unchecked().channel, latch],
+                    args: vec![
+                        holders[index].clone(),
+                        lease_ms[index].to_string(),
+                        member.manager().inner.release_latch_ms.to_string(),
+                        RELEASE_MESSAGE.to_owned(),
+                    ],
+                }
             })
             .collect();
+        let mut outcomes: Vec<Option<Result<bool>>> =
+            (0..self.members.len()).map(|_| None).collect();
+        if requests.is_empty() {
+            return outcomes;
+        }
         let deadline = Instant::now() + self.attempt_timeout;
-        fanout::call_all(&RELEASE, RELEASE_LUA, &requests, deadline)
-            .into_iter()
-            .map(|answer| answer.map(|value| value != redis::Value::Nil))
-            .collect()
+        let answers = fanout::call_all(&RELEASE, RELEASE_LUA, &requests, deadline);
+        for (index, answer) in asked.into_iter().zip(answers) {
+            outcomes[index] = Some(answer.map(|value| value != redis::Value::Nil));
+        }
+        outcomes
     }
 
-    /// Ends the thread's hold of `chain` on every member: a full release.
+    /// Ends the thread's hold of `chain`: releases the members it still holds.
+    ///
+    /// Members it lost are left alone: their keys are gone, or someone else's, or this
+    /// thread's again through a newer chain.
     fn release(&self, chain: &Chain) -> Result<()> {
         let lease_ms: Vec<u64> = self
             .members
@@ -622,35 +675,51 @@ impl Group {
                 None => member.manager().inner.watchdog_timeout_ms,
             })
             .collect();
+        let held: Vec<bool> = chain
+            .members
+            .iter()
+            .map(|hold| {
+                hold.as_ref()
+                    .is_some_and(|hold| hold.lease.lost().is_none())
+            })
+            .collect();
         for (member, hold) in self.members.iter().zip(&chain.members) {
             if let Some(hold) = hold {
                 let watchdog = &member.manager().inner.watchdog;
                 watchdog.unwatch(member.name(), &hold.lease, chain.fixed.is_some());
             }
         }
-        let outcomes = self.release_everywhere(&chain.holders, &lease_ms);
-        let released = outcomes
-            .iter()
-            .filter(|outcome| matches!(outcome, Ok(true)))
-            .count();
-        let failed = outcomes.iter().filter(|outcome| outcome.is_err()).count();
+        let outcomes = self.release_members(&chain.holders, &lease_ms, &held);
+        let count = |wanted: fn(&Result<bool>) -> bool| {
+            outcomes
+                .iter()
+                .flatten()
+                .filter(|outcome| wanted(outcome))
+                .count()
+        };
+        let released = count(|outcome| matches!(outcome, Ok(true)));
+        let unanswered = count(|outcome| outcome.is_err());
         if released >= self.required {
-            return Ok(());
-        }
-        if failed > self.members.len() - self.required {
-            return Err(Error::NoQuorum {
-                reachable: self.members.len() - failed,
+            Ok(())
+        } else if released + unanswered >= self.required {
+            // Too few answers to tell.
+            Err(Error::NoQuorum {
+                reachable: self.members.len() - unanswered,
                 required: self.required,
                 masters: self.members.len(),
-            });
+            })
+        } else {
+            Err(Error::NotHeld { name: self.label() })
         }
-        Err(Error::NotHeld { name: self.label() })
     }
 
-    /// Raises the token counters of the members `chain` holds to `token`; answers whether
-    /// enough of them still held the lock to make it count.
-    fn raise_token(&self, chain: &Chain, token: u64) -> Result<bool> {
-        let token = token.to_string();
+    /// Raises the token counters of the members `chain` holds to `token`.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when too few members still hold the lock, [`Error::NoQuorum`]
+    /// when too few answered to tell.
+    fn raise_token(&self, chain: &Chain, token: u64) -> Result<()> {
+        let token_text = token.to_string();
         let requests: Vec<Request<'_>> = self
             .members
             .iter()
@@ -660,15 +729,30 @@ impl Group {
             .map(|((member, holder), _)| Request {
                 pool: &member.manager().inner.pool,
                 keys: vec![member.name(), &member.keys_unchecked().token],
-                args: vec![holder.clone(), token.clone()],
+                args: vec![holder.clone(), token_text.clone()],
             })
             .collect();
         let deadline = Instant::now() + self.attempt_timeout;
-        let raised = fanout::call_all(&RAISE_TOKEN, RAISE_TOKEN_LUA, &requests, deadline)
-            .into_iter()
+        let answers = fanout::call_all(&RAISE_TOKEN, RAISE_TOKEN_LUA, &requests, deadline);
+        let raised = answers
+            .iter()
             .filter(|answer| matches!(answer, Ok(redis::Value::Int(1))))
             .count();
-        Ok(raised >= self.required)
+        let unanswered = answers.iter().filter(|answer| answer.is_err()).count();
+        if raised >= self.required {
+            Ok(())
+        } else if raised + unanswered >= self.required {
+            Err(Error::NoQuorum {
+                reachable: self.members.len() - unanswered,
+                required: self.required,
+                masters: self.members.len(),
+            })
+        } else {
+            Err(Error::LockLost {
+                name: self.label(),
+                reason: LostReason::NotHeldAnymore,
+            })
+        }
     }
 }
 
@@ -680,6 +764,10 @@ fn wait_for_any(subscriptions: &[Subscription], timeout: Duration) {
         select.recv(subscription.woken());
     }
     let _ = select.ready_timeout(timeout);
+    drain(subscriptions);
+}
+
+fn drain(subscriptions: &[Subscription]) {
     for subscription in subscriptions {
         while subscription.woken().try_recv().is_ok() {}
     }
@@ -688,6 +776,9 @@ fn wait_for_any(subscriptions: &[Subscription], timeout: Duration) {
 /// `delay` times a random factor between 0.5 and 1.5.
 fn jittered(delay: Duration) -> Duration {
     // Any source of randomness does; the v4 UUID generator is at hand.
-    let random = (uuid::Uuid::new_v4().as_u128() as u64 >> 11) as f64 / (1u64 << 53) as f64;
+    // The high half of a v4 UUID is random but for the version nibble, which lands in the
+    // lowest bits kept here.
+    let bits = (uuid::Uuid::new_v4().as_u128() >> 64) as u64 >> 11;
+    let random = bits as f64 / (1u64 << 53) as f64;
     delay.mul_f64(0.5 + random)
 }

@@ -17,6 +17,7 @@ pub use guard::LockGuard;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{self, LockKeys};
+use crate::watchdog::Grant;
 
 pub(crate) const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
@@ -110,12 +111,12 @@ impl Lease {
 enum Attempt {
     Acquired {
         token: u64,
+        /// The holder held the lock already.
+        reentrant: bool,
         sent_at: Instant,
     },
     /// Someone else holds it; the lease it has left, when it has one.
-    Held {
-        ttl: Option<Duration>,
-    },
+    Held { ttl: Option<Duration> },
 }
 
 impl Lock {
@@ -260,8 +261,13 @@ impl Lock {
         self.manager.ensure_running()?;
         self.keys()?;
         let holder = self.manager.holder_id();
-        if let Attempt::Acquired { token, sent_at } = self.attempt(&holder, lease)? {
-            return Ok(Some(self.guard(holder, lease, token, sent_at)));
+        if let Attempt::Acquired {
+            token,
+            reentrant,
+            sent_at,
+        } = self.attempt(&holder, lease)?
+        {
+            return Ok(Some(self.guard(holder, lease, token, reentrant, sent_at)));
         }
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return Ok(None);
@@ -270,9 +276,11 @@ impl Lock {
         let mut woken = false;
         loop {
             let ttl = match self.attempt(&holder, lease) {
-                Ok(Attempt::Acquired { token, sent_at }) => {
-                    return Ok(Some(self.guard(holder, lease, token, sent_at)))
-                }
+                Ok(Attempt::Acquired {
+                    token,
+                    reentrant,
+                    sent_at,
+                }) => return Ok(Some(self.guard(holder, lease, token, reentrant, sent_at))),
                 Ok(Attempt::Held { ttl }) => ttl,
                 Err(err) => {
                     if woken {
@@ -314,9 +322,10 @@ impl Lock {
                 .arg(holder)
                 .invoke(connection)
         })?;
-        Ok(if acquired == 1 {
+        Ok(if acquired >= 1 {
             Attempt::Acquired {
                 token: value.max(0) as u64,
+                reentrant: acquired == 2,
                 sent_at,
             }
         } else {
@@ -326,15 +335,22 @@ impl Lock {
         })
     }
 
-    fn guard(&self, holder: String, lease: Lease, token: u64, sent_at: Instant) -> LockGuard {
+    fn guard(
+        &self,
+        holder: String,
+        lease: Lease,
+        token: u64,
+        reentrant: bool,
+        sent_at: Instant,
+    ) -> LockGuard {
         let fixed_lease = match lease {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
         };
-        let state = self.manager.inner.watchdog.watch(
+        let (state, token) = self.manager.inner.watchdog.watch(
             &self.keys.name,
             &holder,
-            token,
+            Grant { token, reentrant },
             sent_at,
             fixed_lease,
         );

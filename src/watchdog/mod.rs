@@ -54,6 +54,15 @@ const TICKS_PER_INTERVAL: u32 = 16;
 /// Slots of the timer wheel: one turn spans four intervals.
 const WHEEL_SLOTS: usize = 64;
 
+/// What an acquisition got from Redis.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grant {
+    /// The fencing token the server answered.
+    pub(crate) token: u64,
+    /// The holder held the lock already (a reentrant level).
+    pub(crate) reentrant: bool,
+}
+
 /// Called with every lock found lost.
 pub(crate) type LostCallback = Arc<dyn Fn(&LostLock) + Send + Sync>;
 
@@ -203,26 +212,29 @@ impl Watchdog {
         NoticeSink(Arc::clone(&self.shared))
     }
 
-    /// Tracks one more level of `name` held by `holder` with fencing `token`, granted by a
-    /// request sent at `sent_at`: renewed by the watchdog, or with a `fixed` lease that is only
-    /// watched until it runs out. A level of the chain already tracked joins it; a fresh
-    /// acquisition starts a new chain (and an older chain of the holder, which must have been
-    /// lost, is reported lost). Answers the lease state of the chain.
+    /// Tracks one more level of `name` held by `holder`, as `grant`ed by a request sent at
+    /// `sent_at`: renewed by the watchdog, or with a `fixed` lease that is only watched until
+    /// it runs out. A reentrant level (or one with the chain's token) joins the chain already
+    /// tracked; a fresh acquisition starts a new chain (and an older chain of the holder,
+    /// which must have been lost, is reported lost). Answers the lease state of the chain and
+    /// its fencing token.
     pub(crate) fn watch(
         &self,
         name: &str,
         holder: &str,
-        token: u64,
+        grant: Grant,
         sent_at: Instant,
         fixed: Option<Duration>,
-    ) -> Arc<LeaseState> {
+    ) -> (Arc<LeaseState>, u64) {
+        let token = grant.token;
         let shared = &*self.shared;
         let lease = fixed.unwrap_or(shared.timeout);
         let mut state = shared.state.lock();
         let state = &mut *state;
         let mut wake = false;
         if let Some(entry) = state.entries.get_mut(name) {
-            if &*entry.holder == holder && entry.token == token && entry.lease.lost().is_none() {
+            let same_chain = grant.reentrant || entry.token == token;
+            if &*entry.holder == holder && same_chain && entry.lease.lost().is_none() {
                 entry.lease.extend(sent_at, lease);
                 match fixed {
                     None => {
@@ -240,10 +252,11 @@ impl Watchdog {
                     }
                 }
                 let lease = Arc::clone(&entry.lease);
+                let token = entry.token;
                 if wake {
                     shared.work_arrived.notify_one();
                 }
-                return lease;
+                return (lease, token);
             }
             // A chain this process no longer holds: another thread took the lock after it was
             // lost, or this thread took it afresh before the loss was noticed.
@@ -278,7 +291,7 @@ impl Watchdog {
         if wake {
             shared.work_arrived.notify_one();
         }
-        lease
+        (lease, token)
     }
 
     /// Ends one level of the chain `lease` of `name` (a `fixed`-lease level or a renewed one).
@@ -369,15 +382,18 @@ impl Watchdog {
 }
 
 impl NoticeSink {
-    /// Someone force-released `name` while `holder` held it with fencing `token` (0 when the
-    /// token is unknown): if that is a chain of this process, it is lost.
+    /// Someone force-released `name` while `holder` held it and its token counter stood at
+    /// `token` (0 when unknown): if that is the holder's chain in this process, it is lost.
+    /// A notice for an earlier chain carries a lower token than the chain's own; the counter
+    /// never stands below the token of the chain holding the lock (a multi-server lock may
+    /// raise it above).
     pub(crate) fn force_released(&self, name: &str, holder: &str, token: u64) {
         let shared = &*self.0;
         let mut state = shared.state.lock();
         let ours = state
             .entries
             .get(name)
-            .is_some_and(|entry| &*entry.holder == holder && (token == 0 || token == entry.token));
+            .is_some_and(|entry| &*entry.holder == holder && (token == 0 || token >= entry.token));
         if ours {
             state.lose(name, LostReason::ForceReleased);
             shared.work_arrived.notify_one();
