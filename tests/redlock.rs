@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{assert_nothing_left, child_role, env, eventually, manager_for_url, spawn_child};
 use redis::Commands;
 use redlease::testing::RedisServer;
-use redlease::{Error, LockManager, LostReason, MultiLock, RedLock};
+use redlease::{Error, GroupGuard, LockManager, LostReason, MultiLock, RedLock};
 
 const MASTERS: usize = 5;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);
@@ -192,26 +192,17 @@ fn redlock_counter_process() {
     }
 }
 
-#[test]
-fn racing_clients_never_hold_together_and_all_get_through() {
-    let servers = masters(MASTERS);
+/// Each lock handle in a thread of its own takes, holds and releases `rounds` times; no two
+/// may hold at once.
+fn take_turns<L: Send + 'static>(locks: Vec<L>, rounds: usize, take: fn(&L) -> GroupGuard) {
     let inside = Arc::new(AtomicBool::new(false));
-    // Two clients (each its own five managers), two threads each: their attempts collide
-    // and split the votes; the jittered retries must sort it out.
-    let clients: Vec<RedLock> = (0..2)
-        .map(|_| redlock(&managers(&urls(&servers), Duration::from_secs(30)), "race"))
-        .collect();
-    let threads: Vec<_> = clients
-        .iter()
-        .flat_map(|client| [client.clone(), client.clone()])
+    let threads: Vec<_> = locks
+        .into_iter()
         .map(|lock| {
             let inside = Arc::clone(&inside);
             std::thread::spawn(move || {
-                for _ in 0..30 {
-                    let guard = lock
-                        .try_lock_for(Duration::from_secs(20))
-                        .unwrap()
-                        .expect("every contender gets through");
+                for _ in 0..rounds {
+                    let guard = take(&lock);
                     assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
                     std::thread::yield_now();
                     inside.store(false, Ordering::SeqCst);
@@ -223,6 +214,25 @@ fn racing_clients_never_hold_together_and_all_get_through() {
     for thread in threads {
         thread.join().unwrap();
     }
+}
+
+#[test]
+fn racing_clients_never_hold_together_and_all_get_through() {
+    let servers = masters(MASTERS);
+    // Two clients (each its own five managers), two threads each: their attempts collide
+    // and split the votes; the jittered retries must sort it out.
+    let clients: Vec<RedLock> = (0..2)
+        .map(|_| redlock(&managers(&urls(&servers), Duration::from_secs(30)), "race"))
+        .collect();
+    let contenders = clients
+        .iter()
+        .flat_map(|client| [client.clone(), client.clone()])
+        .collect();
+    take_turns(contenders, 30, |lock: &RedLock| {
+        lock.try_lock_for(Duration::from_secs(20))
+            .unwrap()
+            .expect("every contender gets through")
+    });
 }
 
 #[test]
@@ -353,25 +363,7 @@ fn ten_multilock_contenders_take_turns() {
     let first = manager_for_url(&urls[0], Duration::from_secs(30));
     let second = manager_for_url(&urls[1], Duration::from_secs(30));
     let set = MultiLock::new([first.lock("x"), first.lock("y"), second.lock("z")]).unwrap();
-    let inside = Arc::new(AtomicBool::new(false));
-    let threads: Vec<_> = (0..10)
-        .map(|_| {
-            let set = set.clone();
-            let inside = Arc::clone(&inside);
-            std::thread::spawn(move || {
-                for _ in 0..10 {
-                    let guard = set.lock().unwrap();
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                    std::thread::yield_now();
-                    inside.store(false, Ordering::SeqCst);
-                    guard.unlock().unwrap();
-                }
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().unwrap();
-    }
+    take_turns(vec![set; 10], 10, |set: &MultiLock| set.lock().unwrap());
     assert_nothing_left(&first, &servers[0]);
     assert_nothing_left(&second, &servers[1]);
 }
