@@ -699,17 +699,29 @@ impl Group {
         };
         let released = count(|outcome| matches!(outcome, Ok(true)));
         let unanswered = count(|outcome| outcome.is_err());
-        if released >= self.required {
+        self.judge(released, unanswered, || Error::NotHeld {
+            name: self.label(),
+        })
+    }
+
+    /// `Ok` when `succeeded` members are a quorum; [`Error::NoQuorum`] when the `unanswered`
+    /// ones could have made it one (too few answers to tell); else the error of `not_held`.
+    fn judge(
+        &self,
+        succeeded: usize,
+        unanswered: usize,
+        not_held: impl FnOnce() -> Error,
+    ) -> Result<()> {
+        if succeeded >= self.required {
             Ok(())
-        } else if released + unanswered >= self.required {
-            // Too few answers to tell.
+        } else if succeeded + unanswered >= self.required {
             Err(Error::NoQuorum {
                 reachable: self.members.len() - unanswered,
                 required: self.required,
                 masters: self.members.len(),
             })
         } else {
-            Err(Error::NotHeld { name: self.label() })
+            Err(not_held())
         }
     }
 
@@ -739,20 +751,10 @@ impl Group {
             .filter(|answer| matches!(answer, Ok(redis::Value::Int(1))))
             .count();
         let unanswered = answers.iter().filter(|answer| answer.is_err()).count();
-        if raised >= self.required {
-            Ok(())
-        } else if raised + unanswered >= self.required {
-            Err(Error::NoQuorum {
-                reachable: self.members.len() - unanswered,
-                required: self.required,
-                masters: self.members.len(),
-            })
-        } else {
-            Err(Error::LockLost {
-                name: self.label(),
-                reason: LostReason::NotHeldAnymore,
-            })
-        }
+        self.judge(raised, unanswered, || Error::LockLost {
+            name: self.label(),
+            reason: LostReason::NotHeldAnymore,
+        })
     }
 }
 
