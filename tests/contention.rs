@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{
     assert_nothing_left, child_role, env, eventually, manager, manager_for_url, release_channels,
-    server, spawn_child,
+    run_children, server,
 };
 use redis::Commands;
 
@@ -20,19 +20,12 @@ const INCREMENTS: usize = 40;
 #[test]
 fn a_non_atomic_counter_is_exact_across_processes_and_threads() {
     let redis = server();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            spawn_child(
-                "counter_process",
-                "count",
-                &[("REDLEASE_TEST_URL", redis.url())],
-            )
-        })
-        .collect();
-    for child in children {
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "a counting child failed");
-    }
+    run_children(
+        PROCESSES,
+        "counter_process",
+        "count",
+        &[("REDLEASE_TEST_URL", redis.url())],
+    );
     let total = redis.command(&["GET", "counter"]).unwrap();
     let expected = PROCESSES * THREADS * INCREMENTS;
     assert!(

@@ -5,7 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_nothing_left, child_role, env, manager, manager_for_url, server, spawn_child};
+use common::{
+    assert_nothing_left, child_role, env, manager, manager_for_url, run_children, server,
+};
 use redis::Commands;
 use redlease::Error;
 
@@ -16,19 +18,12 @@ const ACQUISITIONS: usize = 25;
 #[test]
 fn tokens_strictly_increase_across_processes_and_repeat_for_reentrant_levels() {
     let redis = server();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            spawn_child(
-                "token_taker_process",
-                "token_taker",
-                &[("REDLEASE_TEST_URL", redis.url())],
-            )
-        })
-        .collect();
-    for child in children {
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "a token-taking child failed");
-    }
+    run_children(
+        PROCESSES,
+        "token_taker_process",
+        "token_taker",
+        &[("REDLEASE_TEST_URL", redis.url())],
+    );
     let mut connection = redis::Client::open(redis.url())
         .unwrap()
         .get_connection()

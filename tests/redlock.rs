@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{assert_nothing_left, child_role, env, eventually, manager_for_url, spawn_child};
+use common::{assert_nothing_left, child_role, env, eventually, manager_for_url, run_children};
 use redis::Commands;
 use redlease::testing::RedisServer;
 use redlease::{Error, GroupGuard, LockManager, LostReason, MultiLock, RedLock};
@@ -139,19 +139,12 @@ fn a_frozen_master_costs_an_attempt_at_most_its_timeout() {
 fn a_redlock_excludes_across_processes() {
     let servers = masters(MASTERS);
     let urls = urls(&servers).join(",");
-    let children: Vec<_> = (0..3)
-        .map(|_| {
-            spawn_child(
-                "redlock_counter_process",
-                "redlock_counter",
-                &[("REDLEASE_TEST_URLS", urls.clone())],
-            )
-        })
-        .collect();
-    for child in children {
-        let output = child.wait_with_output().unwrap();
-        assert!(output.status.success(), "a counting child failed");
-    }
+    run_children(
+        3,
+        "redlock_counter_process",
+        "redlock_counter",
+        &[("REDLEASE_TEST_URLS", urls)],
+    );
     let counter = servers[0].command(&["GET", "counter"]).unwrap();
     assert!(
         counter.ends_with(&format!("\r\n{}\r\n", 3 * 4 * 25)),

@@ -80,6 +80,18 @@ pub fn spawn_child(test_name: &str, role: &str, env: &[(&str, String)]) -> Child
     command.spawn().expect("spawn child test process")
 }
 
+/// Runs `count` children of `test_name` in `role` at once and waits until every one has
+/// ended successfully.
+pub fn run_children(count: usize, test_name: &str, role: &str, env: &[(&str, String)]) {
+    let children: Vec<Child> = (0..count)
+        .map(|_| spawn_child(test_name, role, env))
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().expect("wait for child");
+        assert!(output.status.success(), "a {role} child failed");
+    }
+}
+
 /// The role of this process when it runs as a child, if it does.
 pub fn child_role() -> Option<String> {
     std::env::var(CHILD_ROLE).ok()
