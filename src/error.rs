@@ -71,6 +71,17 @@ pub enum Error {
         masters: usize,
     },
 
+    /// A lock over several servers got its quorum, but the servers answered so late that
+    /// nothing of the lease was left (it was taken back): the lease is too short for these
+    /// servers, or they were slow for a moment.
+    #[error("lock {name:?} was taken after {elapsed:?}, too late for its lease")]
+    LeaseSpent {
+        /// The lock name (the names joined with `+` when they differ).
+        name: String,
+        /// How long the attempt took.
+        elapsed: Duration,
+    },
+
     /// An argument is out of range: an empty lock name, a zero or too long duration.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -99,11 +110,15 @@ impl Error {
 
     /// True for the errors after which the same call may succeed later: Redis was
     /// unreachable or slow (for a lock over several servers, too many of them:
-    /// [`Error::NoQuorum`]), or answered that it cannot serve now (`LOADING`, `BUSY`,
+    /// [`Error::NoQuorum`], or so slow that the lease was spent: [`Error::LeaseSpent`]), or
+    /// answered that it cannot serve now (`LOADING`, `BUSY`,
     /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Unreachable(_) | Error::Timeout(_) | Error::NoQuorum { .. } => true,
+            Error::Unreachable(_)
+            | Error::Timeout(_)
+            | Error::NoQuorum { .. }
+            | Error::LeaseSpent { .. } => true,
             Error::Redis(err) => {
                 matches!(
                     err.kind(),

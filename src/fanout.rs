@@ -1,12 +1,16 @@
 //! Fan-out: one script call to each of several Redis servers for about the price of one.
 //!
-//! [`call_all`] writes every request before it reads any answer, so the servers work in
-//! parallel and the whole costs about one round trip (the slowest), not one per server.
-//! Answers are read against one deadline, so a server that is slow or frozen costs at most
-//! that deadline, and a dead one costs its refused connection. A request that must first
-//! connect is sent after those with an idle connection, and its answer gets as long again
-//! from its own send (each new connection adds at most one attempt timeout). Used by the
-//! multi-server locks; talks to Redis only through the pools it is given.
+//! [`FanOut::send`] writes every request before any answer is read, so the servers work in
+//! parallel and the whole costs about one round trip (the slowest), not one per server. The
+//! caller then reads each answer against a deadline of its own, in the order it likes, and
+//! may abandon the answers it no longer needs (queueing an undo behind the request), so a
+//! server that is slow or frozen costs at most the deadline it is given, and a dead one its
+//! refused connection. [`call_all`] reads every answer in order against one deadline. A
+//! request that must first connect is sent after those with an idle connection, and its
+//! answer gets as long again from its own send (each new connection adds at most one
+//! attempt timeout). A server whose script cache is empty gets the script and the request
+//! once more. Used by the multi-server locks; talks to Redis only through the pools it is
+//! given.
 
 use std::time::{Duration, Instant};
 
@@ -31,96 +35,153 @@ struct InFlight {
     connection: Connection,
     /// The connection came from the idle list, so it may turn out to have been dead.
     was_idle: bool,
-    /// Until when its answer is awaited: the attempt's deadline, later for a request that
-    /// had to wait for a new connection.
-    answer_by: Instant,
+    /// How much longer than the caller's deadline its answer is awaited: a request that had
+    /// to wait for a new connection gets the whole budget from its own send.
+    extension: Duration,
 }
 
 /// Calls `script` (whose Lua `source` it is) on every request's server, all requests written
-/// before any answer is read, and reads every answer until `deadline`. Answers one outcome
-/// per request, in order. Servers whose script cache is empty get the script and the request
-/// once more, again all at once, with as much time again.
+/// before any answer is read, and reads every answer, in order, until `deadline`. Answers one
+/// outcome per request.
 pub(crate) fn call_all(
     script: &Script,
     source: &str,
     requests: &[Request<'_>],
     deadline: Instant,
 ) -> Vec<Result<Value>> {
-    let budget = deadline.saturating_duration_since(Instant::now());
-    let packed: Vec<Vec<u8>> = requests
-        .iter()
-        .map(|request| {
-            redis::cmd("EVALSHA")
-                .arg(script.get_hash())
-                .arg(request.keys.len())
-                .arg(&request.keys)
-                .arg(&request.args)
-                .get_packed_command()
-        })
-        .collect();
-    // Requests with an idle connection go first: a server that needs a new one (slow to
-    // connect, or not there) must not hold them up.
-    let idle: Vec<Option<Connection>> = requests
-        .iter()
-        .map(|request| request.pool.take_idle())
-        .collect();
-    let mut in_flight: Vec<Option<Result<InFlight>>> = requests
-        .iter()
-        .zip(&packed)
-        .zip(idle)
-        .map(|((request, packed), idle)| {
-            idle.map(|connection| send(request.pool, packed, Some(connection), deadline, budget))
-        })
-        .collect();
-    for ((request, packed), flight) in requests.iter().zip(&packed).zip(&mut in_flight) {
-        if flight.is_none() {
-            *flight = Some(send(request.pool, packed, None, deadline, budget));
-        }
-    }
-    let mut outcomes = Vec::with_capacity(requests.len());
-    let mut reloads = Vec::new();
-    for (index, ((request, packed), flight)) in
-        requests.iter().zip(&packed).zip(in_flight).enumerate()
-    {
-        let flight = flight.unwrap_or(Err(Error::Timeout(budget)));
-        match flight.and_then(|flight| receive(request.pool, flight, packed, budget)) {
-            Ok(Received::Answer(value)) => outcomes.push(Ok(value)),
-            Ok(Received::NoScript(connection)) => {
-                outcomes.push(Err(Error::Timeout(budget)));
-                reloads.push((index, connection));
-            }
-            Err(err) => outcomes.push(Err(err)),
-        }
-    }
-    if !reloads.is_empty() {
-        let load = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(source)
-            .get_packed_command();
-        let deadline = Instant::now() + budget;
-        let mut sent = Vec::new();
-        for (index, mut connection) in reloads {
-            let mut both = load.clone();
-            both.extend_from_slice(&packed[index]);
-            match connection.send_packed_command(&both) {
-                Ok(()) => sent.push((index, connection)),
-                Err(err) => outcomes[index] = Err(Error::from_redis(err, budget)),
-            }
-        }
-        for (index, mut connection) in sent {
-            let answer = read_in_time(&mut connection, deadline)
-                .and_then(|_loaded| read_in_time(&mut connection, deadline));
-            outcomes[index] = finish(requests[index].pool, connection, answer, budget);
-        }
-    }
-    outcomes
+    let mut fan_out = FanOut::send(script, source, requests, deadline);
+    (0..requests.len())
+        .map(|index| fan_out.read(index, deadline))
+        .collect()
 }
 
-/// What came back for one request.
-enum Received {
-    Answer(Value),
-    /// The server's script cache is empty: the request must be sent again with the script.
-    NoScript(Connection),
+/// Requests written to their servers, whose answers the caller reads one by one, in the
+/// order it likes, each until a deadline of its own; or abandons.
+pub(crate) struct FanOut<'a> {
+    source: &'a str,
+    requests: &'a [Request<'a>],
+    packed: Vec<Vec<u8>>,
+    /// Per request: written (and not read yet), or why not; `None` once read or abandoned.
+    flights: Vec<Option<Result<InFlight>>>,
+    /// The time the attempt was given, which a new connection also gets from its own send.
+    budget: Duration,
+}
+
+impl<'a> FanOut<'a> {
+    /// Writes every request, those with an idle connection first: a server that needs a new
+    /// one (slow to connect, or not there) must not hold them up.
+    pub(crate) fn send(
+        script: &Script,
+        source: &'a str,
+        requests: &'a [Request<'a>],
+        deadline: Instant,
+    ) -> Self {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let packed: Vec<Vec<u8>> = requests
+            .iter()
+            .map(|request| {
+                redis::cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(request.keys.len())
+                    .arg(&request.keys)
+                    .arg(&request.args)
+                    .get_packed_command()
+            })
+            .collect();
+        let idle: Vec<Option<Connection>> = requests
+            .iter()
+            .map(|request| request.pool.take_idle())
+            .collect();
+        let mut flights: Vec<Option<Result<InFlight>>> = requests
+            .iter()
+            .zip(&packed)
+            .zip(idle)
+            .map(|((request, packed), idle)| {
+                idle.map(|connection| {
+                    send(request.pool, packed, Some(connection), deadline, budget)
+                })
+            })
+            .collect();
+        for ((request, packed), flight) in requests.iter().zip(&packed).zip(&mut flights) {
+            if flight.is_none() {
+                *flight = Some(send(request.pool, packed, None, deadline, budget));
+            }
+        }
+        FanOut {
+            source,
+            requests,
+            packed,
+            flights,
+            budget,
+        }
+    }
+
+    /// Reads the answer to request `index`, waiting no later than `deadline` (or, for a
+    /// request that had to wait for a new connection, as long again from its send). A
+    /// server whose script cache is empty gets the script and the request once more. After
+    /// a timeout the request stays pending: the caller may [`abandon`](FanOut::abandon) it.
+    pub(crate) fn read(&mut self, index: usize, deadline: Instant) -> Result<Value> {
+        let budget = self.budget;
+        let InFlight {
+            mut connection,
+            was_idle,
+            extension,
+        } = self.flights[index]
+            .take()
+            .unwrap_or(Err(Error::Timeout(budget)))?;
+        let pool = self.requests[index].pool;
+        let answer_by = deadline + extension;
+        let answer = match read_in_time(&mut connection, answer_by) {
+            Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
+                let mut both = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(self.source)
+                    .get_packed_command();
+                both.extend_from_slice(&self.packed[index]);
+                let reload_by = Instant::now() + budget;
+                connection
+                    .send_packed_command(&both)
+                    .and_then(|()| read_in_time(&mut connection, reload_by))
+                    .and_then(|_loaded| read_in_time(&mut connection, reload_by))
+            }
+            // The idle connection was dead before the request reached the server: once more
+            // on a fresh one (a fresh connection is not retried, so this ends).
+            Err(err) if was_idle && pool::is_stale_connection(&err) => {
+                self.flights[index] =
+                    Some(send(pool, &self.packed[index], None, answer_by, budget));
+                return self.read(index, answer_by);
+            }
+            answer => answer,
+        };
+        match answer {
+            Err(err) if err.is_timeout() => {
+                // The request may still run; its connection stays for an undo behind it.
+                self.flights[index] = Some(Ok(InFlight {
+                    connection,
+                    was_idle: false,
+                    extension,
+                }));
+                Err(Error::Timeout(budget))
+            }
+            answer => finish(pool, connection, answer, budget),
+        }
+    }
+
+    /// Gives up on the answer to request `index`: writes `then` behind the request on its
+    /// connection, so that the server runs it right after the request should the request
+    /// ever run, and drops the connection without waiting. Answers whether `then` went out
+    /// (it cannot where the request never did).
+    pub(crate) fn abandon(&mut self, index: usize, then: &[u8]) -> bool {
+        match self.flights[index].take() {
+            Some(Ok(mut flight)) => flight.connection.send_packed_command(then).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Whether the answer to request `index` is still to be read (or was awaited in vain).
+    pub(crate) fn is_pending(&self, index: usize) -> bool {
+        matches!(self.flights[index], Some(Ok(_)))
+    }
 }
 
 /// Writes `packed` on `idle`, or on a new connection; a dead idle connection is replaced
@@ -143,32 +204,12 @@ fn send(
         Ok(()) => Ok(InFlight {
             connection,
             was_idle,
-            answer_by: deadline.max(Instant::now() + budget),
+            extension: (Instant::now() + budget).saturating_duration_since(deadline),
         }),
         Err(err) if was_idle && pool::is_stale_connection(&err) => {
             send(pool, packed, None, deadline, budget)
         }
         Err(err) => Err(Error::from_redis(err, budget)),
-    }
-}
-
-fn receive(pool: &Pool, flight: InFlight, packed: &[u8], budget: Duration) -> Result<Received> {
-    let InFlight {
-        mut connection,
-        was_idle,
-        answer_by,
-    } = flight;
-    match read_in_time(&mut connection, answer_by) {
-        Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
-            Ok(Received::NoScript(connection))
-        }
-        // The idle connection was dead before the request reached the server: once more on
-        // a fresh one (a fresh connection is not retried, so this ends).
-        Err(err) if was_idle && pool::is_stale_connection(&err) => {
-            let flight = send(pool, packed, None, answer_by, budget)?;
-            receive(pool, flight, packed, budget)
-        }
-        answer => finish(pool, connection, answer, budget).map(Received::Answer),
     }
 }
 

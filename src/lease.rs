@@ -3,7 +3,8 @@
 //! A [`LeaseState`] is created by the first (non-reentrant) acquisition of a lock by a holder
 //! and shared by its reentrant acquisitions and by the watchdog entry that tracks it. It knows
 //! when the lease runs out by the local monotonic clock (the watchdog moves that deadline on
-//! with every renewal) and why the lock was lost once that is known. The watchdog records
+//! with every renewal), the chain's fencing token, and why the lock was lost once that is
+//! known. The watchdog records
 //! losses; guards read the state and hand out signals that fire once a loss is recorded.
 //! No I/O here.
 
@@ -17,6 +18,8 @@ use crate::error::LostReason;
 
 pub(crate) struct LeaseState {
     lost: OnceLock<LostReason>,
+    /// The fencing token of the chain's first acquisition.
+    token: u64,
     inner: Mutex<Inner>,
 }
 
@@ -35,15 +38,18 @@ impl std::fmt::Debug for LeaseState {
         f.debug_struct("LeaseState")
             .field("lost", &self.lost.get())
             .field("deadline", &self.deadline())
+            .field("token", &self.token())
             .finish_non_exhaustive()
     }
 }
 
 impl LeaseState {
-    /// The state of a chain whose lease of `lease` was granted by a request sent at `sent_at`.
-    pub(crate) fn new(sent_at: Instant, lease: Duration) -> Self {
+    /// The state of a chain whose lease of `lease` and fencing `token` were granted by a
+    /// request sent at `sent_at`.
+    pub(crate) fn new(sent_at: Instant, lease: Duration, token: u64) -> Self {
         LeaseState {
             lost: OnceLock::new(),
+            token,
             inner: Mutex::new(Inner {
                 deadline: deadline(sent_at, lease),
                 signals: Vec::new(),
@@ -55,6 +61,11 @@ impl LeaseState {
     /// When the lease runs out by the local clock.
     pub(crate) fn deadline(&self) -> Instant {
         self.inner.lock().deadline
+    }
+
+    /// The fencing token of the chain's first acquisition.
+    pub(crate) fn token(&self) -> u64 {
+        self.token
     }
 
     /// Moves the deadline on to cover a lease of `lease` granted by a request sent at
@@ -160,7 +171,7 @@ mod tests {
     #[test]
     fn the_deadline_allows_for_drift_and_only_moves_on() {
         let start = Instant::now();
-        let state = LeaseState::new(start, Duration::from_secs(10));
+        let state = LeaseState::new(start, Duration::from_secs(10), 1);
         assert_eq!(state.deadline(), start + Duration::from_millis(9_898));
         state.extend(start, Duration::from_secs(1));
         assert_eq!(state.deadline(), start + Duration::from_millis(9_898));
@@ -175,7 +186,7 @@ mod tests {
     #[test]
     fn a_passed_deadline_reads_as_expired_and_the_first_recorded_reason_wins() {
         // A lease shorter than the drift allowance has run out as soon as it is granted.
-        let state = LeaseState::new(Instant::now(), Duration::from_millis(1));
+        let state = LeaseState::new(Instant::now(), Duration::from_millis(1), 1);
         assert_eq!(state.lost(), Some(LostReason::LeaseExpired));
         assert!(!state.is_marked_lost());
         let signal = state.signal();

@@ -136,9 +136,9 @@ impl LockManager {
         }
     }
 
-    /// `<client-id>:<thread-number>` of the calling thread.
-    pub(crate) fn holder_id(&self) -> String {
-        names::holder_id(&self.inner.client_id)
+    /// A holder id for a new acquisition chain: `<client-id>:<chain-number>`.
+    pub(crate) fn new_holder_id(&self) -> String {
+        names::new_holder_id(&self.inner.client_id)
     }
 }
 

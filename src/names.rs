@@ -1,6 +1,6 @@
 //! Redis key and channel names derived from a lock name, holder ids, and argument checks.
 //!
-//! The naming follows the Redisson layout (`shared/PROTOCOL.md`): a derived name is
+//! The naming follows Redisson's layout: a derived name is
 //! `prefix:{name}`, or `prefix:name` when the name already has a `{`, so every key and channel
 //! of one lock lands in the same Redis Cluster slot. Pure functions only; no I/O.
 
@@ -65,13 +65,14 @@ impl LockKeys {
 }
 
 static NEXT_THREAD_NUMBER: AtomicU64 = AtomicU64::new(1);
+static NEXT_CHAIN_NUMBER: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     static THREAD_NUMBER: Cell<u64> = const { Cell::new(0) };
 }
 
 /// A number that identifies the calling thread within this process, stable for its lifetime
-/// and never reused (the `<thread-id>` half of a holder id).
+/// and never reused.
 pub(crate) fn thread_number() -> u64 {
     THREAD_NUMBER.with(|number| {
         if number.get() == 0 {
@@ -81,9 +82,17 @@ pub(crate) fn thread_number() -> u64 {
     })
 }
 
-/// `<client-id>:<thread-number>` for the calling thread.
-pub(crate) fn holder_id(client_id: &str) -> String {
-    format!("{client_id}:{}", thread_number())
+/// A holder id for a new acquisition chain (a thread's hold of one lock, from its first level
+/// to its last): `<client-id>:<chain-number>`, never reused in this process.
+///
+/// Redisson's holder ids are `<client-id>:<thread-id>`, the same for every chain of a thread;
+/// a number per chain keeps that shape, and means that a release or renewal of an earlier
+/// chain that arrives late finds nothing of its own in a later chain of the same thread.
+pub(crate) fn new_holder_id(client_id: &str) -> String {
+    format!(
+        "{client_id}:{}",
+        NEXT_CHAIN_NUMBER.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A lease or timeout as whole milliseconds (rounded up), checked against `1 ms ..= MAX_LEASE`.

@@ -48,7 +48,7 @@ impl Chain {
             fixed,
             required,
             levels: AtomicU32::new(1),
-            state: LeaseState::new(Instant::now(), MAX_LEASE),
+            state: LeaseState::new(Instant::now(), MAX_LEASE, 0),
             fence: OnceLock::new(),
         });
         for hold in chain.members.iter().flatten() {

@@ -2,13 +2,16 @@
 //! [`MultiLock`] (every one of several locks), both held through a [`GroupGuard`].
 //!
 //! Either is a group of [`Lock`] handles, each on its own manager, of which `required` must
-//! be taken. An attempt sends the acquire script to every member at once and reads all
+//! be taken. An attempt sends the acquire script to every member at once and reads the
 //! answers against one attempt timeout ([`fanout`](crate::fanout): about one round trip, not
-//! one per server). It succeeds with `required` members taken and time left of the lease:
-//! the validity, lease − elapsed − drift (1 % of the lease + 2 ms), elapsed by the monotonic
-//! clock. Otherwise it releases every member, those that seemed to fail too (their acquire
-//! may have run), and tries again after a jittered delay, or as soon as a release message
-//! arrives on any member's channel.
+//! one per server). Members that did not answer their last request in time are read last,
+//! and only briefly when the others could make the quorum on their own; once the answers in
+//! hand settle the vote, the rest are not waited for: an undo is queued behind each on its
+//! connection, so a late grant is taken back as soon as it is made. An attempt succeeds with
+//! `required` members taken and time left of the lease: the validity, lease − elapsed −
+//! drift (1 % of the lease + 2 ms), elapsed by the monotonic clock. Otherwise it undoes what
+//! it took and tries again after a jittered delay, or as soon as a release message arrives
+//! on any member's channel.
 //!
 //! Each member taken is then kept by its own manager's watchdog, like a single lock; the
 //! group is lost when fewer than `required` members are still held. Reentrancy is counted
@@ -19,6 +22,7 @@ mod guard;
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -29,15 +33,16 @@ pub use guard::GroupGuard;
 use guard::{Chain, MemberHold};
 
 use crate::error::{Error, LostReason, Result};
-use crate::fanout::{self, Request};
+use crate::fanout::{self, FanOut, Request};
 use crate::lease::clock_drift;
 use crate::lock::{
-    deadline_after, Lock, ACQUIRE, ACQUIRE_LUA, RELEASE, RELEASE_LUA, RELEASE_MESSAGE,
+    deadline_after, undo_command, Lock, ACQUIRE, ACQUIRE_LUA, RELEASE, RELEASE_LUA,
+    RELEASE_MESSAGE, UNDO, UNDO_LUA,
 };
 use crate::manager::LockManager;
 use crate::names;
 use crate::pubsub::Subscription;
-use crate::watchdog::Grant;
+use crate::watchdog::{Grant, LevelsLeft};
 
 const RAISE_TOKEN_LUA: &str = include_str!("raise_token.lua");
 static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
@@ -132,6 +137,8 @@ pub struct Group {
     retry_delay: Duration,
     /// The chain this group is held by, per thread number.
     holds: Mutex<HashMap<u64, Arc<Chain>>>,
+    /// Per member: its last answer did not come in time.
+    silent: Vec<AtomicBool>,
 }
 
 /// How long an acquisition keeps the members.
@@ -145,10 +152,12 @@ enum Lease {
 struct Attempt {
     /// What each member taken granted.
     taken: Vec<Option<Grant>>,
-    /// Members whose answer did not come (they may have run the request).
-    unanswered: Vec<bool>,
+    /// Members whose connection broke after the request went out (it may have run).
+    broken: Vec<bool>,
     /// Members that did not answer in time or answered an error.
     failed: usize,
+    /// Members whose answer was read.
+    read: usize,
     first_error: Option<Error>,
     /// The shortest lease left among members held by others.
     shortest_ttl: Option<Duration>,
@@ -158,6 +167,13 @@ struct Attempt {
 impl Attempt {
     fn taken_count(&self) -> usize {
         self.taken.iter().flatten().count()
+    }
+
+    /// Whether the answers in hand settle the vote: `required` members taken, or too few
+    /// unread to make it up.
+    fn is_settled(&self, required: usize) -> bool {
+        let taken = self.taken_count();
+        taken >= required || taken + (self.taken.len() - self.read) < required
     }
 }
 
@@ -387,11 +403,12 @@ impl<T: FromGroup> GroupBuilder<T> {
             Kind::MultiLock => members.len(),
         };
         Ok(T::from_group(Arc::new(Group {
-            members,
             required,
             attempt_timeout,
             retry_delay,
             holds: Mutex::new(HashMap::new()),
+            silent: members.iter().map(|_| AtomicBool::new(false)).collect(),
+            members,
         })))
     }
 }
@@ -430,11 +447,6 @@ impl Group {
                 return Ok(Some(GroupGuard::new(Arc::clone(self), Arc::clone(chain))));
             }
         }
-        let holders: Vec<String> = self
-            .members
-            .iter()
-            .map(|member| member.manager().holder_id())
-            .collect();
         let lease_ms: Vec<u64> = match lease {
             Lease::Watchdog => self
                 .members
@@ -453,7 +465,8 @@ impl Group {
         let shortest_lease = Duration::from_millis(lease_ms.iter().copied().min().unwrap_or(0));
         let mut subscriptions: Vec<Subscription> = Vec::new();
         loop {
-            let attempt = self.attempt(&holders, &lease_ms);
+            let (holders, levels_held) = self.chains_to_join(thread);
+            let attempt = self.attempt(&holders, &lease_ms, &levels_held);
             let elapsed = attempt.sent_at.elapsed();
             let quorum = attempt.taken_count() >= self.required;
             let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
@@ -461,16 +474,20 @@ impl Group {
                 let chain = self.hold(thread, &holders, &attempt, lease);
                 return Ok(Some(GroupGuard::new(Arc::clone(self), chain)));
             }
-            // Undo where the attempt took the lock or may have (an answer that did not come
-            // in time); members held by others have nothing of ours.
+            // Undo where the attempt took the lock, or may have through a connection that
+            // broke (answers not waited for have their undo queued already); members held by
+            // others have nothing of ours.
             let undo: Vec<bool> = (0..self.members.len())
-                .map(|index| attempt.taken[index].is_some() || attempt.unanswered[index])
+                .map(|index| attempt.taken[index].is_some() || attempt.broken[index])
                 .collect();
-            self.release_members(&holders, &lease_ms, &undo);
+            self.undo_members(&holders, &levels_held, &undo);
             if quorum {
                 // Taken, but the lease was gone before the answers were: too short a lease
                 // for these servers.
-                return Err(Error::Timeout(elapsed));
+                return Err(Error::LeaseSpent {
+                    name: self.label(),
+                    elapsed,
+                });
             }
             if attempt.failed > self.members.len() - self.required {
                 return Err(match attempt.first_error {
@@ -489,7 +506,8 @@ impl Group {
             if subscriptions.is_empty() {
                 for member in &self.members {
                     let hub = &member.manager().inner.hub;
-                    subscriptions.push(hub.subscribe(&member.keys_unchecked().channel)?);
+                    let keys = member.keys_unchecked();
+                    subscriptions.push(hub.subscribe(&keys.channel, &keys.name)?);
                 }
                 // A release may have gone by while subscribing: look again before sleeping.
                 continue;
@@ -521,49 +539,101 @@ impl Group {
         }
     }
 
-    /// Sends the acquire script to every member at once.
-    fn attempt(&self, holders: &[String], lease_ms: &[u64]) -> Attempt {
+    /// Per member: the holder id and levels of the chain `thread` holds there already (a
+    /// single lock on the same name), or a new holder id and no levels.
+    fn chains_to_join(&self, thread: u64) -> (Vec<String>, Vec<u32>) {
+        self.members
+            .iter()
+            .map(|member| {
+                let watchdog = &member.manager().inner.watchdog;
+                match watchdog.chain_of(member.name(), thread) {
+                    Some((holder, levels)) => (holder.to_string(), levels),
+                    None => (member.manager().new_holder_id(), 0),
+                }
+            })
+            .unzip()
+    }
+
+    /// Sends the acquire script to every member at once and reads the answers: trusted
+    /// members first, then those whose last answer did not come in time, unless the vote is
+    /// settled by then. Answers not waited for get an undo queued behind their request.
+    fn attempt(&self, holders: &[String], lease_ms: &[u64], levels_held: &[u32]) -> Attempt {
         let requests: Vec<Request<'_>> = self
             .members
             .iter()
             .zip(holders)
             .zip(lease_ms)
-            .map(|((member, holder), lease_ms)| Request {
+            .zip(levels_held)
+            .map(|(((member, holder), lease_ms), levels_held)| Request {
                 pool: &member.manager().inner.pool,
                 keys: vec![member.name(), &member.keys_unchecked().token],
-                args: vec![lease_ms.to_string(), holder.clone()],
+                args: vec![
+                    lease_ms.to_string(),
+                    holder.clone(),
+                    levels_held.to_string(),
+                ],
             })
             .collect();
+        let count = self.members.len();
         let sent_at = Instant::now();
-        let answers = fanout::call_all(
-            &ACQUIRE,
-            ACQUIRE_LUA,
-            &requests,
-            sent_at + self.attempt_timeout,
-        );
+        let deadline = sent_at + self.attempt_timeout;
+        let mut fan_out = FanOut::send(&ACQUIRE, ACQUIRE_LUA, &requests, deadline);
         let mut attempt = Attempt {
-            taken: Vec::with_capacity(answers.len()),
-            unanswered: Vec::with_capacity(answers.len()),
+            taken: vec![None; count],
+            broken: vec![false; count],
             failed: 0,
+            read: 0,
             first_error: None,
             shortest_ttl: None,
             sent_at,
         };
-        for answer in answers {
-            let parsed = answer.and_then(|value| {
+        let silent: Vec<bool> = self
+            .silent
+            .iter()
+            .map(|silent| silent.load(Ordering::Relaxed))
+            .collect();
+        let trusted = silent.iter().filter(|silent| !**silent).count();
+        let order = (0..count)
+            .filter(|&index| !silent[index])
+            .chain((0..count).filter(|&index| silent[index]));
+        let mut silent_deadline = None;
+        for index in order {
+            if attempt.taken_count() + (count - attempt.read) < self.required {
+                break; // no quorum whatever the rest answer
+            }
+            let deadline = if !silent[index] {
+                deadline
+            } else if attempt.is_settled(self.required) {
+                break;
+            } else if trusted >= self.required {
+                // The trusted members could have made the quorum alone: a silent one gets
+                // as long again as they took, enough for one that has come back.
+                *silent_deadline.get_or_insert_with(|| {
+                    let now = Instant::now();
+                    (now + (now - sent_at).max(Duration::from_millis(1))).min(deadline)
+                })
+            } else {
+                deadline
+            };
+            let answer = fan_out.read(index, deadline).and_then(|value| {
                 redis::from_redis_value::<(i64, i64)>(value).map_err(|err| Error::Redis(err.into()))
             });
-            attempt.unanswered.push(matches!(
-                &parsed,
-                Err(Error::Timeout(_) | Error::Unreachable(_))
-            ));
-            match parsed {
-                Ok((taken @ (1 | 2), token)) => attempt.taken.push(Some(Grant {
-                    token: token.max(0) as u64,
-                    reentrant: taken == 2,
-                })),
+            attempt.read += 1;
+            self.silent[index].store(matches!(answer, Err(Error::Timeout(_))), Ordering::Relaxed);
+            match answer {
+                Ok((1 | 2, token)) => {
+                    attempt.taken[index] = Some(Grant {
+                        token: token.max(0) as u64,
+                    })
+                }
+                Ok((3, _)) => {
+                    // The member's chain (a single lock of this thread) is gone: the next
+                    // attempt starts a new one there.
+                    let member = &self.members[index];
+                    let watchdog = &member.manager().inner.watchdog;
+                    watchdog.chain_gone(member.name(), &holders[index]);
+                }
                 Ok((_, ttl)) => {
-                    attempt.taken.push(None);
                     if let Ok(ttl) = u64::try_from(ttl) {
                         let ttl = Duration::from_millis(ttl);
                         attempt.shortest_ttl = Some(
@@ -574,10 +644,19 @@ impl Group {
                     }
                 }
                 Err(err) => {
-                    attempt.taken.push(None);
+                    attempt.broken[index] = matches!(
+                        &err,
+                        Error::Unreachable(cause) if !cause.is_connection_refusal()
+                    );
                     attempt.failed += 1;
                     attempt.first_error.get_or_insert(err);
                 }
+            }
+        }
+        for (index, (member, holder)) in self.members.iter().zip(holders).enumerate() {
+            if fan_out.is_pending(index) {
+                let undo = undo_command(member.keys_unchecked(), holder, levels_held[index]);
+                fan_out.abandon(index, &undo.get_packed_command());
             }
         }
         attempt
@@ -599,6 +678,7 @@ impl Group {
                     let (lease, token) = member.manager().inner.watchdog.watch(
                         member.name(),
                         holder,
+                        thread,
                         grant,
                         attempt.sent_at,
                         fixed,
@@ -612,20 +692,24 @@ impl Group {
         chain
     }
 
-    /// Releases `holders`' hold on the members marked in `which`, all at once; answers each
-    /// member's outcome (`None` where not asked): `Ok(true)` released, `Ok(false)` not held.
+    /// Releases one level of `holders`' chains on the members given the levels they keep in
+    /// `which`, all at once.
+    /// Answers each member's outcome (`None` where not asked): `Ok(true)` released,
+    /// `Ok(false)` not held.
     fn release_members(
         &self,
         holders: &[String],
         lease_ms: &[u64],
-        which: &[bool],
+        which: &[Option<LevelsLeft>],
     ) -> Vec<Option<Result<bool>>> {
-        let asked: Vec<usize> = (0..self.members.len())
-            .filter(|&index| which[index])
+        let asked: Vec<(usize, LevelsLeft)> = which
+            .iter()
+            .enumerate()
+            .filter_map(|(index, left)| Some((index, (*left)?)))
             .collect();
         let latches: Vec<String> = asked
             .iter()
-            .map(|&index| {
+            .map(|&(index, _)| {
                 let member = &self.members[index];
                 member
                     .keys_unchecked()
@@ -635,16 +719,18 @@ impl Group {
         let requests: Vec<Request<'_>> = asked
             .iter()
             .zip(&latches)
-            .map(|(&index, latch)| {
+            .map(|(&(index, left), latch)| {
                 let member = &self.members[index];
+                let keys = member.keys_unchecked();
                 Request {
                     pool: &member.manager().inner.pool,
-                    keys: vec![member.name(), &member.keys_unchecked().channel, latch],
+                    keys: vec![member.name(), &keys.channel, latch],
                     args: vec![
                         holders[index].clone(),
                         lease_ms[index].to_string(),
                         member.manager().inner.release_latch_ms.to_string(),
                         RELEASE_MESSAGE.to_owned(),
+                        left.total().to_string(),
                     ],
                 }
             })
@@ -656,10 +742,39 @@ impl Group {
         }
         let deadline = Instant::now() + self.attempt_timeout;
         let answers = fanout::call_all(&RELEASE, RELEASE_LUA, &requests, deadline);
-        for (index, answer) in asked.into_iter().zip(answers) {
+        for ((index, _), answer) in asked.into_iter().zip(answers) {
             outcomes[index] = Some(answer.map(|value| value != redis::Value::Nil));
         }
         outcomes
+    }
+
+    /// Takes back what an attempt added on the members marked in `which`, leaving
+    /// `levels_held`, all at once.
+    fn undo_members(&self, holders: &[String], levels_held: &[u32], which: &[bool]) {
+        let requests: Vec<Request<'_>> = (0..self.members.len())
+            .filter(|&index| which[index])
+            .map(|index| {
+                let member = &self.members[index];
+                Request {
+                    pool: &member.manager().inner.pool,
+                    keys: vec![member.name(), &member.keys_unchecked().channel],
+                    args: vec![
+                        holders[index].clone(),
+                        levels_held[index].to_string(),
+                        RELEASE_MESSAGE.to_owned(),
+                    ],
+                }
+            })
+            .collect();
+        if requests.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + self.attempt_timeout;
+        for answer in fanout::call_all(&UNDO, UNDO_LUA, &requests, deadline) {
+            if let Err(err) = answer {
+                log::debug!("lock {:?}: undo of an attempt failed: {err}", self.label());
+            }
+        }
     }
 
     /// Ends the thread's hold of `chain`: releases the members it still holds.
@@ -675,21 +790,18 @@ impl Group {
                 None => member.manager().inner.watchdog_timeout_ms,
             })
             .collect();
-        let held: Vec<bool> = chain
+        let releases: Vec<Option<LevelsLeft>> = self
             .members
             .iter()
-            .map(|hold| {
-                hold.as_ref()
-                    .is_some_and(|hold| hold.lease.lost().is_none())
+            .zip(&chain.members)
+            .map(|(member, hold)| {
+                let hold = hold.as_ref()?;
+                let watchdog = &member.manager().inner.watchdog;
+                let left = watchdog.unwatch(member.name(), &hold.lease, chain.fixed.is_some());
+                hold.lease.lost().is_none().then_some(left)
             })
             .collect();
-        for (member, hold) in self.members.iter().zip(&chain.members) {
-            if let Some(hold) = hold {
-                let watchdog = &member.manager().inner.watchdog;
-                watchdog.unwatch(member.name(), &hold.lease, chain.fixed.is_some());
-            }
-        }
-        let outcomes = self.release_members(&chain.holders, &lease_ms, &held);
+        let outcomes = self.release_members(&chain.holders, &lease_ms, &releases);
         let count = |wanted: fn(&Result<bool>) -> bool| {
             outcomes
                 .iter()

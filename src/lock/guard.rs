@@ -140,13 +140,12 @@ impl LockGuard {
     }
 
     fn release(&self) -> Result<()> {
-        let still_watched = self.lock.manager.inner.watchdog.unwatch(
+        let left = self.lock.manager.inner.watchdog.unwatch(
             self.lock.name(),
             &self.lease,
             self.fixed_lease.is_some(),
         );
-        self.lock
-            .release(&self.holder, still_watched, self.fixed_lease)
+        self.lock.release(&self.holder, left, self.fixed_lease)
     }
 }
 

@@ -17,12 +17,17 @@ pub use guard::LockGuard;
 use crate::error::{Error, Result};
 use crate::manager::LockManager;
 use crate::names::{self, LockKeys};
-use crate::watchdog::Grant;
+use crate::pubsub::Subscription;
+use crate::watchdog::{Grant, LevelsLeft};
 
 pub(crate) const ACQUIRE_LUA: &str = include_str!("acquire.lua");
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 pub(crate) const RELEASE_LUA: &str = include_str!("release.lua");
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+/// Queued behind a request as `EVAL` with its source, so that it works on a server whose
+/// script cache was emptied; by its SHA1 where it is read like the other scripts.
+pub(crate) const UNDO_LUA: &str = include_str!("undo.lua");
+pub(crate) static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_LUA));
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_release.lua")));
 
@@ -111,12 +116,14 @@ impl Lease {
 enum Attempt {
     Acquired {
         token: u64,
-        /// The holder held the lock already.
-        reentrant: bool,
         sent_at: Instant,
     },
     /// Someone else holds it; the lease it has left, when it has one.
-    Held { ttl: Option<Duration> },
+    Held {
+        ttl: Option<Duration>,
+    },
+    /// The chain the attempt meant to enter once more is gone.
+    ChainGone,
 }
 
 impl Lock {
@@ -175,17 +182,24 @@ impl Lock {
         self.query(redis::cmd("EXISTS").arg(&self.keys()?.name))
     }
 
-    /// Whether the calling thread holds the lock, as Redis sees it now.
+    /// Whether the calling thread holds the lock, as Redis sees it now (`false` without I/O
+    /// when this process knows of no hold of the thread, or knows it lost it).
     pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        let holder = self.manager.holder_id();
-        self.query(redis::cmd("HEXISTS").arg(&self.keys()?.name).arg(holder))
+        let name = &self.keys()?.name;
+        match self.current_chain() {
+            Some((holder, _)) => self.query(redis::cmd("HEXISTS").arg(name).arg(&*holder)),
+            None => Ok(false),
+        }
     }
 
-    /// How many times the calling thread holds the lock (0 when it does not).
+    /// How many times the calling thread holds the lock, as Redis counts it now (0 without
+    /// I/O when this process knows of no hold of the thread, or knows it lost it).
     pub fn hold_count(&self) -> Result<u32> {
-        let holder = self.manager.holder_id();
-        let count: Option<u32> =
-            self.query(redis::cmd("HGET").arg(&self.keys()?.name).arg(holder))?;
+        let name = &self.keys()?.name;
+        let Some((holder, _)) = self.current_chain() else {
+            return Ok(0);
+        };
+        let count: Option<u32> = self.query(redis::cmd("HGET").arg(name).arg(&*holder))?;
         Ok(count.unwrap_or(0))
     }
 
@@ -225,13 +239,12 @@ impl Lock {
     /// was leaked with [`std::mem::forget`]. Fails with [`Error::NotHeld`] when the calling
     /// thread does not hold the lock.
     pub fn unlock(&self) -> Result<()> {
-        let holder = self.manager.holder_id();
-        let watched = self
-            .manager
-            .inner
-            .watchdog
-            .unwatch_holder(&self.keys()?.name, &holder);
-        self.release(&holder, watched, None)
+        let name = &self.keys()?.name;
+        let watchdog = &self.manager.inner.watchdog;
+        let (left, holder) = watchdog
+            .unwatch_thread(name, names::thread_number())
+            .ok_or_else(|| Error::NotHeld { name: name.clone() })?;
+        self.release(&holder, left, None)
     }
 
     pub(crate) fn keys(&self) -> Result<&LockKeys> {
@@ -247,6 +260,13 @@ impl Lock {
         &self.manager
     }
 
+    /// The chain by which the calling thread holds the lock in this process, unless it is
+    /// known to be lost: its holder id and levels.
+    fn current_chain(&self) -> Option<(Arc<str>, u32)> {
+        let watchdog = &self.manager.inner.watchdog;
+        watchdog.chain_of(&self.keys.name, names::thread_number())
+    }
+
     fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
         self.manager
             .inner
@@ -260,30 +280,24 @@ impl Lock {
     fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard>> {
         self.manager.ensure_running()?;
         self.keys()?;
-        let holder = self.manager.holder_id();
-        if let Attempt::Acquired {
-            token,
-            reentrant,
-            sent_at,
-        } = self.attempt(&holder, lease)?
-        {
-            return Ok(Some(self.guard(holder, lease, token, reentrant, sent_at)));
-        }
-        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            return Ok(None);
-        }
-        let subscription = self.manager.inner.hub.subscribe(&self.keys.channel)?;
+        // A level of the chain the thread holds, or a new chain with a holder id of its own.
+        let (mut holder, mut levels_held) = self.chain_to_join();
+        let mut subscription: Option<Subscription> = None;
         let mut woken = false;
         loop {
-            let ttl = match self.attempt(&holder, lease) {
-                Ok(Attempt::Acquired {
-                    token,
-                    reentrant,
-                    sent_at,
-                }) => return Ok(Some(self.guard(holder, lease, token, reentrant, sent_at))),
+            let ttl = match self.attempt(&holder, levels_held, lease) {
+                Ok(Attempt::Acquired { token, sent_at }) => {
+                    return Ok(Some(self.guard(holder, lease, token, sent_at)))
+                }
                 Ok(Attempt::Held { ttl }) => ttl,
+                Ok(Attempt::ChainGone) => {
+                    let watchdog = &self.manager.inner.watchdog;
+                    watchdog.chain_gone(&self.keys.name, &holder);
+                    (holder, levels_held) = self.chain_to_join();
+                    continue;
+                }
                 Err(err) => {
-                    if woken {
+                    if let (true, Some(subscription)) = (woken, &subscription) {
                         // The release that woke us goes unused: let another waiter have it.
                         subscription.pass_wake_on();
                     }
@@ -294,6 +308,12 @@ impl Lock {
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(None);
             }
+            let Some(subscription) = &subscription else {
+                // Subscribed before the next attempt, so no release after it goes unseen.
+                let hub = &self.manager.inner.hub;
+                subscription = Some(hub.subscribe(&self.keys.channel, &self.keys.name)?);
+                continue;
+            };
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
             let mut sleep = ttl.unwrap_or(self.manager.watchdog_timeout() / 3);
@@ -308,41 +328,70 @@ impl Lock {
         }
     }
 
-    fn attempt(&self, holder: &str, lease: Lease) -> Result<Attempt> {
+    /// The holder id and levels of the chain the calling thread holds the lock by, or a new
+    /// holder id and no levels.
+    fn chain_to_join(&self) -> (String, u32) {
+        match self.current_chain() {
+            Some((holder, levels)) => (holder.to_string(), levels),
+            None => (self.manager.new_holder_id(), 0),
+        }
+    }
+
+    /// One acquisition attempt by `holder`, which holds `levels_held` levels already. When its
+    /// answer does not come, its undo is queued behind it: a late grant is taken back.
+    fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<Attempt> {
         let lease_ms = match lease {
             Lease::Watchdog => self.manager.inner.watchdog_timeout_ms,
             Lease::Fixed { millis, .. } => millis,
         };
+        let undo = || undo_command(&self.keys, holder, levels_held);
         let sent_at = Instant::now();
-        let (acquired, value): (i64, i64) = self.manager.inner.pool.run(|connection| {
-            ACQUIRE
+        let answer = self.manager.inner.pool.run(|connection| {
+            let answer = ACQUIRE
                 .key(&self.keys.name)
                 .key(&self.keys.token)
                 .arg(lease_ms)
                 .arg(holder)
-                .invoke(connection)
-        })?;
-        Ok(if acquired >= 1 {
-            Attempt::Acquired {
+                .arg(levels_held)
+                .invoke(connection);
+            if answer.as_ref().is_err_and(redis::RedisError::is_timeout) {
+                // The request may still run: queue its undo right behind it, on the same
+                // connection, so it runs after it and before any later request of ours.
+                let _ = connection.send_packed_command(&undo().get_packed_command());
+            }
+            answer
+        });
+        let (acquired, value): (i64, i64) = match answer {
+            Err(Error::Unreachable(err)) if !err.is_connection_refusal() => {
+                // The connection broke after the request went out: it may have run.
+                let undone = self
+                    .manager
+                    .inner
+                    .pool
+                    .run(|connection| undo().query::<i64>(connection));
+                if let Err(undo_err) = undone {
+                    log::debug!(
+                        "lock {:?}: undo after {err} failed: {undo_err}",
+                        self.name()
+                    );
+                }
+                return Err(Error::Unreachable(err));
+            }
+            answer => answer?,
+        };
+        Ok(match acquired {
+            1 | 2 => Attempt::Acquired {
                 token: value.max(0) as u64,
-                reentrant: acquired == 2,
                 sent_at,
-            }
-        } else {
-            Attempt::Held {
+            },
+            3 => Attempt::ChainGone,
+            _ => Attempt::Held {
                 ttl: u64::try_from(value).ok().map(Duration::from_millis),
-            }
+            },
         })
     }
 
-    fn guard(
-        &self,
-        holder: String,
-        lease: Lease,
-        token: u64,
-        reentrant: bool,
-        sent_at: Instant,
-    ) -> LockGuard {
+    fn guard(&self, holder: String, lease: Lease, token: u64, sent_at: Instant) -> LockGuard {
         let fixed_lease = match lease {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
@@ -350,25 +399,26 @@ impl Lock {
         let (state, token) = self.manager.inner.watchdog.watch(
             &self.keys.name,
             &holder,
-            Grant { token, reentrant },
+            names::thread_number(),
+            Grant { token },
             sent_at,
             fixed_lease,
         );
         LockGuard::new(self.clone(), holder, fixed_lease, token, state)
     }
 
-    /// Releases one level held by `holder`. `still_watched` says whether the watchdog renews
-    /// the lock after this level (then the remaining levels get the watchdog timeout as their
-    /// lease, else the lease of the level released).
+    /// Releases one level held by `holder` (a chain's holder id), leaving the chain the
+    /// levels `left` in this process. Remaining levels get the watchdog timeout as their lease
+    /// while the watchdog renews them, else the lease of the level released.
     pub(crate) fn release(
         &self,
         holder: &str,
-        still_watched: bool,
+        left: LevelsLeft,
         fixed_lease: Option<Duration>,
     ) -> Result<()> {
         let inner = &self.manager.inner;
         let lease_ms = match fixed_lease {
-            Some(lease) if !still_watched => names::lease_millis("lease", lease)?,
+            Some(lease) if !left.is_watched() => names::lease_millis("lease", lease)?,
             _ => inner.watchdog_timeout_ms,
         };
         let latch = self.keys.unlock_latch(&inner.next_request_id());
@@ -382,6 +432,7 @@ impl Lock {
                     .arg(lease_ms)
                     .arg(inner.release_latch_ms)
                     .arg(RELEASE_MESSAGE)
+                    .arg(left.total())
                     .invoke(connection)
             })
         };
@@ -401,6 +452,21 @@ impl Lock {
             }),
         }
     }
+}
+
+/// The command that takes back an acquisition of `keys` by `holder` whose answer did not
+/// come, leaving the `levels_held` the holder's process knows of.
+pub(crate) fn undo_command(keys: &LockKeys, holder: &str, levels_held: u32) -> redis::Cmd {
+    let mut command = redis::cmd("EVAL");
+    command
+        .arg(UNDO_LUA)
+        .arg(2)
+        .arg(&keys.name)
+        .arg(&keys.channel)
+        .arg(holder)
+        .arg(levels_held)
+        .arg(RELEASE_MESSAGE);
+    command
 }
 
 impl std::fmt::Debug for Lock {

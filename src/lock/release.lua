@@ -2,11 +2,15 @@
 -- KEYS[1]: the lock hash
 -- KEYS[2]: the release channel of the lock name
 -- KEYS[3]: the latch key of this release request (keeps the answer for a retried request)
--- ARGV[1]: the holder id
+-- ARGV[1]: the holder id (unique to one acquisition chain, so a late release of an earlier
+--          chain finds nothing of its own in a later one)
 -- ARGV[2]: the lease in ms the remaining levels get at least
 -- ARGV[3]: how long the latch keeps the answer, in ms
 -- ARGV[4]: the release message
+-- ARGV[5]: how many levels the holder's process keeps after this release
 -- Answers nil when the holder does not hold the lock, 0 when levels remain, 1 when freed.
+-- The count is set to the levels the process keeps rather than decremented, so that a level
+-- an unanswered acquisition added behind its back cannot keep the lock alive.
 local answered = redis.call('get', KEYS[3])
 if answered then
   return tonumber(answered)
@@ -14,8 +18,8 @@ end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
 end
-local left = redis.call('hincrby', KEYS[1], ARGV[1], -1)
-if left > 0 then
+if tonumber(ARGV[5]) > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], ARGV[5])
   -- The remaining levels keep at least the lease they had.
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[2])

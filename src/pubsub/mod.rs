@@ -4,8 +4,10 @@
 //! A waiter [`subscribe`](PubSubHub::subscribe)s to the release channel of a lock and gets a
 //! [`Subscription`] once Redis has confirmed it, so a release published after that point is
 //! never missed. Subscriptions to one channel are shared and counted: the first waiter sends
-//! `SUBSCRIBE`, the last one to leave sends `UNSUBSCRIBE`. A release message (`0`) wakes one
-//! waiter of this process, a read-lock release (`1`) wakes all of them.
+//! `SUBSCRIBE`, the last one to leave sends `UNSUBSCRIBE`. Several lock names can share one
+//! channel (`x` and `{x}` both use `redisson_lock__channel:{x}`), and a message does not say
+//! which lock was freed, so a release message (`0`) wakes one waiter of each lock name on the
+//! channel (as Redisson keeps one entry per lock name); a read-lock release (`1`) wakes all.
 //!
 //! Commands are written by the waiting threads on a clone of the socket; only the listener
 //! thread reads, with the incremental parser of [`resp`], so a subscription costs one round
@@ -92,14 +94,20 @@ struct Channel {
 }
 
 struct Waiter {
+    /// The lock name it waits for.
+    lock: String,
     wake: Sender<()>,
     woken: Receiver<()>,
 }
 
 impl Waiter {
-    fn new() -> Self {
+    fn new(lock: &str) -> Self {
         let (wake, woken) = crossbeam_channel::bounded(1);
-        Waiter { wake, woken }
+        Waiter {
+            lock: lock.to_owned(),
+            wake,
+            woken,
+        }
     }
 
     fn has_pending_wake(&self) -> bool {
@@ -185,12 +193,12 @@ impl PubSubHub {
         })
     }
 
-    /// Joins the waiters on `channel`; returns once Redis confirmed the subscription, or after
-    /// the response timeout, or at once while there is no connection (check
-    /// [`Subscription::is_live`]).
-    pub(crate) fn subscribe(&self, channel: &str) -> Result<Subscription> {
+    /// Joins the waiters for `lock` on its release `channel`; returns once Redis confirmed
+    /// the subscription, or after the response timeout, or at once while there is no
+    /// connection (check [`Subscription::is_live`]).
+    pub(crate) fn subscribe(&self, channel: &str, lock: &str) -> Result<Subscription> {
         let shared = &self.shared;
-        let waiter = Arc::new(Waiter::new());
+        let waiter = Arc::new(Waiter::new(lock));
         let mut state = shared.state.lock();
         if state.stopping {
             return Err(Error::ShutDown);
@@ -262,8 +270,9 @@ impl Shared {
         };
         entry.waiters.retain(|other| !Arc::ptr_eq(other, waiter));
         if waiter.woken.try_recv().is_ok() {
-            // It was woken for a release it will not use: pass the wake on.
-            wake_one(entry);
+            // It was woken for a release it will not use: pass the wake on to a waiter of
+            // the same lock.
+            wake_one_of(entry, &waiter.lock);
         }
         if !entry.waiters.is_empty() {
             return;
@@ -476,7 +485,7 @@ fn handle_frame(state: &mut State, frame: Frame, notice_channel: &str) -> io::Re
                 if payload() == b"1" {
                     entry.waiters.iter().for_each(|waiter| wake(waiter));
                 } else {
-                    wake_one(entry);
+                    wake_one_per_lock(entry);
                 }
             }
             Ok(Handled::Nothing)
@@ -506,13 +515,29 @@ fn handle_frame(state: &mut State, frame: Frame, notice_channel: &str) -> io::Re
     }
 }
 
-/// Wakes the first waiter that has no wake pending, and moves it to the back.
-fn wake_one(channel: &mut Channel) {
-    if let Some(position) = channel.waiters.iter().position(|w| !w.has_pending_wake()) {
-        if let Some(waiter) = channel.waiters.remove(position) {
-            wake(&waiter);
-            channel.waiters.push_back(waiter);
+/// Wakes, for each lock name waited for on the channel, its first waiter that has no wake
+/// pending, and moves the woken to the back.
+fn wake_one_per_lock(channel: &mut Channel) {
+    let mut locks: Vec<String> = Vec::new();
+    for waiter in &channel.waiters {
+        if !locks.contains(&waiter.lock) {
+            locks.push(waiter.lock.clone());
         }
+    }
+    for lock in &locks {
+        wake_one_of(channel, lock);
+    }
+}
+
+/// Wakes the first waiter for `lock` that has no wake pending, and moves it to the back.
+fn wake_one_of(channel: &mut Channel, lock: &str) {
+    let position = channel
+        .waiters
+        .iter()
+        .position(|waiter| waiter.lock == lock && !waiter.has_pending_wake());
+    if let Some(waiter) = position.and_then(|position| channel.waiters.remove(position)) {
+        wake(&waiter);
+        channel.waiters.push_back(waiter);
     }
 }
 

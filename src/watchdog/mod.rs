@@ -59,8 +59,6 @@ const WHEEL_SLOTS: usize = 64;
 pub(crate) struct Grant {
     /// The fencing token the server answered.
     pub(crate) token: u64,
-    /// The holder held the lock already (a reentrant level).
-    pub(crate) reentrant: bool,
 }
 
 /// Called with every lock found lost.
@@ -121,7 +119,9 @@ struct Entry {
     /// Tells this acquisition chain from earlier and later ones of the same name.
     chain: u64,
     holder: Arc<str>,
-    token: u64,
+    /// The thread (number) that holds it.
+    thread: u64,
+    /// Carries the chain's fencing token and its deadline.
     lease: Arc<LeaseState>,
     /// Reentrant levels of the holder that asked for the watchdog...
     renewed_levels: u32,
@@ -160,6 +160,27 @@ enum Outcome {
     Renewed,
     HolderGone,
     Failed,
+}
+
+/// The levels of a chain left in this process after one ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LevelsLeft {
+    /// Levels the watchdog renews.
+    pub(crate) renewed: u32,
+    /// Levels with a fixed lease.
+    pub(crate) fixed: u32,
+}
+
+impl LevelsLeft {
+    /// Whether the watchdog still renews the lock.
+    pub(crate) fn is_watched(&self) -> bool {
+        self.renewed > 0
+    }
+
+    /// How many levels the holder still holds.
+    pub(crate) fn total(&self) -> u32 {
+        self.renewed + self.fixed
+    }
 }
 
 impl Watchdog {
@@ -212,16 +233,17 @@ impl Watchdog {
         NoticeSink(Arc::clone(&self.shared))
     }
 
-    /// Tracks one more level of `name` held by `holder`, as `grant`ed by a request sent at
-    /// `sent_at`: renewed by the watchdog, or with a `fixed` lease that is only watched until
-    /// it runs out. A reentrant level (or one with the chain's token) joins the chain already
-    /// tracked; a fresh acquisition starts a new chain (and an older chain of the holder,
-    /// which must have been lost, is reported lost). Answers the lease state of the chain and
-    /// its fencing token.
+    /// Tracks one more level of `name` held by `holder` (a chain's holder id) on `thread`, as
+    /// `grant`ed by a request sent at `sent_at`: renewed by the watchdog, or with a `fixed`
+    /// lease that is only watched until it runs out. A level of the chain already tracked
+    /// joins it; a fresh acquisition starts a new chain (and an older chain of the name, which
+    /// must have been lost, is reported lost). Answers the lease state of the chain and its
+    /// fencing token.
     pub(crate) fn watch(
         &self,
         name: &str,
         holder: &str,
+        thread: u64,
         grant: Grant,
         sent_at: Instant,
         fixed: Option<Duration>,
@@ -233,8 +255,7 @@ impl Watchdog {
         let state = &mut *state;
         let mut wake = false;
         if let Some(entry) = state.entries.get_mut(name) {
-            let same_chain = grant.reentrant || entry.token == token;
-            if &*entry.holder == holder && same_chain && entry.lease.lost().is_none() {
+            if &*entry.holder == holder && entry.lease.lost().is_none() {
                 entry.lease.extend(sent_at, lease);
                 match fixed {
                     None => {
@@ -252,14 +273,14 @@ impl Watchdog {
                     }
                 }
                 let lease = Arc::clone(&entry.lease);
-                let token = entry.token;
+                let token = entry.lease.token();
                 if wake {
                     shared.work_arrived.notify_one();
                 }
                 return (lease, token);
             }
-            // A chain this process no longer holds: another thread took the lock after it was
-            // lost, or this thread took it afresh before the loss was noticed.
+            // A chain this process no longer holds: another chain took the lock after it was
+            // lost (before the loss was noticed).
             let reason = entry.lease.lost().unwrap_or(LostReason::NotHeldAnymore);
             state.lose(name, reason);
             wake = true; // to tell the callback
@@ -269,8 +290,8 @@ impl Watchdog {
         let mut entry = Entry {
             chain,
             holder: Arc::from(holder),
-            token,
-            lease: Arc::new(LeaseState::new(sent_at, lease)),
+            thread,
+            lease: Arc::new(LeaseState::new(sent_at, lease, token)),
             renewed_levels: u32::from(fixed.is_none()),
             fixed_levels: u32::from(fixed.is_some()),
             ticket: 0,
@@ -294,45 +315,82 @@ impl Watchdog {
         (lease, token)
     }
 
+    /// The chain by which `thread` holds `name`, unless it is known to be lost: its holder id
+    /// and how many levels it has.
+    pub(crate) fn chain_of(&self, name: &str, thread: u64) -> Option<(Arc<str>, u32)> {
+        let state = self.shared.state.lock();
+        let entry = state.entries.get(name)?;
+        (entry.thread == thread && entry.lease.lost().is_none()).then(|| {
+            (
+                Arc::clone(&entry.holder),
+                entry.renewed_levels + entry.fixed_levels,
+            )
+        })
+    }
+
+    /// Records that the chain `holder` of `name` is gone, as an acquisition found: it is
+    /// reported lost ([`LostReason::NotHeldAnymore`]).
+    pub(crate) fn chain_gone(&self, name: &str, holder: &str) {
+        let mut state = self.shared.state.lock();
+        if state
+            .entries
+            .get(name)
+            .is_some_and(|entry| &*entry.holder == holder)
+        {
+            state.lose(name, LostReason::NotHeldAnymore);
+            self.shared.work_arrived.notify_one();
+        }
+    }
+
     /// Ends one level of the chain `lease` of `name` (a `fixed`-lease level or a renewed one).
     /// The last level removes the entry, after any renewal of it in flight has come back.
-    /// Answers whether the watchdog still renews the lock afterwards.
-    pub(crate) fn unwatch(&self, name: &str, lease: &Arc<LeaseState>, fixed: bool) -> bool {
+    /// Answers the levels the chain has left (none when it is not tracked any more).
+    pub(crate) fn unwatch(&self, name: &str, lease: &Arc<LeaseState>, fixed: bool) -> LevelsLeft {
         self.end_level(name, |entry| Arc::ptr_eq(&entry.lease, lease), Some(fixed))
+            .map_or_else(LevelsLeft::default, |(left, _)| left)
     }
 
-    /// Like [`unwatch`](Watchdog::unwatch), for a level of `holder` whose guard is gone: a
-    /// renewed level if there is one, else a fixed one.
-    pub(crate) fn unwatch_holder(&self, name: &str, holder: &str) -> bool {
-        self.end_level(name, |entry| &*entry.holder == holder, None)
+    /// Like [`unwatch`](Watchdog::unwatch), for a level of `thread`'s chain whose guard is
+    /// gone: a renewed level if there is one, else a fixed one. Also answers the chain's
+    /// holder id; `None` when `thread` has no chain of `name` here.
+    pub(crate) fn unwatch_thread(&self, name: &str, thread: u64) -> Option<(LevelsLeft, Arc<str>)> {
+        self.end_level(name, |entry| entry.thread == thread, None)
     }
 
-    fn end_level(&self, name: &str, is_ours: impl Fn(&Entry) -> bool, fixed: Option<bool>) -> bool {
+    fn end_level(
+        &self,
+        name: &str,
+        is_ours: impl Fn(&Entry) -> bool,
+        fixed: Option<bool>,
+    ) -> Option<(LevelsLeft, Arc<str>)> {
         let shared = &*self.shared;
         let mut state = shared.state.lock();
         let State {
             entries, schedule, ..
         } = &mut *state;
-        let Some(entry) = entries.get_mut(name).filter(|entry| is_ours(entry)) else {
-            return false;
-        };
+        let entry = entries.get_mut(name).filter(|entry| is_ours(entry))?;
         let fixed = fixed.unwrap_or(entry.renewed_levels == 0);
         if fixed {
             entry.fixed_levels = entry.fixed_levels.saturating_sub(1);
         } else {
             entry.renewed_levels = entry.renewed_levels.saturating_sub(1);
         }
-        if entry.renewed_levels > 0 {
-            return true;
+        let left = LevelsLeft {
+            renewed: entry.renewed_levels,
+            fixed: entry.fixed_levels,
+        };
+        let holder = Arc::clone(&entry.holder);
+        if left.renewed > 0 {
+            return Some((left, holder));
         }
-        if entry.fixed_levels > 0 {
+        if left.fixed > 0 {
             // Fixed-lease levels remain and nothing renews them: watch their deadline. (The
             // release of this level gives them at least the watchdog timeout; the deadline
             // kept here is older, so it errs on the safe side.)
             if schedule.deadline_check(&Arc::from(name), entry) {
                 shared.work_arrived.notify_one();
             }
-            return false;
+            return Some((left, holder));
         }
         // A renewal reads its answers for at most the response timeout; the bound only guards
         // against a bug.
@@ -358,7 +416,7 @@ impl Watchdog {
             state.entries.remove(name);
         }
         state.compact_deadline_checks();
-        false
+        Some((left, holder))
     }
 
     /// How many locks the watchdog renews or watches now.
@@ -383,17 +441,15 @@ impl Watchdog {
 
 impl NoticeSink {
     /// Someone force-released `name` while `holder` held it and its token counter stood at
-    /// `token` (0 when unknown): if that is the holder's chain in this process, it is lost.
-    /// A notice for an earlier chain carries a lower token than the chain's own; the counter
-    /// never stands below the token of the chain holding the lock (a multi-server lock may
-    /// raise it above).
+    /// `token` (0 when unknown): if that is a chain in this process, it is lost. (Holder ids
+    /// are unique to a chain; the token is checked too for notices from older versions,
+    /// whose holder ids were the same for every chain of a thread.)
     pub(crate) fn force_released(&self, name: &str, holder: &str, token: u64) {
         let shared = &*self.0;
         let mut state = shared.state.lock();
-        let ours = state
-            .entries
-            .get(name)
-            .is_some_and(|entry| &*entry.holder == holder && (token == 0 || token >= entry.token));
+        let ours = state.entries.get(name).is_some_and(|entry| {
+            &*entry.holder == holder && (token == 0 || token >= entry.lease.token())
+        });
         if ours {
             state.lose(name, LostReason::ForceReleased);
             shared.work_arrived.notify_one();
