@@ -51,6 +51,7 @@ mod manager;
 mod names;
 mod pool;
 mod pubsub;
+mod resolve;
 mod script;
 #[cfg(unix)]
 pub mod testing;

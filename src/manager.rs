@@ -15,6 +15,7 @@ use crate::lock::{ForceReleaseNotice, Lock, FORCE_RELEASE_CHANNEL};
 use crate::names;
 use crate::pool::Pool;
 use crate::pubsub::{Notices, PubSubHub};
+use crate::resolve::Resolver;
 use crate::watchdog::{LostCallback, Watchdog};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -174,7 +175,7 @@ impl Drop for Inner {
 }
 
 impl LockManagerBuilder {
-    /// The longest a new connection may take (default 3 s).
+    /// The longest a new connection may take, host name lookup included (default 3 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -234,8 +235,15 @@ impl LockManagerBuilder {
             .set_redis_settings(info.redis_settings().clone().set_skip_set_lib_name());
         let client = redis::Client::open(info.clone())
             .map_err(|err| Error::InvalidArgument(format!("bad redis url: {err}")))?;
+        // One resolver for the pool and the pub/sub connection, so they share one cache of
+        // the host's addresses and never look it up twice at once.
+        let resolver = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Some(Arc::new(Resolver::new(host, *port))),
+            _ => None,
+        };
         let pool = Arc::new(Pool::new(
             client,
+            resolver.clone(),
             self.connect_timeout,
             self.response_timeout,
             self.max_idle_connections,
@@ -250,14 +258,19 @@ impl LockManagerBuilder {
                 None => log::debug!("ignoring a malformed force-release notice"),
             }),
         };
-        let hub =
-            match PubSubHub::start(&info, self.connect_timeout, self.response_timeout, notices) {
-                Ok(hub) => hub,
-                Err(err) => {
-                    watchdog.stop();
-                    return Err(err);
-                }
-            };
+        let hub = match PubSubHub::start(
+            &info,
+            resolver,
+            self.connect_timeout,
+            self.response_timeout,
+            notices,
+        ) {
+            Ok(hub) => hub,
+            Err(err) => {
+                watchdog.stop();
+                return Err(err);
+            }
+        };
         let release_latch_ms = (self.response_timeout * 4)
             .max(Duration::from_secs(10))
             .as_millis() as u64;

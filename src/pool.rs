@@ -4,18 +4,24 @@
 //! socket read and write timeout, so no command waits unbounded. A connection that saw an I/O
 //! error or a timeout is dropped, never reused: its stream may hold a late answer. No thread
 //! of its own; connections are made on demand by the calling thread and kept idle up to a
-//! bound.
+//! bound. A host name is looked up through the manager's [`Resolver`], within the connect
+//! timeout.
 
 use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Connection, ConnectionLike, RedisResult};
+use redis::{Connection, ConnectionAddr, ConnectionLike, RedisResult};
 
 use crate::error::{Error, Result};
+use crate::resolve::Resolver;
 
 pub(crate) struct Pool {
     client: redis::Client,
+    /// Looks up the host of a TCP address; `None` for a Unix socket.
+    resolver: Option<Arc<Resolver>>,
     idle: Mutex<Vec<Connection>>,
     max_idle: usize,
     connect_timeout: Duration,
@@ -27,6 +33,7 @@ pub(crate) struct Pool {
 impl Pool {
     pub(crate) fn new(
         client: redis::Client,
+        resolver: Option<Arc<Resolver>>,
         connect_timeout: Duration,
         response_timeout: Duration,
         max_idle: usize,
@@ -38,6 +45,7 @@ impl Pool {
         Pool {
             setup_replies: setup_replies.max(1),
             client,
+            resolver,
             idle: Mutex::new(Vec::new()),
             max_idle,
             connect_timeout,
@@ -188,10 +196,13 @@ impl Pool {
     }
 
     fn connect(&self, timeout: Duration) -> Result<Connection> {
-        let connection = self
-            .client
-            .get_connection_with_timeout(timeout)
-            .map_err(|err| Error::from_redis(err, timeout))?;
+        let connection = match &self.resolver {
+            Some(resolver) => self.connect_resolved(resolver, timeout)?,
+            None => self
+                .client
+                .get_connection_with_timeout(timeout)
+                .map_err(|err| Error::from_redis(err, timeout))?,
+        };
         for outcome in [
             connection.set_read_timeout(Some(self.response_timeout)),
             connection.set_write_timeout(Some(self.response_timeout)),
@@ -200,6 +211,66 @@ impl Pool {
         }
         Ok(connection)
     }
+
+    /// Looks the host up and connects to its addresses in turn until one takes the
+    /// connection. The lookup and the TCP connect share `timeout`; the set-up replies then
+    /// get what redis-rs gives them, as for any connection.
+    fn connect_resolved(&self, resolver: &Resolver, timeout: Duration) -> Result<Connection> {
+        let give_up_at = Instant::now() + timeout;
+        let addresses = resolver
+            .resolve(timeout)
+            .map_err(|err| err.into_error(timeout))?;
+        let mut last_error = None;
+        for address in addresses {
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            // Every setting of the URL but the host, which is now an address.
+            let info = self
+                .client
+                .get_connection_info()
+                .clone()
+                .set_addr(ConnectionAddr::Tcp(numeric_host(&address), address.port()));
+            let outcome = redis::Client::open(info)
+                .and_then(|client| client.get_connection_with_timeout(left));
+            match outcome {
+                Ok(connection) => return Ok(connection),
+                // Another address may be reachable where this one is not.
+                Err(err) if is_unreachable(&err) => {
+                    log::debug!("cannot connect to {address}: {err}");
+                    last_error = Some(err);
+                }
+                // The server answered (refused a password, say): so would its other addresses.
+                Err(err) => return Err(Error::from_redis(err, timeout)),
+            }
+        }
+        match last_error {
+            Some(err) => {
+                // The name may have moved (a failover): look it up again next time.
+                resolver.distrust_cache();
+                Err(Error::from_redis(err, timeout))
+            }
+            None => Err(Error::Timeout(timeout)),
+        }
+    }
+}
+
+/// The IP of `address` as redis-rs takes a host: a numeric host is never looked up. A
+/// link-local IPv6 address keeps its scope (`fe80::1%2`), which `IpAddr` has no room for.
+fn numeric_host(address: &SocketAddr) -> String {
+    match address {
+        SocketAddr::V6(v6) if v6.scope_id() != 0 => format!("{}%{}", v6.ip(), v6.scope_id()),
+        _ => address.ip().to_string(),
+    }
+}
+
+/// An error that says the server could not be reached, or not in time.
+fn is_unreachable(err: &redis::RedisError) -> bool {
+    err.is_timeout()
+        || err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
 }
 
 /// An error that says the connection was dead before we used it, not that the server is slow.

@@ -23,7 +23,7 @@ mod resp;
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, TcpStream};
 #[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -36,6 +36,7 @@ use parking_lot::{Condvar, Mutex};
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use crate::error::{Error, Result};
+use crate::resolve::{ResolveError, Resolver};
 use resp::Frame;
 
 /// How often the listener wakes up when nothing arrives, to check its keep-alive ping.
@@ -160,6 +161,7 @@ impl Drop for Subscription {
 impl PubSubHub {
     pub(crate) fn start(
         info: &ConnectionInfo,
+        resolver: Option<Arc<Resolver>>,
         connect_timeout: Duration,
         response_timeout: Duration,
         notices: Notices,
@@ -167,7 +169,7 @@ impl PubSubHub {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
-            endpoint: Endpoint::from_info(info)?,
+            endpoint: Endpoint::from_info(info, resolver)?,
             notices,
             connect_timeout,
             response_timeout,
@@ -577,15 +579,18 @@ struct Endpoint {
 }
 
 enum Address {
-    Tcp(String, u16),
+    /// A host and port, looked up through the manager's resolver.
+    Tcp(Arc<Resolver>),
     #[cfg(unix)]
     Unix(PathBuf),
 }
 
 impl Endpoint {
-    fn from_info(info: &ConnectionInfo) -> Result<Self> {
+    fn from_info(info: &ConnectionInfo, resolver: Option<Arc<Resolver>>) -> Result<Self> {
         let address = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => Address::Tcp(host.clone(), *port),
+            ConnectionAddr::Tcp(host, port) => {
+                Address::Tcp(resolver.unwrap_or_else(|| Arc::new(Resolver::new(host, *port))))
+            }
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => Address::Unix(path.clone()),
             other => {
@@ -604,19 +609,41 @@ impl Endpoint {
 
     fn connect(&self, timeout: Duration) -> io::Result<Stream> {
         let mut stream = match &self.address {
-            Address::Tcp(host, port) => {
-                let mut last_error = io::Error::other(format!("{host}:{port} did not resolve"));
+            Address::Tcp(resolver) => {
+                // The lookup and the TCP connect share the timeout.
+                let give_up_at = Instant::now() + timeout;
+                let addresses = resolver
+                    .resolve(timeout)
+                    .map_err(ResolveError::into_io_error)?;
+                let mut last_error = None;
                 let mut connected = None;
-                for address in (host.as_str(), *port).to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&address, timeout) {
+                for address in addresses {
+                    let left = give_up_at.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match TcpStream::connect_timeout(&address, left) {
                         Ok(stream) => {
                             connected = Some(stream);
                             break;
                         }
-                        Err(err) => last_error = err,
+                        Err(err) => last_error = Some(err),
                     }
                 }
-                let stream = connected.ok_or(last_error)?;
+                let stream = match (connected, last_error) {
+                    (Some(stream), _) => stream,
+                    (None, Some(err)) => {
+                        // The name may have moved (a failover): look it up again next time.
+                        resolver.distrust_cache();
+                        return Err(err);
+                    }
+                    (None, None) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no time left to connect after the host name lookup",
+                        ))
+                    }
+                };
                 stream.set_nodelay(true)?;
                 Stream::Tcp(stream)
             }
