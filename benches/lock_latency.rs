@@ -5,7 +5,8 @@
 //! latency between 8 contending threads (release started -> next holder has it), each as a
 //! ratio to the round trip, and how the watchdog copes with 100 000 held locks. Then, on five
 //! throwaway servers, a Redlock's uncontended acquire+release against the single-master pair
-//! measured on the first of them in the same run.
+//! measured on the first of them in the same run, and how many acquisitions four contending
+//! threads make with every master answering, and with one or two of them frozen (SIGSTOP).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ const HANDOFFS_PER_THREAD: usize = 400;
 const HELD_LOCKS: usize = 100_000;
 const MASTERS: usize = 5;
 const REDLOCK_PAIRS: usize = 10_000;
+const REDLOCK_CONTENDERS: usize = 4;
+const CONTENTION_RUN: Duration = Duration::from_secs(4);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url_argument = std::env::args()
@@ -116,7 +119,65 @@ fn measure_redlock() -> Result<(), Box<dyn std::error::Error>> {
         redlock_pairs.percentile(50).as_secs_f64() / single.percentile(50).as_secs_f64(),
         redlock_pairs.percentile(99).as_secs_f64() / single.percentile(99).as_secs_f64()
     );
+
+    let healthy = measure_redlock_contention(&redlock)?;
+    println!(
+        "{:<36} {healthy} acquisitions in {CONTENTION_RUN:?}",
+        format!("Redlock, {REDLOCK_CONTENDERS} threads, all answer")
+    );
+    for frozen in 1..=2 {
+        for server in &servers[..frozen] {
+            server.pause()?;
+        }
+        // The first acquisition waits the attempt timeout for the frozen masters, once;
+        // later ones do not.
+        let started = Instant::now();
+        let first = redlock.lock().and_then(|guard| guard.unlock());
+        let first_took = started.elapsed();
+        let count = first.and_then(|()| measure_redlock_contention(&redlock));
+        for server in &servers[..frozen] {
+            server.resume()?;
+        }
+        let count = count?;
+        println!(
+            "{:<36} {count} acquisitions in {CONTENTION_RUN:?} ({:.2} x healthy), after a first one of {first_took:.2?}",
+            format!("Redlock, {REDLOCK_CONTENDERS} threads, {frozen} frozen"),
+            count as f64 / healthy.max(1) as f64
+        );
+    }
     Ok(())
+}
+
+/// How many acquisitions `REDLOCK_CONTENDERS` threads sharing `redlock` make in
+/// `CONTENTION_RUN`, each releasing at once.
+fn measure_redlock_contention(redlock: &RedLock) -> redlease::Result<usize> {
+    let until = Instant::now() + CONTENTION_RUN;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..REDLOCK_CONTENDERS)
+            .map(|_| {
+                scope.spawn(move || -> redlease::Result<usize> {
+                    let mut count = 0;
+                    while Instant::now() < until {
+                        let wait = until.saturating_duration_since(Instant::now());
+                        match redlock.try_lock_for(wait) {
+                            Ok(Some(guard)) => {
+                                guard.unlock()?;
+                                count += 1;
+                            }
+                            Ok(None) => {}
+                            Err(err) if err.is_transient() => {}
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    Ok(count)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("contender panicked"))
+            .sum()
+    })
 }
 
 fn measure_round_trips(url: &str) -> redis::RedisResult<Vec<Duration>> {
@@ -190,6 +251,7 @@ fn measure_fan_out_scripts(servers: &[RedisServer]) -> redis::RedisResult<Vec<Du
         .arg("redisson_lock_token:{bench:floor}")
         .arg(30_000)
         .arg(holder)
+        .arg(0)
         .get_packed_command();
     (0..ROUND_TRIPS + 1_000)
         .map(|round| {
@@ -204,6 +266,7 @@ fn measure_fan_out_scripts(servers: &[RedisServer]) -> redis::RedisResult<Vec<Du
                 .arg(30_000)
                 .arg(10_000)
                 .arg("0")
+                .arg(0)
                 .get_packed_command();
             let started = Instant::now();
             for packed in [&take, &give] {

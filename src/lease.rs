@@ -158,7 +158,8 @@ pub(crate) fn clock_drift(lease: Duration) -> Duration {
 pub struct LostLock {
     /// The lock name.
     pub name: String,
-    /// The holder id (`<client-id>:<thread-number>`) that held it.
+    /// The holder id (`<client-id>:<chain-number>`, unique to the acquisition chain) that held
+    /// it.
     pub holder: String,
     /// Why it is known to be gone.
     pub reason: LostReason,

@@ -7,7 +7,9 @@
 //! one per server). Members that did not answer their last request in time are read last,
 //! and only briefly when the others could make the quorum on their own; once the answers in
 //! hand settle the vote, the rest are not waited for: an undo is queued behind each on its
-//! connection, so a late grant is taken back as soon as it is made. An attempt succeeds with
+//! connection, so a late grant is taken back as soon as it is made. While the others can make
+//! the quorum alone, a silent member is asked only once a second (a probe): every request to a
+//! frozen server leaves a connection in its accept queue. An attempt succeeds with
 //! `required` members taken and time left of the lease: the validity, lease − elapsed −
 //! drift (1 % of the lease + 2 ms), elapsed by the monotonic clock. Otherwise it undoes what
 //! it took and tries again after a jittered delay, or as soon as a release message arrives
@@ -22,7 +24,6 @@ mod guard;
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,9 @@ static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_
 
 /// The delay between two attempts after a split vote, before jitter.
 const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
+/// How often a member that stopped answering is asked again while the others can make the
+/// quorum without it.
+const SILENT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// While a member's release channel is not subscribed, a waiter looks at least this often.
 const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
 
@@ -137,8 +141,8 @@ pub struct Group {
     retry_delay: Duration,
     /// The chain this group is held by, per thread number.
     holds: Mutex<HashMap<u64, Arc<Chain>>>,
-    /// Per member: its last answer did not come in time.
-    silent: Vec<AtomicBool>,
+    /// Per member: `None` while it answers in time; once it did not, when it was last asked.
+    silence: Vec<Mutex<Option<Instant>>>,
 }
 
 /// How long an acquisition keeps the members.
@@ -407,7 +411,7 @@ impl<T: FromGroup> GroupBuilder<T> {
             attempt_timeout,
             retry_delay,
             holds: Mutex::new(HashMap::new()),
-            silent: members.iter().map(|_| AtomicBool::new(false)).collect(),
+            silence: members.iter().map(|_| Mutex::new(None)).collect(),
             members,
         })))
     }
@@ -464,6 +468,7 @@ impl Group {
         };
         let shortest_lease = Duration::from_millis(lease_ms.iter().copied().min().unwrap_or(0));
         let mut subscriptions: Vec<Subscription> = Vec::new();
+        let mut subscribed = false;
         loop {
             let (holders, levels_held) = self.chains_to_join(thread);
             let attempt = self.attempt(&holders, &lease_ms, &levels_held);
@@ -503,12 +508,17 @@ impl Group {
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(None);
             }
-            if subscriptions.is_empty() {
-                for member in &self.members {
-                    let hub = &member.manager().inner.hub;
-                    let keys = member.keys_unchecked();
-                    subscriptions.push(hub.subscribe(&keys.channel, &keys.name)?);
+            if !subscribed {
+                // Members that answer will carry the release message too: a silent one would
+                // only hold up the subscription until its response timeout.
+                for (member, silence) in self.members.iter().zip(&self.silence) {
+                    if silence.lock().is_none() {
+                        let hub = &member.manager().inner.hub;
+                        let keys = member.keys_unchecked();
+                        subscriptions.push(hub.subscribe(&keys.channel, &keys.name)?);
+                    }
                 }
+                subscribed = true;
                 // A release may have gone by while subscribing: look again before sleeping.
                 continue;
             }
@@ -554,50 +564,53 @@ impl Group {
             .unzip()
     }
 
-    /// Sends the acquire script to every member at once and reads the answers: trusted
+    /// Sends the acquire script to the members at once and reads the answers: trusted
     /// members first, then those whose last answer did not come in time, unless the vote is
-    /// settled by then. Answers not waited for get an undo queued behind their request.
+    /// settled by then. A silent member is only asked when the others cannot make the quorum
+    /// alone, or as a probe once per [`SILENT_PROBE_INTERVAL`]: every request to a frozen
+    /// server costs a connection in its accept queue. Answers not waited for get an undo
+    /// queued behind their request.
     fn attempt(&self, holders: &[String], lease_ms: &[u64], levels_held: &[u32]) -> Attempt {
-        let requests: Vec<Request<'_>> = self
-            .members
-            .iter()
-            .zip(holders)
-            .zip(lease_ms)
-            .zip(levels_held)
-            .map(|(((member, holder), lease_ms), levels_held)| Request {
-                pool: &member.manager().inner.pool,
-                keys: vec![member.name(), &member.keys_unchecked().token],
-                args: vec![
-                    lease_ms.to_string(),
-                    holder.clone(),
-                    levels_held.to_string(),
-                ],
-            })
-            .collect();
         let count = self.members.len();
         let sent_at = Instant::now();
+        let silent: Vec<bool> = self.silence.iter().map(|s| s.lock().is_some()).collect();
+        let trusted = silent.iter().filter(|silent| !**silent).count();
+        let trusted_alone = trusted >= self.required;
+        let asked: Vec<usize> = (0..count)
+            .filter(|&index| !silent[index])
+            .chain((0..count).filter(|&index| {
+                silent[index] && (!trusted_alone || self.probe_turn(index, sent_at))
+            }))
+            .collect();
+        let requests: Vec<Request<'_>> = asked
+            .iter()
+            .map(|&index| {
+                let member = &self.members[index];
+                Request {
+                    pool: &member.manager().inner.pool,
+                    keys: vec![member.name(), &member.keys_unchecked().token],
+                    args: vec![
+                        lease_ms[index].to_string(),
+                        holders[index].clone(),
+                        levels_held[index].to_string(),
+                    ],
+                }
+            })
+            .collect();
         let deadline = sent_at + self.attempt_timeout;
         let mut fan_out = FanOut::send(&ACQUIRE, ACQUIRE_LUA, &requests, deadline);
         let mut attempt = Attempt {
             taken: vec![None; count],
             broken: vec![false; count],
-            failed: 0,
-            read: 0,
+            // Members not asked count as failed.
+            failed: count - asked.len(),
+            read: count - asked.len(),
             first_error: None,
             shortest_ttl: None,
             sent_at,
         };
-        let silent: Vec<bool> = self
-            .silent
-            .iter()
-            .map(|silent| silent.load(Ordering::Relaxed))
-            .collect();
-        let trusted = silent.iter().filter(|silent| !**silent).count();
-        let order = (0..count)
-            .filter(|&index| !silent[index])
-            .chain((0..count).filter(|&index| silent[index]));
         let mut silent_deadline = None;
-        for index in order {
+        for (position, &index) in asked.iter().enumerate() {
             if attempt.taken_count() + (count - attempt.read) < self.required {
                 break; // no quorum whatever the rest answer
             }
@@ -605,9 +618,9 @@ impl Group {
                 deadline
             } else if attempt.is_settled(self.required) {
                 break;
-            } else if trusted >= self.required {
-                // The trusted members could have made the quorum alone: a silent one gets
-                // as long again as they took, enough for one that has come back.
+            } else if trusted_alone {
+                // A probe: as long again as the trusted members took, enough for a member
+                // that has come back.
                 *silent_deadline.get_or_insert_with(|| {
                     let now = Instant::now();
                     (now + (now - sent_at).max(Duration::from_millis(1))).min(deadline)
@@ -615,11 +628,18 @@ impl Group {
             } else {
                 deadline
             };
-            let answer = fan_out.read(index, deadline).and_then(|value| {
+            let answer = fan_out.read(position, deadline).and_then(|value| {
                 redis::from_redis_value::<(i64, i64)>(value).map_err(|err| Error::Redis(err.into()))
             });
             attempt.read += 1;
-            self.silent[index].store(matches!(answer, Err(Error::Timeout(_))), Ordering::Relaxed);
+            let mut silence = self.silence[index].lock();
+            match answer {
+                Err(Error::Timeout(_)) => {
+                    silence.get_or_insert(sent_at);
+                }
+                _ => *silence = None,
+            }
+            drop(silence);
             match answer {
                 Ok((1 | 2, token)) => {
                     attempt.taken[index] = Some(Grant {
@@ -653,13 +673,30 @@ impl Group {
                 }
             }
         }
-        for (index, (member, holder)) in self.members.iter().zip(holders).enumerate() {
-            if fan_out.is_pending(index) {
-                let undo = undo_command(member.keys_unchecked(), holder, levels_held[index]);
-                fan_out.abandon(index, &undo.get_packed_command());
+        for (position, &index) in asked.iter().enumerate() {
+            if fan_out.is_pending(position) {
+                let member = &self.members[index];
+                let undo =
+                    undo_command(member.keys_unchecked(), &holders[index], levels_held[index]);
+                fan_out.abandon(position, &undo.get_packed_command());
             }
         }
         attempt
+    }
+
+    /// Whether the silent member `index` is to be probed by an attempt starting `now`; at
+    /// most one attempt (of any thread) probes it per [`SILENT_PROBE_INTERVAL`].
+    fn probe_turn(&self, index: usize, now: Instant) -> bool {
+        let mut silence = self.silence[index].lock();
+        match *silence {
+            Some(last_probe)
+                if now.saturating_duration_since(last_probe) >= SILENT_PROBE_INTERVAL =>
+            {
+                *silence = Some(now);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Records a successful attempt: every member taken goes to its manager's watchdog.

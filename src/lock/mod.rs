@@ -2,8 +2,11 @@
 //!
 //! A [`Lock`] names one Redis hash (field = holder id, value = reentrancy count, TTL = lease)
 //! and knows how to take, wait for, inspect and release it, with the scripts next to this
-//! file. It asks the manager's watchdog to renew leases and its pub/sub hub to wake it when a
-//! holder releases.
+//! file. Each acquisition chain (a thread's hold from its first level to its last) has a
+//! holder id of its own, which the manager's watchdog keeps with the chain's levels: a level
+//! joins the thread's chain, a first level starts a new one. An acquisition whose answer does
+//! not come is undone by a script queued behind it. It asks the watchdog to renew leases and
+//! the pub/sub hub to wake it when a holder releases.
 
 mod guard;
 
