@@ -41,6 +41,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod client;
 mod error;
 mod fanout;
 mod fence;

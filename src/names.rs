@@ -64,6 +64,40 @@ impl LockKeys {
     }
 }
 
+/// The message published on the lock's channel when it is freed (Redisson's `UNLOCK_MESSAGE`).
+pub(crate) const RELEASE_MESSAGE: &str = "0";
+
+/// The channel a force release is announced on, one message per holder of the freed lock:
+/// `<fencing token> <holder id> <lock name>`. Every manager listens to it, so a holder learns
+/// at once that its lock was taken away. (One channel for all names: force releases are rare,
+/// and a channel per held lock would cost every acquisition a subscription.)
+pub(crate) const FORCE_RELEASE_CHANNEL: &str = "redlease_lock__force_release";
+
+/// One force-release notice, as published by `force_release.lua`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ForceReleaseNotice<'a> {
+    pub(crate) token: u64,
+    pub(crate) holder: &'a str,
+    pub(crate) name: &'a str,
+}
+
+impl<'a> ForceReleaseNotice<'a> {
+    /// Reads a notice; `None` for a message that is not one. Token and holder id hold no
+    /// spaces; the name, last, may.
+    pub(crate) fn parse(message: &'a [u8]) -> Option<Self> {
+        let message = std::str::from_utf8(message).ok()?;
+        let mut parts = message.splitn(3, ' ');
+        let token = parts.next()?.parse().ok()?;
+        let holder = parts.next()?;
+        let name = parts.next()?;
+        (!holder.is_empty() && !name.is_empty()).then_some(ForceReleaseNotice {
+            token,
+            holder,
+            name,
+        })
+    }
+}
+
 static NEXT_THREAD_NUMBER: AtomicU64 = AtomicU64::new(1);
 static NEXT_CHAIN_NUMBER: AtomicU64 = AtomicU64::new(1);
 
@@ -116,6 +150,22 @@ pub(crate) fn lease_millis(what: &str, lease: Duration) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn force_release_notices_are_read_with_names_that_hold_spaces() {
+        let notice = ForceReleaseNotice::parse(b"42 0c1f:7 nightly report {eu}");
+        assert_eq!(
+            notice,
+            Some(ForceReleaseNotice {
+                token: 42,
+                holder: "0c1f:7",
+                name: "nightly report {eu}",
+            })
+        );
+        for junk in [&b""[..], b"0", b"x h n", b"1 h", b"1  n", b"\xff h n"] {
+            assert_eq!(ForceReleaseNotice::parse(junk), None, "{junk:?}");
+        }
+    }
 
     #[test]
     fn derived_names_share_the_hash_slot_of_the_lock() {

@@ -3,15 +3,15 @@
 //! A lock's fencing token tells holders apart in time; it only helps if the resource refuses
 //! writes from a holder older than one it has already heard from. A fenced store keeps a
 //! value under a key and, next to it (same Cluster slot), the highest token that wrote it;
-//! `fenced_write.lua` compares and writes in one step. Talks to Redis through the manager's
+//! `fenced_write.lua` compares and writes in one step. Talks to Redis through its client's
 //! pool.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use redis::{FromRedisValue, Script};
 
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::manager::LockManager;
 use crate::names;
 
 static FENCED_WRITE: LazyLock<Script> =
@@ -58,15 +58,15 @@ const FENCE_PREFIX: &str = "redlease_fence";
 /// ```
 #[derive(Clone)]
 pub struct FencedStore {
-    manager: LockManager,
+    client: Arc<Client>,
     key: String,
     fence: String,
 }
 
 impl FencedStore {
-    pub(crate) fn new(manager: LockManager, key: &str) -> Self {
+    pub(crate) fn new(client: Arc<Client>, key: &str) -> Self {
         FencedStore {
-            manager,
+            client,
             key: key.to_owned(),
             fence: names::derived(FENCE_PREFIX, key),
         }
@@ -98,9 +98,8 @@ impl FencedStore {
     /// when there is none. Reading needs no token.
     pub fn get<T: FromRedisValue>(&self) -> Result<Option<T>> {
         let key = self.checked_key()?;
-        self.manager
-            .inner
-            .pool
+        self.client
+            .pool()
             .run(|connection| redis::cmd("GET").arg(key).query(connection))
     }
 
@@ -108,16 +107,15 @@ impl FencedStore {
     pub fn highest_token(&self) -> Result<u64> {
         self.checked_key()?;
         let token: Option<u64> = self
-            .manager
-            .inner
-            .pool
+            .client
+            .pool()
             .run(|connection| redis::cmd("GET").arg(&self.fence).query(connection))?;
         Ok(token.unwrap_or(0))
     }
 
     fn write(&self, token: u64, operation: &str, value: &[u8]) -> Result<()> {
         let key = self.checked_key()?;
-        let (written, highest): (i64, u64) = self.manager.inner.pool.run(|connection| {
+        let (written, highest): (i64, u64) = self.client.pool().run(|connection| {
             FENCED_WRITE
                 .key(key)
                 .key(&self.fence)

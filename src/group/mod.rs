@@ -17,7 +17,7 @@
 //!
 //! Each member taken is then kept by its own manager's watchdog, like a single lock; the
 //! group is lost when fewer than `required` members are still held. Reentrancy is counted
-//! here, per thread, without I/O. This module may use the members' managers (pools, hubs,
+//! here, per thread, without I/O. This module may use the members' clients (pools, hubs,
 //! watchdogs) and the lock scripts; it keeps no thread of its own.
 
 mod guard;
@@ -37,11 +37,10 @@ use crate::error::{Error, LostReason, Result};
 use crate::fanout::{self, FanOut, Request};
 use crate::lease::clock_drift;
 use crate::lock::{
-    deadline_after, undo_command, Lock, ACQUIRE, ACQUIRE_LUA, RELEASE, RELEASE_LUA,
-    RELEASE_MESSAGE, UNDO, UNDO_LUA,
+    deadline_after, undo_command, Lock, ACQUIRE, ACQUIRE_LUA, RELEASE, RELEASE_LUA, UNDO, UNDO_LUA,
 };
 use crate::manager::LockManager;
-use crate::names;
+use crate::names::{self, RELEASE_MESSAGE};
 use crate::pubsub::Subscription;
 use crate::watchdog::{Grant, LevelsLeft};
 
@@ -381,7 +380,7 @@ impl<T: FromGroup> GroupBuilder<T> {
         let mut seen = HashSet::new();
         for member in &members {
             member.keys()?;
-            let server = member.manager().inner.pool.server();
+            let server = member.client().pool().server();
             let identity = match kind {
                 Kind::RedLock => server.clone(),
                 Kind::MultiLock => format!("{server} {}", member.name()),
@@ -396,7 +395,7 @@ impl<T: FromGroup> GroupBuilder<T> {
         let attempt_timeout = attempt_timeout.unwrap_or_else(|| {
             members
                 .iter()
-                .map(|member| member.manager().inner.pool.response_timeout())
+                .map(|member| member.client().pool().response_timeout())
                 .min()
                 .unwrap_or(Duration::from_secs(1))
         });
@@ -442,7 +441,7 @@ impl Group {
         lease: Lease,
     ) -> Result<Option<GroupGuard>> {
         for member in &self.members {
-            member.manager().ensure_running()?;
+            member.client().ensure_running()?;
         }
         let thread = names::thread_number();
         if let Some(chain) = self.holds.lock().get(&thread) {
@@ -455,7 +454,7 @@ impl Group {
             Lease::Watchdog => self
                 .members
                 .iter()
-                .map(|member| member.manager().inner.watchdog_timeout_ms)
+                .map(|member| member.client().watchdog_timeout_ms())
                 .collect(),
             Lease::Fixed(duration) => {
                 if duration <= clock_drift(duration) {
@@ -513,7 +512,7 @@ impl Group {
                 // only hold up the subscription until its response timeout.
                 for (member, silence) in self.members.iter().zip(&self.silence) {
                     if silence.lock().is_none() {
-                        let hub = &member.manager().inner.hub;
+                        let hub = member.client().hub();
                         let keys = member.keys_unchecked();
                         subscriptions.push(hub.subscribe(&keys.channel, &keys.name)?);
                     }
@@ -544,7 +543,7 @@ impl Group {
                 wait_for_any(&subscriptions, until(sleep).max(Duration::from_millis(1)));
             }
             for member in &self.members {
-                member.manager().ensure_running()?;
+                member.client().ensure_running()?;
             }
         }
     }
@@ -555,10 +554,10 @@ impl Group {
         self.members
             .iter()
             .map(|member| {
-                let watchdog = &member.manager().inner.watchdog;
+                let watchdog = member.client().watchdog();
                 match watchdog.chain_of(member.name(), thread) {
                     Some((holder, levels)) => (holder.to_string(), levels),
-                    None => (member.manager().new_holder_id(), 0),
+                    None => (member.client().new_holder_id(), 0),
                 }
             })
             .unzip()
@@ -587,7 +586,7 @@ impl Group {
             .map(|&index| {
                 let member = &self.members[index];
                 Request {
-                    pool: &member.manager().inner.pool,
+                    pool: member.client().pool(),
                     keys: vec![member.name(), &member.keys_unchecked().token],
                     args: vec![
                         lease_ms[index].to_string(),
@@ -650,7 +649,7 @@ impl Group {
                     // The member's chain (a single lock of this thread) is gone: the next
                     // attempt starts a new one there.
                     let member = &self.members[index];
-                    let watchdog = &member.manager().inner.watchdog;
+                    let watchdog = member.client().watchdog();
                     watchdog.chain_gone(member.name(), &holders[index]);
                 }
                 Ok((_, ttl)) => {
@@ -712,7 +711,7 @@ impl Group {
             .zip(&attempt.taken)
             .map(|((member, holder), grant)| {
                 grant.map(|grant| {
-                    let (lease, token) = member.manager().inner.watchdog.watch(
+                    let (lease, token) = member.client().watchdog().watch(
                         member.name(),
                         holder,
                         thread,
@@ -750,7 +749,7 @@ impl Group {
                 let member = &self.members[index];
                 member
                     .keys_unchecked()
-                    .unlock_latch(&member.manager().inner.next_request_id())
+                    .unlock_latch(&member.client().next_request_id())
             })
             .collect();
         let requests: Vec<Request<'_>> = asked
@@ -760,12 +759,12 @@ impl Group {
                 let member = &self.members[index];
                 let keys = member.keys_unchecked();
                 Request {
-                    pool: &member.manager().inner.pool,
+                    pool: member.client().pool(),
                     keys: vec![member.name(), &keys.channel, latch],
                     args: vec![
                         holders[index].clone(),
                         lease_ms[index].to_string(),
-                        member.manager().inner.release_latch_ms.to_string(),
+                        member.client().release_latch_ms().to_string(),
                         RELEASE_MESSAGE.to_owned(),
                         left.total().to_string(),
                     ],
@@ -793,7 +792,7 @@ impl Group {
             .map(|index| {
                 let member = &self.members[index];
                 Request {
-                    pool: &member.manager().inner.pool,
+                    pool: member.client().pool(),
                     keys: vec![member.name(), &member.keys_unchecked().channel],
                     args: vec![
                         holders[index].clone(),
@@ -824,7 +823,7 @@ impl Group {
             .iter()
             .map(|member| match chain.fixed {
                 Some(lease) => names::lease_millis("lease", lease).unwrap_or(1),
-                None => member.manager().inner.watchdog_timeout_ms,
+                None => member.client().watchdog_timeout_ms(),
             })
             .collect();
         let releases: Vec<Option<LevelsLeft>> = self
@@ -833,7 +832,7 @@ impl Group {
             .zip(&chain.members)
             .map(|(member, hold)| {
                 let hold = hold.as_ref()?;
-                let watchdog = &member.manager().inner.watchdog;
+                let watchdog = member.client().watchdog();
                 let left = watchdog.unwatch(member.name(), &hold.lease, chain.fixed.is_some());
                 hold.lease.lost().is_none().then_some(left)
             })
@@ -888,7 +887,7 @@ impl Group {
             .zip(&chain.members)
             .filter(|(_, hold)| hold.is_some())
             .map(|((member, holder), _)| Request {
-                pool: &member.manager().inner.pool,
+                pool: member.client().pool(),
                 keys: vec![member.name(), &member.keys_unchecked().token],
                 args: vec![holder.clone(), token_text.clone()],
             })

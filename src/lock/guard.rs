@@ -140,7 +140,7 @@ impl LockGuard {
     }
 
     fn release(&self) -> Result<()> {
-        let left = self.lock.manager.inner.watchdog.unwatch(
+        let left = self.lock.client.watchdog().unwatch(
             self.lock.name(),
             &self.lease,
             self.fixed_lease.is_some(),

@@ -3,10 +3,11 @@
 //! A [`Lock`] names one Redis hash (field = holder id, value = reentrancy count, TTL = lease)
 //! and knows how to take, wait for, inspect and release it, with the scripts next to this
 //! file. Each acquisition chain (a thread's hold from its first level to its last) has a
-//! holder id of its own, which the manager's watchdog keeps with the chain's levels: a level
+//! holder id of its own, which the client's watchdog keeps with the chain's levels: a level
 //! joins the thread's chain, a first level starts a new one. An acquisition whose answer does
-//! not come is undone by a script queued behind it. It asks the watchdog to renew leases and
-//! the pub/sub hub to wake it when a holder releases.
+//! not come is undone by a script queued behind it. It talks to Redis only through its
+//! [`Client`]: the pool, the watchdog that renews leases, and the pub/sub hub that wakes it
+//! when a holder releases.
 
 mod guard;
 
@@ -17,9 +18,9 @@ use redis::Script;
 
 pub use guard::LockGuard;
 
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::manager::LockManager;
-use crate::names::{self, LockKeys};
+use crate::names::{self, LockKeys, FORCE_RELEASE_CHANNEL, RELEASE_MESSAGE};
 use crate::pubsub::Subscription;
 use crate::watchdog::{Grant, LevelsLeft};
 
@@ -33,40 +34,6 @@ pub(crate) const UNDO_LUA: &str = include_str!("undo.lua");
 pub(crate) static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_LUA));
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_release.lua")));
-
-/// The message published on the lock's channel when it is freed (Redisson's `UNLOCK_MESSAGE`).
-pub(crate) const RELEASE_MESSAGE: &str = "0";
-
-/// The channel a force release is announced on, one message per holder of the freed lock:
-/// `<fencing token> <holder id> <lock name>`. Every manager listens to it, so a holder learns
-/// at once that its lock was taken away. (One channel for all names: force releases are rare,
-/// and a channel per held lock would cost every acquisition a subscription.)
-pub(crate) const FORCE_RELEASE_CHANNEL: &str = "redlease_lock__force_release";
-
-/// One force-release notice, as published by `force_release.lua`.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct ForceReleaseNotice<'a> {
-    pub(crate) token: u64,
-    pub(crate) holder: &'a str,
-    pub(crate) name: &'a str,
-}
-
-impl<'a> ForceReleaseNotice<'a> {
-    /// Reads a notice; `None` for a message that is not one. Token and holder id hold no
-    /// spaces; the name, last, may.
-    pub(crate) fn parse(message: &'a [u8]) -> Option<Self> {
-        let message = std::str::from_utf8(message).ok()?;
-        let mut parts = message.splitn(3, ' ');
-        let token = parts.next()?.parse().ok()?;
-        let holder = parts.next()?;
-        let name = parts.next()?;
-        (!holder.is_empty() && !name.is_empty()).then_some(ForceReleaseNotice {
-            token,
-            holder,
-            name,
-        })
-    }
-}
 
 /// While the release channel is not subscribed (the pub/sub connection is down), a waiter
 /// polls at least this often instead of trusting a wake-up that may never come.
@@ -95,7 +62,7 @@ const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    manager: LockManager,
+    client: Arc<Client>,
     keys: Arc<LockKeys>,
 }
 
@@ -130,9 +97,9 @@ enum Attempt {
 }
 
 impl Lock {
-    pub(crate) fn new(manager: LockManager, name: &str) -> Self {
+    pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
         Lock {
-            manager,
+            client,
             keys: Arc::new(LockKeys::new(name)),
         }
     }
@@ -226,7 +193,7 @@ impl Lock {
     /// then only learns at the end of its lease. Its release answers [`Error::NotHeld`].
     pub fn force_unlock(&self) -> Result<bool> {
         self.keys()?;
-        let freed: i64 = self.manager.inner.pool.run(|connection| {
+        let freed: i64 = self.client.pool().run(|connection| {
             FORCE_RELEASE
                 .key(&self.keys.name)
                 .key(&self.keys.channel)
@@ -243,7 +210,7 @@ impl Lock {
     /// thread does not hold the lock.
     pub fn unlock(&self) -> Result<()> {
         let name = &self.keys()?.name;
-        let watchdog = &self.manager.inner.watchdog;
+        let watchdog = self.client.watchdog();
         let (left, holder) = watchdog
             .unwatch_thread(name, names::thread_number())
             .ok_or_else(|| Error::NotHeld { name: name.clone() })?;
@@ -259,21 +226,21 @@ impl Lock {
         &self.keys
     }
 
-    pub(crate) fn manager(&self) -> &LockManager {
-        &self.manager
+    /// The client the lock talks to Redis through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     /// The chain by which the calling thread holds the lock in this process, unless it is
     /// known to be lost: its holder id and levels.
     fn current_chain(&self) -> Option<(Arc<str>, u32)> {
-        let watchdog = &self.manager.inner.watchdog;
+        let watchdog = self.client.watchdog();
         watchdog.chain_of(&self.keys.name, names::thread_number())
     }
 
     fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
-        self.manager
-            .inner
-            .pool
+        self.client
+            .pool()
             .run(|connection| command.query(connection))
     }
 
@@ -281,7 +248,7 @@ impl Lock {
     /// the first failed attempt and before the next, then sleep until a release wakes this
     /// thread or the holder's lease runs out.
     fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard>> {
-        self.manager.ensure_running()?;
+        self.client.ensure_running()?;
         self.keys()?;
         // A level of the chain the thread holds, or a new chain with a holder id of its own.
         let (mut holder, mut levels_held) = self.chain_to_join();
@@ -294,7 +261,7 @@ impl Lock {
                 }
                 Ok(Attempt::Held { ttl }) => ttl,
                 Ok(Attempt::ChainGone) => {
-                    let watchdog = &self.manager.inner.watchdog;
+                    let watchdog = self.client.watchdog();
                     watchdog.chain_gone(&self.keys.name, &holder);
                     (holder, levels_held) = self.chain_to_join();
                     continue;
@@ -313,13 +280,13 @@ impl Lock {
             }
             let Some(subscription) = &subscription else {
                 // Subscribed before the next attempt, so no release after it goes unseen.
-                let hub = &self.manager.inner.hub;
+                let hub = self.client.hub();
                 subscription = Some(hub.subscribe(&self.keys.channel, &self.keys.name)?);
                 continue;
             };
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
-            let mut sleep = ttl.unwrap_or(self.manager.watchdog_timeout() / 3);
+            let mut sleep = ttl.unwrap_or(self.client.watchdog_timeout() / 3);
             if let Some(deadline) = deadline {
                 sleep = sleep.min(deadline - now);
             }
@@ -327,7 +294,7 @@ impl Lock {
                 sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
             }
             woken = subscription.wait(sleep.max(Duration::from_millis(1)));
-            self.manager.ensure_running()?;
+            self.client.ensure_running()?;
         }
     }
 
@@ -336,7 +303,7 @@ impl Lock {
     fn chain_to_join(&self) -> (String, u32) {
         match self.current_chain() {
             Some((holder, levels)) => (holder.to_string(), levels),
-            None => (self.manager.new_holder_id(), 0),
+            None => (self.client.new_holder_id(), 0),
         }
     }
 
@@ -344,12 +311,12 @@ impl Lock {
     /// answer does not come, its undo is queued behind it: a late grant is taken back.
     fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<Attempt> {
         let lease_ms = match lease {
-            Lease::Watchdog => self.manager.inner.watchdog_timeout_ms,
+            Lease::Watchdog => self.client.watchdog_timeout_ms(),
             Lease::Fixed { millis, .. } => millis,
         };
         let undo = || undo_command(&self.keys, holder, levels_held);
         let sent_at = Instant::now();
-        let answer = self.manager.inner.pool.run(|connection| {
+        let answer = self.client.pool().run(|connection| {
             let answer = ACQUIRE
                 .key(&self.keys.name)
                 .key(&self.keys.token)
@@ -368,9 +335,8 @@ impl Lock {
             Err(Error::Unreachable(err)) if !err.is_connection_refusal() => {
                 // The connection broke after the request went out: it may have run.
                 let undone = self
-                    .manager
-                    .inner
-                    .pool
+                    .client
+                    .pool()
                     .run(|connection| undo().query::<i64>(connection));
                 if let Err(undo_err) = undone {
                     log::debug!(
@@ -399,7 +365,7 @@ impl Lock {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
         };
-        let (state, token) = self.manager.inner.watchdog.watch(
+        let (state, token) = self.client.watchdog().watch(
             &self.keys.name,
             &holder,
             names::thread_number(),
@@ -419,21 +385,21 @@ impl Lock {
         left: LevelsLeft,
         fixed_lease: Option<Duration>,
     ) -> Result<()> {
-        let inner = &self.manager.inner;
+        let client = &self.client;
         let lease_ms = match fixed_lease {
             Some(lease) if !left.is_watched() => names::lease_millis("lease", lease)?,
-            _ => inner.watchdog_timeout_ms,
+            _ => client.watchdog_timeout_ms(),
         };
-        let latch = self.keys.unlock_latch(&inner.next_request_id());
+        let latch = self.keys.unlock_latch(&client.next_request_id());
         let send = || -> Result<Option<i64>> {
-            inner.pool.run(|connection| {
+            client.pool().run(|connection| {
                 RELEASE
                     .key(&self.keys.name)
                     .key(&self.keys.channel)
                     .key(&latch)
                     .arg(holder)
                     .arg(lease_ms)
-                    .arg(inner.release_latch_ms)
+                    .arg(client.release_latch_ms())
                     .arg(RELEASE_MESSAGE)
                     .arg(left.total())
                     .invoke(connection)
@@ -486,25 +452,4 @@ pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
             "wait of {wait:?} is too long; use lock() to wait forever"
         ))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ForceReleaseNotice;
-
-    #[test]
-    fn force_release_notices_are_read_with_names_that_hold_spaces() {
-        let notice = ForceReleaseNotice::parse(b"42 0c1f:7 nightly report {eu}");
-        assert_eq!(
-            notice,
-            Some(ForceReleaseNotice {
-                token: 42,
-                holder: "0c1f:7",
-                name: "nightly report {eu}",
-            })
-        );
-        for junk in [&b""[..], b"0", b"x h n", b"1 h", b"1  n", b"\xff h n"] {
-            assert_eq!(ForceReleaseNotice::parse(junk), None, "{junk:?}");
-        }
-    }
 }
