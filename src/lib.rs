@@ -56,6 +56,7 @@ mod resolve;
 mod script;
 #[cfg(unix)]
 pub mod testing;
+mod wait;
 mod watchdog;
 
 pub use error::{Error, LostReason, Result};

@@ -41,7 +41,7 @@ use crate::lock::{
 };
 use crate::manager::LockManager;
 use crate::names::{self, RELEASE_MESSAGE};
-use crate::pubsub::Subscription;
+use crate::wait::{self, WaitFor};
 use crate::watchdog::{Grant, LevelsLeft};
 
 const RAISE_TOKEN_LUA: &str = include_str!("raise_token.lua");
@@ -52,8 +52,6 @@ const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// How often a member that stopped answering is asked again while the others can make the
 /// quorum without it.
 const SILENT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
-/// While a member's release channel is not subscribed, a waiter looks at least this often.
-const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
 
 /// A lock taken on a majority of independent Redis masters (the Redlock algorithm), so that
 /// no single server is a point of failure. Cheap to clone; `Send` and `Sync`.
@@ -466,50 +464,13 @@ impl Group {
             }
         };
         let shortest_lease = Duration::from_millis(lease_ms.iter().copied().min().unwrap_or(0));
-        let mut subscriptions: Vec<Subscription> = Vec::new();
-        let mut subscribed = false;
-        loop {
-            let (holders, levels_held) = self.chains_to_join(thread);
-            let attempt = self.attempt(&holders, &lease_ms, &levels_held);
-            let elapsed = attempt.sent_at.elapsed();
-            let quorum = attempt.taken_count() >= self.required;
-            let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
-            if quorum && valid {
-                let chain = self.hold(thread, &holders, &attempt, lease);
-                return Ok(Some(GroupGuard::new(Arc::clone(self), chain)));
-            }
-            // Undo where the attempt took the lock, or may have through a connection that
-            // broke (answers not waited for have their undo queued already); members held by
-            // others have nothing of ours.
-            let undo: Vec<bool> = (0..self.members.len())
-                .map(|index| attempt.taken[index].is_some() || attempt.broken[index])
-                .collect();
-            self.undo_members(&holders, &levels_held, &undo);
-            if quorum {
-                // Taken, but the lease was gone before the answers were: too short a lease
-                // for these servers.
-                return Err(Error::LeaseSpent {
-                    name: self.label(),
-                    elapsed,
-                });
-            }
-            if attempt.failed > self.members.len() - self.required {
-                return Err(match attempt.first_error {
-                    Some(err) if !err.is_transient() => err,
-                    _ => Error::NoQuorum {
-                        reachable: self.members.len() - attempt.failed,
-                        required: self.required,
-                        masters: self.members.len(),
-                    },
-                });
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            if !subscribed {
-                // Members that answer will carry the release message too: a silent one would
-                // only hold up the subscription until its response timeout.
+        wait::wait_until(WaitFor {
+            deadline,
+            default_hint: self.retry_delay,
+            // Members that answer will carry the release message too: a silent one would
+            // only hold up the subscription until its response timeout.
+            subscribe: || {
+                let mut subscriptions = Vec::new();
                 for (member, silence) in self.members.iter().zip(&self.silence) {
                     if silence.lock().is_none() {
                         let hub = member.client().hub();
@@ -517,35 +478,74 @@ impl Group {
                         subscriptions.push(hub.subscribe(&keys.channel, &keys.name)?);
                     }
                 }
-                subscribed = true;
-                // A release may have gone by while subscribing: look again before sleeping.
-                continue;
-            }
-            let until = |sleep: Duration| match deadline {
-                Some(deadline) => sleep.min(deadline.saturating_duration_since(now)),
-                None => sleep,
-            };
-            if attempt.taken_count() > 0 {
-                // A split vote: back off at random so that the contenders do not collide
-                // again. Not woken by releases meanwhile, which are mostly the contenders'
-                // own undoing.
-                std::thread::sleep(until(jittered(self.retry_delay)));
-                drain(&subscriptions);
-            } else {
-                // Others hold it: wait for a release message, or for their lease to run out.
-                let mut sleep = attempt.shortest_ttl.unwrap_or(self.retry_delay);
-                if subscriptions
+                Ok(subscriptions)
+            },
+            attempt: || self.attempt_once(thread, &lease_ms, shortest_lease, lease),
+            ensure_running: || {
+                self.members
                     .iter()
-                    .any(|subscription| !subscription.is_live())
-                {
-                    sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
-                }
-                wait_for_any(&subscriptions, until(sleep).max(Duration::from_millis(1)));
-            }
-            for member in &self.members {
-                member.client().ensure_running()?;
-            }
+                    .try_for_each(|member| member.client().ensure_running())
+            },
+        })
+    }
+
+    /// One attempt of a thread that does not hold the lock yet; undoes what it took when it
+    /// fails.
+    fn attempt_once(
+        self: &Arc<Self>,
+        thread: u64,
+        lease_ms: &[u64],
+        shortest_lease: Duration,
+        lease: Lease,
+    ) -> Result<wait::Attempt<GroupGuard>> {
+        let (holders, levels_held) = self.chains_to_join(thread);
+        let attempt = self.attempt(&holders, lease_ms, &levels_held);
+        let elapsed = attempt.sent_at.elapsed();
+        let quorum = attempt.taken_count() >= self.required;
+        let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
+        if quorum && valid {
+            let chain = self.hold(thread, &holders, &attempt, lease);
+            return Ok(wait::Attempt::Taken(GroupGuard::new(
+                Arc::clone(self),
+                chain,
+            )));
         }
+        // Undo where the attempt took the lock, or may have through a connection that broke
+        // (answers not waited for have their undo queued already); members held by others
+        // have nothing of ours.
+        let undo: Vec<bool> = (0..self.members.len())
+            .map(|index| attempt.taken[index].is_some() || attempt.broken[index])
+            .collect();
+        self.undo_members(&holders, &levels_held, &undo);
+        if quorum {
+            // Taken, but the lease was gone before the answers were: too short a lease for
+            // these servers.
+            return Err(Error::LeaseSpent {
+                name: self.label(),
+                elapsed,
+            });
+        }
+        if attempt.failed > self.members.len() - self.required {
+            return Err(match attempt.first_error {
+                Some(err) if !err.is_transient() => err,
+                _ => Error::NoQuorum {
+                    reachable: self.members.len() - attempt.failed,
+                    required: self.required,
+                    masters: self.members.len(),
+                },
+            });
+        }
+        Ok(if attempt.taken_count() > 0 {
+            // A split vote: back off at random so that the contenders do not collide again.
+            wait::Attempt::BackOff {
+                delay: jittered(self.retry_delay),
+            }
+        } else {
+            // Others hold it: wait for a release message, or for their lease to run out.
+            wait::Attempt::Held {
+                hint: attempt.shortest_ttl,
+            }
+        })
     }
 
     /// Per member: the holder id and levels of the chain `thread` holds there already (a
@@ -903,23 +903,6 @@ impl Group {
             name: self.label(),
             reason: LostReason::NotHeldAnymore,
         })
-    }
-}
-
-/// Blocks until any of `subscriptions` is woken or `timeout` passes, then clears every wake:
-/// the next attempt covers them all.
-fn wait_for_any(subscriptions: &[Subscription], timeout: Duration) {
-    let mut select = crossbeam_channel::Select::new();
-    for subscription in subscriptions {
-        select.recv(subscription.woken());
-    }
-    let _ = select.ready_timeout(timeout);
-    drain(subscriptions);
-}
-
-fn drain(subscriptions: &[Subscription]) {
-    for subscription in subscriptions {
-        while subscription.woken().try_recv().is_ok() {}
     }
 }
 

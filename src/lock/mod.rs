@@ -21,7 +21,7 @@ pub use guard::LockGuard;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::names::{self, LockKeys, FORCE_RELEASE_CHANNEL, RELEASE_MESSAGE};
-use crate::pubsub::Subscription;
+use crate::wait::{self, WaitFor};
 use crate::watchdog::{Grant, LevelsLeft};
 
 pub(crate) const ACQUIRE_LUA: &str = include_str!("acquire.lua");
@@ -34,10 +34,6 @@ pub(crate) const UNDO_LUA: &str = include_str!("undo.lua");
 pub(crate) static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_LUA));
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_release.lua")));
-
-/// While the release channel is not subscribed (the pub/sub connection is down), a waiter
-/// polls at least this often instead of trusting a wake-up that may never come.
-const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
 
 /// A handle to one named distributed lock. Cheap to clone; `Send` and `Sync`.
 ///
@@ -244,58 +240,38 @@ impl Lock {
             .run(|connection| command.query(connection))
     }
 
-    /// Tries until `deadline` (forever with `None`): subscribe to the release channel after
-    /// the first failed attempt and before the next, then sleep until a release wakes this
-    /// thread or the holder's lease runs out.
+    /// Tries until `deadline` (forever with `None`), in the shared wait loop: subscribed to
+    /// the release channel after the first failed attempt and before the next, sleeping until
+    /// a release wakes this thread or the holder's lease runs out.
     fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard>> {
         self.client.ensure_running()?;
         self.keys()?;
         // A level of the chain the thread holds, or a new chain with a holder id of its own.
         let (mut holder, mut levels_held) = self.chain_to_join();
-        let mut subscription: Option<Subscription> = None;
-        let mut woken = false;
-        loop {
-            let ttl = match self.attempt(&holder, levels_held, lease) {
-                Ok(Attempt::Acquired { token, sent_at }) => {
-                    return Ok(Some(self.guard(holder, lease, token, sent_at)))
-                }
-                Ok(Attempt::Held { ttl }) => ttl,
-                Ok(Attempt::ChainGone) => {
-                    let watchdog = self.client.watchdog();
-                    watchdog.chain_gone(&self.keys.name, &holder);
-                    (holder, levels_held) = self.chain_to_join();
-                    continue;
-                }
-                Err(err) => {
-                    if let (true, Some(subscription)) = (woken, &subscription) {
-                        // The release that woke us goes unused: let another waiter have it.
-                        subscription.pass_wake_on();
-                    }
-                    return Err(err);
-                }
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            let Some(subscription) = &subscription else {
-                // Subscribed before the next attempt, so no release after it goes unseen.
-                let hub = self.client.hub();
-                subscription = Some(hub.subscribe(&self.keys.channel, &self.keys.name)?);
-                continue;
-            };
+        wait::wait_until(WaitFor {
+            deadline,
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
-            let mut sleep = ttl.unwrap_or(self.client.watchdog_timeout() / 3);
-            if let Some(deadline) = deadline {
-                sleep = sleep.min(deadline - now);
-            }
-            if !subscription.is_live() {
-                sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
-            }
-            woken = subscription.wait(sleep.max(Duration::from_millis(1)));
-            self.client.ensure_running()?;
-        }
+            default_hint: self.client.watchdog_timeout() / 3,
+            subscribe: || {
+                let hub = self.client.hub();
+                Ok(vec![hub.subscribe(&self.keys.channel, &self.keys.name)?])
+            },
+            attempt: || {
+                Ok(match self.attempt(&holder, levels_held, lease)? {
+                    Attempt::Acquired { token, sent_at } => {
+                        wait::Attempt::Taken(self.guard(holder.clone(), lease, token, sent_at))
+                    }
+                    Attempt::Held { ttl } => wait::Attempt::Held { hint: ttl },
+                    Attempt::ChainGone => {
+                        self.client.watchdog().chain_gone(&self.keys.name, &holder);
+                        (holder, levels_held) = self.chain_to_join();
+                        wait::Attempt::Again
+                    }
+                })
+            },
+            ensure_running: || self.client.ensure_running(),
+        })
     }
 
     /// The holder id and levels of the chain the calling thread holds the lock by, or a new

@@ -1,0 +1,153 @@
+//! The wait loop every blocking acquisition runs: try, subscribe, try again, sleep until a
+//! release message or the hint of the last try, and so on until a deadline.
+//!
+//! A primitive gives [`wait_until`] its "try once" (which answers an [`Attempt`]), the way to
+//! subscribe to the channels its releases are announced on, and a deadline. The loop
+//! subscribes after the first failed try and tries again before it sleeps, so a release
+//! between the two is never missed; it sleeps until a wake on any channel, the hint of the
+//! last try (the holder's remaining lease), or the deadline; while a subscription is not live
+//! (the pub/sub connection is down) it polls. A wake it took and did not use (the next try
+//! failed with an error) is passed on to another waiter of the same lock. It does no I/O of
+//! its own beyond the subscriptions it is handed.
+
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::pubsub::Subscription;
+
+/// While a release channel is not subscribed (the pub/sub connection is down), a waiter
+/// tries at least this often instead of trusting a wake-up that may never come.
+const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
+
+/// What one try found.
+pub(crate) enum Attempt<T> {
+    /// Taken: the loop ends with this.
+    Taken(T),
+    /// Held by others: wait for a release message, at most `hint` (the lease they have
+    /// left, when known).
+    Held { hint: Option<Duration> },
+    /// Contenders collided (a split vote): wait `delay` without listening for releases,
+    /// which are mostly the contenders' own undoing, then try again.
+    BackOff { delay: Duration },
+    /// Nothing to wait for: try again at once.
+    Again,
+}
+
+/// How the loop waits before the next try.
+enum Pause {
+    Listen { hint: Option<Duration> },
+    BackOff { delay: Duration },
+}
+
+/// The loop's settings.
+pub(crate) struct WaitFor<S, A, R> {
+    /// When to give up (`None`: never).
+    pub(crate) deadline: Option<Instant>,
+    /// How long to sleep when a try gave no hint.
+    pub(crate) default_hint: Duration,
+    /// Subscribes to the channels on which releases are announced.
+    pub(crate) subscribe: S,
+    /// Tries once.
+    pub(crate) attempt: A,
+    /// Fails once the client is shut down.
+    pub(crate) ensure_running: R,
+}
+
+/// Runs the loop; `Ok(None)` when the deadline passed.
+pub(crate) fn wait_until<T, S, A, R>(settings: WaitFor<S, A, R>) -> Result<Option<T>>
+where
+    S: FnOnce() -> Result<Vec<Subscription>>,
+    A: FnMut() -> Result<Attempt<T>>,
+    R: Fn() -> Result<()>,
+{
+    let WaitFor {
+        deadline,
+        default_hint,
+        subscribe,
+        mut attempt,
+        ensure_running,
+    } = settings;
+    let mut subscribe = Some(subscribe);
+    let mut subscriptions: Vec<Subscription> = Vec::new();
+    // The subscriptions whose wake the last sleep took.
+    let mut woken: Vec<usize> = Vec::new();
+    loop {
+        let pause = match attempt() {
+            Ok(Attempt::Taken(taken)) => return Ok(Some(taken)),
+            Ok(Attempt::Again) => continue,
+            Ok(Attempt::Held { hint }) => Pause::Listen { hint },
+            Ok(Attempt::BackOff { delay }) => Pause::BackOff { delay },
+            Err(err) => {
+                for &index in &woken {
+                    // The release that woke us goes unused: let another waiter have it.
+                    subscriptions[index].pass_wake_on();
+                }
+                return Err(err);
+            }
+        };
+        let now = Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            return Ok(None);
+        }
+        if let Some(subscribe) = subscribe.take() {
+            subscriptions = subscribe()?;
+            // A release may have gone by while subscribing: look again before sleeping.
+            continue;
+        }
+        let until_deadline = |sleep: Duration| match deadline {
+            Some(deadline) => sleep.min(deadline.saturating_duration_since(now)),
+            None => sleep,
+        };
+        woken.clear();
+        match pause {
+            Pause::BackOff { delay } => {
+                std::thread::sleep(until_deadline(delay));
+                for subscription in &subscriptions {
+                    while subscription.woken().try_recv().is_ok() {}
+                }
+            }
+            Pause::Listen { hint } => {
+                let mut sleep = hint.unwrap_or(default_hint);
+                if subscriptions
+                    .iter()
+                    .any(|subscription| !subscription.is_live())
+                {
+                    sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
+                }
+                woken = wait_for_any(
+                    &subscriptions,
+                    until_deadline(sleep).max(Duration::from_millis(1)),
+                );
+            }
+        }
+        ensure_running()?;
+    }
+}
+
+/// Blocks until any of `subscriptions` is woken or `timeout` passes; takes the wakes that are
+/// there then and answers whose they were.
+fn wait_for_any(subscriptions: &[Subscription], timeout: Duration) -> Vec<usize> {
+    match subscriptions {
+        [] => std::thread::sleep(timeout),
+        [only] => {
+            return if only.wait(timeout) {
+                vec![0]
+            } else {
+                Vec::new()
+            };
+        }
+        several => {
+            let mut select = crossbeam_channel::Select::new();
+            for subscription in several {
+                select.recv(subscription.woken());
+            }
+            let _ = select.ready_timeout(timeout);
+        }
+    }
+    subscriptions
+        .iter()
+        .enumerate()
+        .filter(|(_, subscription)| subscription.woken().try_recv().is_ok())
+        .map(|(index, _)| index)
+        .collect()
+}
