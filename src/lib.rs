@@ -46,6 +46,7 @@ mod error;
 mod fanout;
 mod fence;
 mod group;
+mod guard;
 mod lease;
 mod lock;
 mod manager;
@@ -59,9 +60,15 @@ pub mod testing;
 mod wait;
 mod watchdog;
 
+/// The channels whose receivers [`LockGuard::lost_signal`] and [`GroupGuard::lost_signal`]
+/// hand out (for `select!`).
+pub use crossbeam_channel;
 pub use error::{Error, LostReason, Result};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
 pub use lease::LostLock;
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};
+/// The Redis client this crate is built on, whose types appear in its errors
+/// ([`Error::Redis`]) and connection settings.
+pub use redis;

@@ -124,6 +124,16 @@ where
     }
 }
 
+/// Runs `acquire`, a wait without deadline, until it takes the lock or fails: such a wait
+/// answers no "ran out of time", so there is no error to make up for one.
+pub(crate) fn without_deadline<T>(mut acquire: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    loop {
+        if let Some(taken) = acquire()? {
+            return Ok(taken);
+        }
+    }
+}
+
 /// Blocks until any of `subscriptions` is woken or `timeout` passes; takes the wakes that are
 /// there then and answers whose they were.
 fn wait_for_any(subscriptions: &[Subscription], timeout: Duration) -> Vec<usize> {

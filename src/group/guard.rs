@@ -1,7 +1,6 @@
 //! [`GroupGuard`]: one held level of a [`RedLock`](super::RedLock) or
 //! [`MultiLock`](super::MultiLock), and the chain of acquisitions it belongs to.
 
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -9,7 +8,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use super::Group;
-use crate::error::{Error, LostReason, Result};
+use crate::error::{LostReason, Result};
+use crate::guard::{GuardCore, Hold};
 use crate::lease::LeaseState;
 use crate::names::{self, MAX_LEASE};
 
@@ -106,88 +106,33 @@ impl Chain {
 /// taken by the current thread; dropping it releases the level, the last one releases every
 /// member.
 ///
-/// Like [`LockGuard`](crate::LockGuard), it is not `Send`, and
+/// Like [`LockGuard`](crate::LockGuard), it is not `Send` but `Sync`, and
 /// [`unlock`](GroupGuard::unlock) reports what dropping can only log.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct GroupGuard {
-    group: Arc<Group>,
-    chain: Arc<Chain>,
-    released: bool,
-    _not_send: PhantomData<*const ()>,
+    core: GuardCore<GroupHold>,
 }
 
-impl GroupGuard {
-    pub(super) fn new(group: Arc<Group>, chain: Arc<Chain>) -> Self {
-        GroupGuard {
-            group,
-            chain,
-            released: false,
-            _not_send: PhantomData,
-        }
+/// What a [`GroupGuard`] holds: one level of a chain.
+struct GroupHold {
+    group: Arc<Group>,
+    chain: Arc<Chain>,
+}
+
+impl Hold for GroupHold {
+    fn label(&self) -> String {
+        self.group.label()
     }
 
-    /// How many members (servers, or locks of a multi-lock) are still held.
-    pub fn held_members(&self) -> usize {
-        self.chain.alive()
+    fn lost(&self) -> Option<LostReason> {
+        self.chain.lost()
     }
 
-    /// The fencing token of this acquisition: greater than the token of every earlier
-    /// holder that asked for one; reentrant levels share it.
-    ///
-    /// The members' token counters advance independently, so the first call makes them
-    /// agree: it raises the counter of every member held to the largest token, and needs
-    /// `required` of them to still be held (one more round trip, later calls are free).
-    /// Any later acquisition then takes a higher token on at least one of those members.
-    ///
-    /// # Errors
-    /// [`Error::LockLost`] when too few members are still held, [`Error::NoQuorum`] when
-    /// too few servers answered.
-    pub fn fencing_token(&self) -> Result<u64> {
-        if let Some(token) = self.chain.fence.get() {
-            return Ok(*token);
-        }
-        self.check()?;
-        let token = self
-            .chain
-            .members
-            .iter()
-            .flatten()
-            .map(|hold| hold.token)
-            .max()
-            .unwrap_or(0);
-        self.group.raise_token(&self.chain, token)?;
-        Ok(*self.chain.fence.get_or_init(|| token))
-    }
-
-    /// Whether the lock is known to be lost: fewer than the required members are still held.
-    pub fn is_lost(&self) -> bool {
-        self.chain.is_lost()
-    }
-
-    /// `Err(Error::LockLost)` once the lock is known to be lost, else `Ok(())`.
-    pub fn check(&self) -> Result<()> {
-        match self.chain.lost() {
-            Some(reason) => Err(Error::LockLost {
-                name: self.group.label(),
-                reason,
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// A receiver that gets one message, the reason, once too few members are still held.
-    /// It no longer fires once the members' managers are shut down.
-    pub fn lost_signal(&self) -> Receiver<LostReason> {
+    fn lost_signal(&self) -> Receiver<LostReason> {
         self.chain.state.signal()
     }
 
-    /// Releases this level now and reports the outcome: [`Error::NotHeld`] when too few
-    /// members were still held, [`Error::NoQuorum`] when too few servers answered.
-    pub fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        self.release()
-    }
-
+    /// The last level of the chain releases every member it still holds.
     fn release(&self) -> Result<()> {
         if self.chain.leave() > 0 {
             return Ok(());
@@ -206,27 +151,77 @@ impl GroupGuard {
     }
 }
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
+impl GroupGuard {
+    pub(super) fn new(group: Arc<Group>, chain: Arc<Chain>) -> Self {
+        GroupGuard {
+            core: GuardCore::new(GroupHold { group, chain }),
         }
-        if let Err(err) = self.release() {
-            log::warn!(
-                "lock {:?}: release on drop failed: {err}",
-                self.group.label()
-            );
+    }
+
+    /// How many members (servers, or locks of a multi-lock) are still held.
+    pub fn held_members(&self) -> usize {
+        self.core.hold().chain.alive()
+    }
+
+    /// The fencing token of this acquisition: greater than the token of every earlier
+    /// holder that asked for one; reentrant levels share it.
+    ///
+    /// The members' token counters advance independently, so the first call makes them
+    /// agree: it raises the counter of every member held to the largest token, and needs
+    /// `required` of them to still be held (one more round trip, later calls are free).
+    /// Any later acquisition then takes a higher token on at least one of those members.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when too few members are still held, [`Error::NoQuorum`] when
+    /// too few servers answered.
+    pub fn fencing_token(&self) -> Result<u64> {
+        let GroupHold { group, chain } = self.core.hold();
+        if let Some(token) = chain.fence.get() {
+            return Ok(*token);
         }
+        self.check()?;
+        let token = chain
+            .members
+            .iter()
+            .flatten()
+            .map(|hold| hold.token)
+            .max()
+            .unwrap_or(0);
+        group.raise_token(chain, token)?;
+        Ok(*chain.fence.get_or_init(|| token))
+    }
+
+    /// Whether the lock is known to be lost: fewer than the required members are still held.
+    pub fn is_lost(&self) -> bool {
+        self.core.is_lost()
+    }
+
+    /// `Err(Error::LockLost)` once the lock is known to be lost, else `Ok(())`.
+    pub fn check(&self) -> Result<()> {
+        self.core.check()
+    }
+
+    /// A receiver that gets one message, the reason, once too few members are still held.
+    /// It no longer fires once the members' managers are shut down.
+    pub fn lost_signal(&self) -> Receiver<LostReason> {
+        self.core.lost_signal()
+    }
+
+    /// Releases this level now and reports the outcome: [`Error::NotHeld`] when too few
+    /// members were still held, [`Error::NoQuorum`] when too few servers answered.
+    pub fn unlock(self) -> Result<()> {
+        self.core.unlock()
     }
 }
 
 impl std::fmt::Debug for GroupGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let GroupHold { group, chain } = self.core.hold();
         f.debug_struct("GroupGuard")
-            .field("name", &self.group.label())
-            .field("held_members", &self.held_members())
-            .field("required", &self.group.required)
-            .field("lost", &self.chain.lost())
+            .field("name", &group.label())
+            .field("held_members", &chain.alive())
+            .field("required", &group.required)
+            .field("lost", &chain.lost())
             .finish()
     }
 }

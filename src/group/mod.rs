@@ -237,17 +237,13 @@ macro_rules! group_lock_api {
             /// while the guard lives. Fails when too few servers answer
             /// ([`Error::NoQuorum`]), or on a Redis error.
             pub fn lock(&self) -> Result<GroupGuard> {
-                self.group
-                    .acquire(None, Lease::Watchdog)?
-                    .ok_or(Error::Timeout(Duration::MAX))
+                wait::without_deadline(|| self.group.acquire(None, Lease::Watchdog))
             }
 
             /// Takes the lock for a fixed `lease`, waiting as long as it takes.
             pub fn lock_with_lease(&self, lease: Duration) -> Result<GroupGuard> {
                 names::lease_millis("lease", lease)?;
-                self.group
-                    .acquire(None, Lease::Fixed(lease))?
-                    .ok_or(Error::Timeout(Duration::MAX))
+                wait::without_deadline(|| self.group.acquire(None, Lease::Fixed(lease)))
             }
 
             /// Makes one attempt (one round trip to every server); `Ok(None)` when the lock

@@ -1,13 +1,13 @@
 //! [`LockGuard`]: one held level of a [`Lock`], released when dropped.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
 use super::Lock;
-use crate::error::{Error, LostReason, Result};
+use crate::error::{LostReason, Result};
+use crate::guard::{GuardCore, Hold};
 use crate::lease::LeaseState;
 
 /// One held level of a [`Lock`], taken by the current thread.
@@ -18,7 +18,13 @@ use crate::lease::LeaseState;
 /// Dropping the guard releases this level; the last level frees the lock and wakes one
 /// waiter. [`unlock`](LockGuard::unlock) does the same and says how it went, where `Drop` can
 /// only log a failure. The guard is not `Send`: the lock is held by a thread, and only that
-/// thread may release it.
+/// thread may release it. It is `Sync`, so a scoped thread may watch
+/// [`is_lost`](LockGuard::is_lost) through a shared reference.
+///
+/// ```compile_fail
+/// fn moves_to_another_thread<T: Send>() {}
+/// moves_to_another_thread::<redlease::LockGuard>();
+/// ```
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
@@ -34,15 +40,41 @@ use crate::lease::LeaseState;
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
+    core: GuardCore<LockHold>,
+}
+
+/// What a [`LockGuard`] holds.
+struct LockHold {
     lock: Lock,
+    /// The holder id of the acquisition chain.
     holder: String,
     /// `None` when the watchdog renews this level.
     fixed_lease: Option<Duration>,
     token: u64,
     lease: Arc<LeaseState>,
-    released: bool,
-    /// Holds are per thread: the guard must stay on the thread that took it.
-    _not_send: PhantomData<*const ()>,
+}
+
+impl Hold for LockHold {
+    fn label(&self) -> String {
+        self.lock.name().to_owned()
+    }
+
+    fn lost(&self) -> Option<LostReason> {
+        self.lease.lost()
+    }
+
+    fn lost_signal(&self) -> Receiver<LostReason> {
+        self.lease.signal()
+    }
+
+    fn release(&self) -> Result<()> {
+        let left = self.lock.client.watchdog().unwatch(
+            self.lock.name(),
+            &self.lease,
+            self.fixed_lease.is_some(),
+        );
+        self.lock.release(&self.holder, left, self.fixed_lease)
+    }
 }
 
 impl LockGuard {
@@ -54,44 +86,38 @@ impl LockGuard {
         lease: Arc<LeaseState>,
     ) -> Self {
         LockGuard {
-            lock,
-            holder,
-            fixed_lease,
-            token,
-            lease,
-            released: false,
-            _not_send: PhantomData,
+            core: GuardCore::new(LockHold {
+                lock,
+                holder,
+                fixed_lease,
+                token,
+                lease,
+            }),
         }
     }
 
     /// The lock this guard holds.
     pub fn lock(&self) -> &Lock {
-        &self.lock
+        &self.core.hold().lock
     }
 
     /// The fencing token of this acquisition: strictly greater than the token of every
     /// earlier holder of the lock name; reentrant levels share the token of the first level.
     pub fn fencing_token(&self) -> u64 {
-        self.token
+        self.core.hold().token
     }
 
     /// Whether the lock is known to be lost (see [`LostReason`]): a renewal found another
     /// holder or no key, the lease ran out by the local clock before a renewal succeeded (or,
     /// for a fixed lease, at all), or a force release was heard. Cheap: no I/O.
     pub fn is_lost(&self) -> bool {
-        self.lease.lost().is_some()
+        self.core.is_lost()
     }
 
     /// `Err(Error::LockLost)` once the lock is known to be lost, else `Ok(())`: a check for
     /// between the steps of a critical section.
     pub fn check(&self) -> Result<()> {
-        match self.lease.lost() {
-            Some(reason) => Err(Error::LockLost {
-                name: self.lock.name().to_owned(),
-                reason,
-            }),
-            None => Ok(()),
-        }
+        self.core.check()
     }
 
     /// A receiver that gets one message, the reason, once the lock is found lost (at once if
@@ -129,44 +155,24 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn lost_signal(&self) -> Receiver<LostReason> {
-        self.lease.signal()
+        self.core.lost_signal()
     }
 
     /// Releases this level now and reports the outcome: [`Error::NotHeld`] when the lock was
     /// lost (expired or force-released) before.
-    pub fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        self.release()
-    }
-
-    fn release(&self) -> Result<()> {
-        let left = self.lock.client.watchdog().unwatch(
-            self.lock.name(),
-            &self.lease,
-            self.fixed_lease.is_some(),
-        );
-        self.lock.release(&self.holder, left, self.fixed_lease)
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        if let Err(err) = self.release() {
-            log::warn!("lock {:?}: release on drop failed: {err}", self.lock.name());
-        }
+    pub fn unlock(self) -> Result<()> {
+        self.core.unlock()
     }
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hold = self.core.hold();
         f.debug_struct("LockGuard")
-            .field("name", &self.lock.name())
-            .field("holder", &self.holder)
-            .field("fencing_token", &self.token)
-            .field("lost", &self.lease.lost())
+            .field("name", &hold.lock.name())
+            .field("holder", &hold.holder)
+            .field("fencing_token", &hold.token)
+            .field("lost", &hold.lease.lost())
             .finish()
     }
 }

@@ -111,15 +111,14 @@ impl Lock {
     /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
     /// down.
     pub fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, Lease::Watchdog)?
-            .ok_or_else(|| Error::Timeout(Duration::MAX))
+        wait::without_deadline(|| self.acquire(None, Lease::Watchdog))
     }
 
     /// Takes the lock for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
     /// expires after `lease` even if the guard still lives.
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(None, Lease::fixed(lease)?)?
-            .ok_or_else(|| Error::Timeout(Duration::MAX))
+        let lease = Lease::fixed(lease)?;
+        wait::without_deadline(|| self.acquire(None, lease))
     }
 
     /// Takes the lock if it is free (or held by this thread), without waiting.

@@ -1,0 +1,95 @@
+//! The part every guard shares: one held level of some lock, released once, when dropped or
+//! by `unlock`, and the questions about its loss.
+//!
+//! A primitive's guard wraps a [`GuardCore`] over its own [`Hold`] (what it holds and how to
+//! release it) and adds what is particular to it. The core is `Sync` (another thread may
+//! watch `is_lost` through a shared reference) but not `Send`: a lock is held by a thread,
+//! and only that thread may release it. No I/O here beyond the hold's release.
+
+use std::marker::PhantomData;
+
+use crossbeam_channel::Receiver;
+
+use crate::error::{Error, LostReason, Result};
+
+/// What a guard holds, as its primitive knows it.
+pub(crate) trait Hold {
+    /// The name to report in errors and logs.
+    fn label(&self) -> String;
+    /// Why the hold is known to be lost, if it is.
+    fn lost(&self) -> Option<LostReason>;
+    /// A receiver that gets the reason once the loss is recorded.
+    fn lost_signal(&self) -> Receiver<LostReason>;
+    /// Releases this level.
+    fn release(&self) -> Result<()>;
+}
+
+/// One held level, released exactly once.
+pub(crate) struct GuardCore<H: Hold> {
+    hold: H,
+    released: bool,
+    /// `!Send` (the hold belongs to the thread that took it) but `Sync`.
+    _thread_bound: PhantomData<std::sync::MutexGuard<'static, ()>>,
+}
+
+impl<H: Hold> GuardCore<H> {
+    pub(crate) fn new(hold: H) -> Self {
+        GuardCore {
+            hold,
+            released: false,
+            _thread_bound: PhantomData,
+        }
+    }
+
+    pub(crate) fn hold(&self) -> &H {
+        &self.hold
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.hold.lost().is_some()
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.hold.lost() {
+            Some(reason) => Err(Error::LockLost {
+                name: self.hold.label(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn lost_signal(&self) -> Receiver<LostReason> {
+        self.hold.lost_signal()
+    }
+
+    pub(crate) fn unlock(mut self) -> Result<()> {
+        self.released = true;
+        self.hold.release()
+    }
+}
+
+impl<H: Hold> Drop for GuardCore<H> {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Err(err) = self.hold.release() {
+            log::warn!(
+                "lock {:?}: release on drop failed: {err}",
+                self.hold.label()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn guards_may_be_shared_between_threads_but_stay_on_theirs() {
+        fn shared<T: Sync>() {}
+        shared::<crate::LockGuard>();
+        shared::<crate::GroupGuard>();
+        // Not `Send`: see the `compile_fail` example on `LockGuard`.
+    }
+}
