@@ -1,0 +1,227 @@
+//! The transport of the subscribed connection: where it goes (a host and port looked up
+//! through the manager's resolver, or a Unix socket), connecting within the connect timeout,
+//! `AUTH`, and the socket handles with their timeouts.
+//!
+//! Knows nothing of channels or waiters; touches only sockets and the resolver.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+#[cfg(unix)]
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionAddr, ConnectionInfo};
+
+use super::frame::{self, Frame};
+use crate::error::{Error, Result};
+use crate::resolve::{ResolveError, Resolver};
+
+/// Where the subscribed connection goes, and how it authenticates.
+pub(super) struct Endpoint {
+    address: Address,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+enum Address {
+    /// A host and port, looked up through the manager's resolver.
+    Tcp(Arc<Resolver>),
+    #[cfg(unix)]
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    pub(super) fn from_info(
+        info: &ConnectionInfo,
+        resolver: Option<Arc<Resolver>>,
+    ) -> Result<Self> {
+        let address = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                Address::Tcp(resolver.unwrap_or_else(|| Arc::new(Resolver::new(host, *port))))
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Address::Unix(path.clone()),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unsupported redis address {other}: use redis:// or redis+unix://"
+                )))
+            }
+        };
+        let settings = info.redis_settings();
+        Ok(Endpoint {
+            address,
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+        })
+    }
+
+    /// Connects (the host name lookup included) within `timeout`, then authenticates
+    /// within `timeout` again.
+    pub(super) fn connect(&self, timeout: Duration) -> io::Result<Stream> {
+        let stream = match &self.address {
+            Address::Tcp(resolver) => Stream::Tcp(connect_tcp(resolver, Instant::now() + timeout)?),
+            #[cfg(unix)]
+            Address::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+        };
+        if let Some(password) = &self.password {
+            let give_up_at = Instant::now() + timeout;
+            let mut auth = redis::cmd("AUTH");
+            if let Some(username) = &self.username {
+                auth.arg(username);
+            }
+            stream.write_all_by(&auth.arg(password).get_packed_command(), give_up_at)?;
+            if let Frame::Error(message) = read_one_frame(&stream, give_up_at)? {
+                let message = String::from_utf8_lossy(&message);
+                return Err(io::Error::other(format!("AUTH refused: {message}")));
+            }
+        }
+        Ok(stream)
+    }
+}
+
+/// Tries the addresses the resolver gives for the host, in order, until one answers.
+fn connect_tcp(resolver: &Resolver, give_up_at: Instant) -> io::Result<TcpStream> {
+    // The lookup and the TCP connect share the timeout.
+    let addresses = resolver
+        .resolve(give_up_at.saturating_duration_since(Instant::now()))
+        .map_err(ResolveError::into_io_error)?;
+    let mut last_error = None;
+    for address in addresses {
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(&address, left) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(err) => last_error = Some(err),
+        }
+    }
+    match last_error {
+        Some(err) => {
+            // The name may have moved (a failover): look it up again next time.
+            resolver.distrust_cache();
+            Err(err)
+        }
+        None => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no time left to connect after the host name lookup",
+        )),
+    }
+}
+
+/// Reads one reply (to `AUTH`) before `give_up_at`.
+fn read_one_frame(stream: &Stream, give_up_at: Instant) -> io::Result<Frame> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        let read = stream.read_by(&mut chunk, give_up_at)?;
+        if read == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+        if let Some((frame, _)) = frame::parse(&buffer).map_err(|err| io::Error::other(err.0))? {
+            return Ok(frame);
+        }
+    }
+}
+
+/// A TCP or Unix socket. The listener reads from one handle while the writer of the hub's
+/// outbox writes to a clone of it (see `try_clone`); either may end the connection for
+/// both.
+pub(super) enum Stream {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub(super) fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(stream) => Stream::Tcp(stream.try_clone()?),
+            #[cfg(unix)]
+            Stream::Unix(stream) => Stream::Unix(stream.try_clone()?),
+        })
+    }
+
+    /// Ends the connection for every handle; a blocked read or write returns at once. Never
+    /// blocks, so it may be called under the hub's lock.
+    pub(super) fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(stream) => stream.shutdown(Shutdown::Both),
+            #[cfg(unix)]
+            Stream::Unix(stream) => stream.shutdown(Shutdown::Both),
+        };
+    }
+
+    pub(super) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.set_read_timeout(timeout),
+            #[cfg(unix)]
+            Stream::Unix(stream) => stream.set_read_timeout(timeout),
+        }
+    }
+
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(stream) => stream.set_write_timeout(timeout),
+            #[cfg(unix)]
+            Stream::Unix(stream) => stream.set_write_timeout(timeout),
+        }
+    }
+
+    /// Reads what has arrived, waiting at most the read timeout set last.
+    pub(super) fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(stream) => (&*stream).read(buffer),
+            #[cfg(unix)]
+            Stream::Unix(stream) => (&*stream).read(buffer),
+        }
+    }
+
+    /// Reads what has arrived, waiting at most until `give_up_at`.
+    fn read_by(&self, buffer: &mut [u8], give_up_at: Instant) -> io::Result<usize> {
+        loop {
+            self.set_read_timeout(Some(time_left(give_up_at)?))?;
+            match self.read(buffer) {
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                result => return result,
+            }
+        }
+    }
+
+    /// Writes all of `bytes` by `give_up_at`: a server that takes them slowly does not extend
+    /// the wait.
+    pub(super) fn write_all_by(&self, mut bytes: &[u8], give_up_at: Instant) -> io::Result<()> {
+        while !bytes.is_empty() {
+            self.set_write_timeout(Some(time_left(give_up_at)?))?;
+            let written = match self {
+                Stream::Tcp(stream) => (&*stream).write(bytes),
+                #[cfg(unix)]
+                Stream::Unix(stream) => (&*stream).write(bytes),
+            };
+            match written {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => bytes = &bytes[written..],
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The time until `deadline`, or a timeout error once it has passed (a zero socket timeout
+/// would mean "wait forever").
+fn time_left(deadline: Instant) -> io::Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+    }
+    Ok(left)
+}

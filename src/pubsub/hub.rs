@@ -1,0 +1,260 @@
+//! The hub's bookkeeping, kept under its one lock: which channels have waiters, which
+//! subscriptions Redis has confirmed, and who to wake for a message.
+//!
+//! Wake rules: a release message (`0`) wakes one waiter of each lock name on the channel
+//! (several lock names can share one channel, and a message does not say which was freed); a
+//! read-lock release (`1`) wakes all; a waiter that leaves with an unused wake passes it on
+//! to a waiter of the same lock; a new connection wakes everyone, as a release may have gone
+//! by unseen.
+//!
+//! Everything here runs under the hub's lock and does no I/O: commands are only queued in
+//! the [`Outbox`], in the order decided, for a writer to send after the lock is released.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::connection::Stream;
+use super::outbox::Outbox;
+
+#[derive(Default)]
+pub(super) struct State {
+    channels: HashMap<String, Channel>,
+    /// The commands for the subscribed connection, and its writing handle while there is
+    /// one: the hub is connected exactly while the outbox is open.
+    pub(super) outbox: Outbox,
+    /// Redis has answered (confirmed or refused) the subscription to the notice channel on
+    /// this connection.
+    notices_answered: bool,
+    stopping: bool,
+}
+
+/// The subscription to one channel.
+///
+/// `subscribed` tells which command was queued last for the channel and `unconfirmed` how
+/// many of its answers are still to come. Commands for one connection are written in the
+/// order they were queued (see [`Outbox`]) and Redis answers them in that order, so when
+/// `unconfirmed` comes down to 0 Redis is in the state the last command asked for: SUBSCRIBE
+/// and UNSUBSCRIBE for the same channel may race between threads without the count or the
+/// `confirmed` flag going wrong.
+#[derive(Default)]
+struct Channel {
+    /// In the order they are woken: a woken waiter moves to the back.
+    waiters: VecDeque<Arc<Waiter>>,
+    /// `SUBSCRIBE`/`UNSUBSCRIBE` commands queued whose answers have not arrived yet.
+    unconfirmed: u32,
+    /// The last command queued for this channel was `SUBSCRIBE`.
+    subscribed: bool,
+    /// ... and Redis has confirmed it.
+    confirmed: bool,
+}
+
+/// One waiting thread's place on a channel.
+pub(super) struct Waiter {
+    /// The lock name it waits for.
+    lock: String,
+    wake: Sender<()>,
+    pub(super) woken: Receiver<()>,
+}
+
+impl Waiter {
+    pub(super) fn new(lock: &str) -> Self {
+        let (wake, woken) = crossbeam_channel::bounded(1);
+        Waiter {
+            lock: lock.to_owned(),
+            wake,
+            woken,
+        }
+    }
+
+    /// Wakes it unless a wake is pending already.
+    pub(super) fn wake(&self) {
+        let _ = self.wake.try_send(());
+    }
+
+    fn has_pending_wake(&self) -> bool {
+        !self.woken.is_empty()
+    }
+}
+
+impl State {
+    pub(super) fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Marks the hub as stopping and ends the connection, so the listener's read returns.
+    pub(super) fn stop(&mut self) {
+        self.stopping = true;
+        self.outbox.shut_down();
+    }
+
+    pub(super) fn is_connected(&self) -> bool {
+        self.outbox.is_open()
+    }
+
+    pub(super) fn notices_answered(&self) -> bool {
+        self.notices_answered
+    }
+
+    pub(super) fn channel_count(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// Whether Redis has confirmed the subscription to `channel` on the current connection.
+    pub(super) fn is_confirmed(&self, channel: &str) -> bool {
+        self.channels
+            .get(channel)
+            .is_some_and(|channel| channel.confirmed)
+    }
+
+    /// Adds a waiter to `channel`, queuing `SUBSCRIBE` if the channel is not subscribed;
+    /// answers whether it queued a command.
+    pub(super) fn join(&mut self, channel: &str, waiter: Arc<Waiter>) -> bool {
+        let entry = self.channels.entry(channel.to_owned()).or_default();
+        entry.waiters.push_back(waiter);
+        if !entry.subscribed && self.outbox.queue("SUBSCRIBE", channel) {
+            entry.subscribed = true;
+            entry.unconfirmed += 1;
+            return true;
+        }
+        false
+    }
+
+    /// Removes a waiter from `channel`, passing on a wake it did not use; the last waiter to
+    /// leave queues `UNSUBSCRIBE`. Answers whether it queued a command.
+    pub(super) fn leave(&mut self, channel: &str, waiter: &Arc<Waiter>) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        entry.waiters.retain(|other| !Arc::ptr_eq(other, waiter));
+        if waiter.woken.try_recv().is_ok() {
+            // It was woken for a release it will not use: pass the wake on to a waiter of
+            // the same lock.
+            wake_one_of(entry, &waiter.lock);
+        }
+        if !entry.waiters.is_empty() {
+            return false;
+        }
+        if entry.subscribed && self.outbox.queue("UNSUBSCRIBE", channel) {
+            entry.subscribed = false;
+            entry.confirmed = false;
+            entry.unconfirmed += 1;
+            return true;
+        }
+        if entry.unconfirmed == 0 || !self.outbox.is_open() {
+            // Nothing more will come for it: answers still due would find it gone and be
+            // ignored.
+            self.channels.remove(channel);
+        }
+        false
+    }
+
+    /// A new connection: queues `SUBSCRIBE` for the notice channel and again for every
+    /// channel with waiters (anything queued for the previous connection is dropped with
+    /// it), and wakes every waiter.
+    pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
+        let mut names = Vec::new();
+        self.channels.retain(|name, channel| {
+            channel.confirmed = false;
+            channel.subscribed = !channel.waiters.is_empty();
+            channel.unconfirmed = u32::from(channel.subscribed);
+            if channel.subscribed {
+                names.push(name.clone());
+            }
+            channel.subscribed
+        });
+        self.notices_answered = false;
+        self.outbox.open(writer);
+        // On its own: an ACL that refuses it must not refuse the release channels too.
+        self.outbox.queue("SUBSCRIBE", notice_channel);
+        if !names.is_empty() {
+            self.outbox.queue("SUBSCRIBE", &names);
+        }
+        self.wake_everyone();
+    }
+
+    /// The connection is gone: forgets its subscriptions and wakes every waiter, so they
+    /// retry now and poll until the next connection.
+    pub(super) fn disconnected(&mut self) {
+        self.outbox.close();
+        self.notices_answered = false;
+        self.channels.retain(|_, channel| {
+            channel.subscribed = false;
+            channel.confirmed = false;
+            channel.unconfirmed = 0;
+            !channel.waiters.is_empty()
+        });
+        self.wake_everyone();
+    }
+
+    /// Redis answered the subscription to the notice channel, by a confirmation or an error.
+    pub(super) fn notices_now_answered(&mut self) {
+        self.notices_answered = true;
+    }
+
+    /// Redis answered a `SUBSCRIBE` or `UNSUBSCRIBE` for `channel`; answers whether that
+    /// confirmed a subscription waiters may be blocked on.
+    pub(super) fn subscription_answered(&mut self, channel: &str) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
+        if entry.unconfirmed > 0 {
+            return false;
+        }
+        if entry.subscribed {
+            entry.confirmed = true;
+            return true;
+        }
+        if entry.waiters.is_empty() {
+            self.channels.remove(channel);
+        }
+        false
+    }
+
+    /// A message on a release channel: `1` (a read lock freed) wakes all its waiters,
+    /// anything else one waiter per lock name.
+    pub(super) fn released(&mut self, channel: &str, payload: &[u8]) {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return;
+        };
+        if payload == b"1" {
+            entry.waiters.iter().for_each(|waiter| waiter.wake());
+        } else {
+            wake_one_per_lock(entry);
+        }
+    }
+
+    fn wake_everyone(&self) {
+        for channel in self.channels.values() {
+            channel.waiters.iter().for_each(|waiter| waiter.wake());
+        }
+    }
+}
+
+/// Wakes, for each lock name waited for on the channel, its first waiter that has no wake
+/// pending, and moves the woken to the back.
+fn wake_one_per_lock(channel: &mut Channel) {
+    let mut locks: Vec<String> = Vec::new();
+    for waiter in &channel.waiters {
+        if !locks.contains(&waiter.lock) {
+            locks.push(waiter.lock.clone());
+        }
+    }
+    for lock in &locks {
+        wake_one_of(channel, lock);
+    }
+}
+
+/// Wakes the first waiter for `lock` that has no wake pending, and moves it to the back.
+fn wake_one_of(channel: &mut Channel, lock: &str) {
+    let position = channel
+        .waiters
+        .iter()
+        .position(|waiter| waiter.lock == lock && !waiter.has_pending_wake());
+    if let Some(waiter) = position.and_then(|position| channel.waiters.remove(position)) {
+        waiter.wake();
+        channel.waiters.push_back(waiter);
+    }
+}

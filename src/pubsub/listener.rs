@@ -1,0 +1,211 @@
+//! The listener thread: connects (again, with backoff, after every loss), subscribes anew,
+//! reads the subscribed connection, pings it when it falls silent, and dispatches each frame
+//! to the hub's bookkeeping.
+//!
+//! It is the only reader of the connection. It touches the hub's state under its lock for
+//! each batch of frames, queues its own commands (re-subscriptions, pings) through the
+//! outbox like any other thread, and calls the notice handler outside the lock. A frame that
+//! breaks the protocol ends the connection like any read error: the listener reconnects.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use super::connection::Stream;
+use super::frame::{self, Frame};
+use super::hub::State;
+use super::Shared;
+
+/// How often the listener wakes up when nothing arrives, to check its keep-alive ping.
+const LISTENER_TICK: Duration = Duration::from_millis(500);
+/// The longest pause between two connection attempts while Redis is unreachable.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+/// The first pause, and the one after a connection that was healthy.
+const MIN_RECONNECT_DELAY: Duration = Duration::from_millis(10);
+/// A connection that lasted this long was healthy: the next reconnection starts fast again.
+const HEALTHY_CONNECTION: Duration = Duration::from_secs(1);
+
+impl Shared {
+    /// The listener thread's body: runs until the hub stops.
+    pub(super) fn run(&self) {
+        let mut reconnect_delay = MIN_RECONNECT_DELAY;
+        loop {
+            if self.state.lock().is_stopping() {
+                return;
+            }
+            match self.endpoint.connect(self.connect_timeout) {
+                Ok(stream) => {
+                    let connected_at = Instant::now();
+                    if let Err(err) = self.serve(stream) {
+                        log::debug!("pub/sub connection lost: {err}");
+                    }
+                    self.state.lock().disconnected();
+                    self.changed.notify_all();
+                    // A server that accepts and then refuses at once must not make us spin.
+                    if connected_at.elapsed() >= HEALTHY_CONNECTION {
+                        reconnect_delay = MIN_RECONNECT_DELAY;
+                    } else {
+                        reconnect_delay = (reconnect_delay * 2).min(MAX_RECONNECT_DELAY);
+                    }
+                }
+                Err(err) => {
+                    log::debug!("pub/sub connection failed: {err}");
+                    reconnect_delay = (reconnect_delay * 2).min(MAX_RECONNECT_DELAY);
+                }
+            }
+            let mut state = self.state.lock();
+            if !state.is_stopping() {
+                self.changed.wait_for(&mut state, reconnect_delay);
+            }
+        }
+    }
+
+    /// Subscribes to the notice channel and again to every channel with waiters, then reads
+    /// until the connection ends.
+    fn serve(&self, reader: Stream) -> io::Result<()> {
+        let writer = reader.try_clone()?;
+        {
+            let mut state = self.state.lock();
+            if state.is_stopping() {
+                return Ok(());
+            }
+            state.connected(writer, &self.notices.channel);
+        }
+        self.changed.notify_all();
+        self.flush();
+
+        reader.set_read_timeout(Some(LISTENER_TICK))?;
+        let mut buffer = Vec::with_capacity(4096);
+        let mut chunk = [0u8; 4096];
+        let mut last_heard = Instant::now();
+        let mut ping_sent_at: Option<Instant> = None;
+        loop {
+            match reader.read(&mut chunk) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(read) => {
+                    buffer.extend_from_slice(&chunk[..read]);
+                    last_heard = Instant::now();
+                    ping_sent_at = None;
+                    self.handle_frames(&mut buffer)?;
+                }
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let mut state = self.state.lock();
+                    if state.is_stopping() {
+                        return Ok(());
+                    }
+                    match ping_sent_at {
+                        Some(at) if at.elapsed() > self.response_timeout => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "redis did not answer a ping",
+                            ));
+                        }
+                        None if last_heard.elapsed() >= self.response_timeout => {
+                            if !state.outbox.queue("PING", &[] as &[&str]) {
+                                return Err(io::Error::other("the connection was closed"));
+                            }
+                            drop(state);
+                            ping_sent_at = Some(Instant::now());
+                            self.flush();
+                        }
+                        _ => {}
+                    }
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Acts on every complete frame in `buffer` and removes them from it.
+    fn handle_frames(&self, buffer: &mut Vec<u8>) -> io::Result<()> {
+        let mut used = 0;
+        let mut confirmed_any = false;
+        let mut notices = Vec::new();
+        let mut state = self.state.lock();
+        let parsed = loop {
+            match frame::parse(&buffer[used..]) {
+                Ok(Some((frame, length))) => {
+                    used += length;
+                    match dispatch(&mut state, frame, &self.notices.channel) {
+                        Handled::Confirmed => confirmed_any = true,
+                        Handled::Notice(payload) => notices.push(payload),
+                        Handled::Nothing => {}
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(err) => break Err(io::Error::new(io::ErrorKind::InvalidData, err.0)),
+            }
+        };
+        drop(state);
+        buffer.drain(..used);
+        // What came before a corrupt frame was sound: its confirmations and notices count.
+        if confirmed_any {
+            self.changed.notify_all();
+        }
+        for payload in notices {
+            (self.notices.handler)(&payload);
+        }
+        parsed
+    }
+}
+
+/// What one frame from the subscribed connection called for.
+enum Handled {
+    Nothing,
+    /// A subscription was confirmed: waiters blocked in `subscribe` may go on.
+    Confirmed,
+    /// A message on the notice channel, for the handler.
+    Notice(Vec<u8>),
+}
+
+/// Acts on one frame from the subscribed connection.
+fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
+    let items = match frame {
+        Frame::Array(Some(items)) => items,
+        Frame::Error(message) => {
+            // A refused command (an ACL without the channel): its subscription stays
+            // unconfirmed and its waiters poll. The notice channel is subscribed first, so a
+            // refusal before its answer is its own.
+            let message = String::from_utf8_lossy(&message);
+            if !state.notices_answered() {
+                state.notices_now_answered();
+                log::warn!(
+                    "force-release notices unavailable (grant the channel {notice_channel}): \
+                     {message}; holders learn of force releases at their next renewal"
+                );
+                return Handled::Confirmed;
+            }
+            log::warn!("redis refused a pub/sub command: {message}");
+            return Handled::Nothing;
+        }
+        _ => return Handled::Nothing, // +PONG outside subscribed mode
+    };
+    let kind = items.first().and_then(Frame::as_bytes).unwrap_or_default();
+    let channel = items.get(1).and_then(Frame::as_bytes).unwrap_or_default();
+    let channel = String::from_utf8_lossy(channel);
+    let payload = || items.get(2).and_then(Frame::as_bytes).unwrap_or_default();
+    match kind {
+        b"message" if channel == notice_channel => Handled::Notice(payload().to_vec()),
+        b"message" => {
+            state.released(&channel, payload());
+            Handled::Nothing
+        }
+        b"subscribe" if channel == notice_channel => {
+            state.notices_now_answered();
+            Handled::Confirmed
+        }
+        b"subscribe" | b"unsubscribe" => {
+            if state.subscription_answered(&channel) {
+                Handled::Confirmed
+            } else {
+                Handled::Nothing
+            }
+        }
+        _ => Handled::Nothing, // "pong"
+    }
+}

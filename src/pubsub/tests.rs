@@ -1,0 +1,222 @@
+//! The hub against a scripted stand-in for Redis, for what a real server will not do on
+//! demand: stop reading mid-command while its socket stays open, or send corrupt frames.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::frame::{self, Frame};
+use super::{Notices, PubSubHub};
+
+/// Answers `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` like Redis in subscribed mode; can be told
+/// to stop reading, and to send raw bytes to the latest connection.
+struct ScriptedRedis {
+    port: u16,
+    /// While set, no connection reads: writes to it fill the socket buffers and stall.
+    frozen: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+    latest: Arc<Mutex<Option<TcpStream>>>,
+}
+
+impl ScriptedRedis {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = ScriptedRedis {
+            port: listener.local_addr().unwrap().port(),
+            frozen: Arc::default(),
+            connections: Arc::default(),
+            latest: Arc::default(),
+        };
+        let (frozen, connections, latest) = (
+            Arc::clone(&server.frozen),
+            Arc::clone(&server.connections),
+            Arc::clone(&server.latest),
+        );
+        // Both threads end with the test process.
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                connections.fetch_add(1, Ordering::SeqCst);
+                *latest.lock() = stream.try_clone().ok();
+                let frozen = Arc::clone(&frozen);
+                std::thread::spawn(move || answer(stream, &frozen));
+            }
+        });
+        server
+    }
+
+    fn hub(&self, response_timeout: Duration) -> PubSubHub {
+        let info = redis::IntoConnectionInfo::into_connection_info(format!(
+            "redis://127.0.0.1:{}",
+            self.port
+        ))
+        .unwrap();
+        let notices = Notices {
+            channel: "notices".into(),
+            handler: Box::new(|_| {}),
+        };
+        PubSubHub::start(
+            &info,
+            None,
+            Duration::from_secs(2),
+            response_timeout,
+            notices,
+        )
+        .unwrap()
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    fn send_raw(&self, bytes: &[u8]) {
+        let mut latest = self.latest.lock();
+        latest.as_mut().unwrap().write_all(bytes).unwrap();
+    }
+}
+
+/// Serves one connection until it ends.
+fn answer(mut stream: TcpStream, frozen: &AtomicBool) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let mut subscriptions = 0i64;
+    loop {
+        while frozen.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let read = match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(read) => read,
+        };
+        buffer.extend_from_slice(&chunk[..read]);
+        while let Ok(Some((command, used))) = frame::parse(&buffer) {
+            buffer.drain(..used);
+            let Frame::Array(Some(words)) = command else {
+                return;
+            };
+            let words: Vec<Vec<u8>> = words
+                .iter()
+                .filter_map(|word| word.as_bytes().map(<[u8]>::to_vec))
+                .collect();
+            let mut reply = Vec::new();
+            match words[0].to_ascii_lowercase().as_slice() {
+                kind @ (b"subscribe" | b"unsubscribe") => {
+                    for channel in &words[1..] {
+                        subscriptions += if kind == b"subscribe" { 1 } else { -1 };
+                        reply.extend_from_slice(b"*3\r\n");
+                        push_bulk(&mut reply, kind);
+                        push_bulk(&mut reply, channel);
+                        reply.extend_from_slice(format!(":{subscriptions}\r\n").as_bytes());
+                    }
+                }
+                _ => reply.extend_from_slice(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"),
+            }
+            if stream.write_all(&reply).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn push_bulk(reply: &mut Vec<u8>, bytes: &[u8]) {
+    reply.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
+    reply.extend_from_slice(bytes);
+    reply.extend_from_slice(b"\r\n");
+}
+
+/// Waits up to `limit` for `condition`.
+fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
+    let give_up_at = Instant::now() + limit;
+    while Instant::now() < give_up_at {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    condition()
+}
+
+#[test]
+fn a_stalled_write_holds_up_no_other_waiter() {
+    let server = ScriptedRedis::start();
+    let response_timeout = Duration::from_secs(3);
+    let hub = server.hub(response_timeout);
+    let first = hub.subscribe("channel:a", "a").unwrap();
+    assert!(first.is_live());
+
+    server.frozen.store(true, Ordering::SeqCst);
+    std::thread::scope(|scope| {
+        // Far more than the socket buffers of both ends hold: the write stalls until the
+        // write timeout (the response timeout).
+        let huge_channel = "x".repeat(64 * 1024 * 1024);
+        let hub = &hub;
+        let stalled = scope.spawn(move || {
+            let _ = hub.subscribe(&huge_channel, "huge").unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!stalled.is_finished(), "the write did not stall");
+
+        // A channel already subscribed needs no command: joining it, asking about it and
+        // leaving it must not wait for the stalled write.
+        let started = Instant::now();
+        let second = hub.subscribe("channel:a", "a").unwrap();
+        let live = second.is_live();
+        let channels = hub.channel_count();
+        drop(second);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "blocked {took:?} behind a stalled write"
+        );
+        assert!(live);
+        assert_eq!(channels, 2);
+        assert!(
+            !stalled.is_finished(),
+            "the write stopped stalling too early"
+        );
+
+        // Ends the connection, so the stalled write fails at once.
+        hub.stop();
+        stalled.join().unwrap();
+    });
+    server.frozen.store(false, Ordering::SeqCst);
+}
+
+#[test]
+fn a_corrupt_frame_makes_the_listener_reconnect() {
+    let server = ScriptedRedis::start();
+    let hub = server.hub(Duration::from_secs(2));
+    let subscription = hub.subscribe("channel:a", "a").unwrap();
+    assert!(subscription.is_live());
+
+    let nested = b"*1\r\n".repeat(100_000);
+    let oversized = format!("${}\r\n", u64::MAX);
+    let overflowing = format!("${}\r\n", usize::MAX - 1);
+    let endless_line = [b"+".as_slice(), &[b'x'; 100_000]].concat();
+    let corruptions: [&[u8]; 5] = [
+        b"?garbage\r\n",
+        &nested,
+        oversized.as_bytes(),
+        overflowing.as_bytes(),
+        &endless_line,
+    ];
+    for (round, corrupt) in corruptions.into_iter().enumerate() {
+        let connections = server.connections();
+        subscription.woken().try_iter().for_each(drop);
+        server.send_raw(corrupt);
+        assert!(
+            eventually(Duration::from_secs(5), || server.connections()
+                > connections
+                && subscription.is_live()),
+            "round {round}: no live subscription again"
+        );
+        // The reconnection woke the waiter, as a release may have gone by unseen.
+        assert!(subscription.wait(Duration::from_secs(1)), "round {round}");
+    }
+    drop(subscription);
+    hub.stop();
+}
