@@ -233,8 +233,8 @@ fn measure_fan_out_pings(servers: &[RedisServer]) -> redis::RedisResult<Vec<Dura
 /// The floor of a Redlock pair on these servers: the lock's own acquire and release scripts,
 /// each sent to every server at once, with nothing else around them.
 fn measure_fan_out_scripts(servers: &[RedisServer]) -> redis::RedisResult<Vec<Duration>> {
-    let acquire = redis::Script::new(include_str!("../src/lock/acquire.lua"));
-    let release = redis::Script::new(include_str!("../src/lock/release.lua"));
+    let acquire = redis::Script::new(include_str!("../src/protocol/acquire.lua"));
+    let release = redis::Script::new(include_str!("../src/protocol/release.lua"));
     let mut connections = servers
         .iter()
         .map(|server| redis::Client::open(server.url())?.get_connection())

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
 use crate::pool::Pool;
+use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
 use crate::pubsub::{Notices, PubSubHub};
 use crate::resolve::Resolver;
 use crate::watchdog::{LostCallback, Watchdog};

@@ -14,10 +14,12 @@
 
 use std::time::{Duration, Instant};
 
-use redis::{Connection, RedisResult, Script, ServerErrorKind, Value};
+use redis::{Connection, RedisResult, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::pool::{self, Pool};
+use crate::protocol::ScriptCall;
+use crate::script;
 
 /// After the deadline, an answer is still read if it is already there: reading in request
 /// order must not turn one frozen server's delay into a timeout for all the others.
@@ -26,8 +28,7 @@ const GRACE_AFTER_DEADLINE: Duration = Duration::from_millis(1);
 /// One script call to one server.
 pub(crate) struct Request<'a> {
     pub(crate) pool: &'a Pool,
-    pub(crate) keys: Vec<&'a str>,
-    pub(crate) args: Vec<String>,
+    pub(crate) call: ScriptCall,
 }
 
 /// A request written to its server, whose answer is still to be read.
@@ -40,16 +41,10 @@ struct InFlight {
     extension: Duration,
 }
 
-/// Calls `script` (whose Lua `source` it is) on every request's server, all requests written
-/// before any answer is read, and reads every answer, in order, until `deadline`. Answers one
-/// outcome per request.
-pub(crate) fn call_all(
-    script: &Script,
-    source: &str,
-    requests: &[Request<'_>],
-    deadline: Instant,
-) -> Vec<Result<Value>> {
-    let mut fan_out = FanOut::send(script, source, requests, deadline);
+/// Sends every request's call to its server, all requests written before any answer is read,
+/// and reads every answer, in order, until `deadline`. Answers one outcome per request.
+pub(crate) fn call_all(requests: &[Request<'_>], deadline: Instant) -> Vec<Result<Value>> {
+    let mut fan_out = FanOut::send(requests, deadline);
     (0..requests.len())
         .map(|index| fan_out.read(index, deadline))
         .collect()
@@ -58,7 +53,6 @@ pub(crate) fn call_all(
 /// Requests written to their servers, whose answers the caller reads one by one, in the
 /// order it likes, each until a deadline of its own; or abandons.
 pub(crate) struct FanOut<'a> {
-    source: &'a str,
     requests: &'a [Request<'a>],
     packed: Vec<Vec<u8>>,
     /// Per request: written (and not read yet), or why not; `None` once read or abandoned.
@@ -70,23 +64,11 @@ pub(crate) struct FanOut<'a> {
 impl<'a> FanOut<'a> {
     /// Writes every request, those with an idle connection first: a server that needs a new
     /// one (slow to connect, or not there) must not hold them up.
-    pub(crate) fn send(
-        script: &Script,
-        source: &'a str,
-        requests: &'a [Request<'a>],
-        deadline: Instant,
-    ) -> Self {
+    pub(crate) fn send(requests: &'a [Request<'a>], deadline: Instant) -> Self {
         let budget = deadline.saturating_duration_since(Instant::now());
         let packed: Vec<Vec<u8>> = requests
             .iter()
-            .map(|request| {
-                redis::cmd("EVALSHA")
-                    .arg(script.get_hash())
-                    .arg(request.keys.len())
-                    .arg(&request.keys)
-                    .arg(&request.args)
-                    .get_packed_command()
-            })
+            .map(|request| request.call.command().get_packed_command())
             .collect();
         let idle: Vec<Option<Connection>> = requests
             .iter()
@@ -108,7 +90,6 @@ impl<'a> FanOut<'a> {
             }
         }
         FanOut {
-            source,
             requests,
             packed,
             flights,
@@ -133,10 +114,8 @@ impl<'a> FanOut<'a> {
         let answer_by = deadline + extension;
         let answer = match read_in_time(&mut connection, answer_by) {
             Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
-                let mut both = redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(self.source)
-                    .get_packed_command();
+                let mut both =
+                    script::load_command(self.requests[index].call.script()).get_packed_command();
                 both.extend_from_slice(&self.packed[index]);
                 let reload_by = Instant::now() + budget;
                 connection

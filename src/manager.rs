@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::fence::FencedStore;
 use crate::lease::LostLock;
 use crate::lock::Lock;
-use crate::names;
+use crate::protocol::names;
 use crate::watchdog::LostCallback;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

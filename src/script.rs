@@ -1,14 +1,43 @@
-//! Running the crate's Lua scripts by their SHA1, many calls to one round trip.
-//!
-//! Single calls go through [`redis::Script::invoke`], which sends `EVALSHA` and loads the
-//! script when the server answers `NOSCRIPT` (an empty script cache after a restart or a
-//! `SCRIPT FLUSH`). [`evalsha_pipelined`] does the same for a batch of calls sent as one
-//! pipeline, and reads the answers against one deadline. The `.lua` sources live next to the modules that call them.
+//! Running the protocol's script calls by their SHA1: one call ([`run`]), many calls in one
+//! pipeline read against one deadline ([`evalsha_pipelined`]), and the fan-out to several
+//! servers (`crate::fanout`) all meet an empty script cache (a restart, a `SCRIPT FLUSH`) the
+//! same way: the server answers `NOSCRIPT`, the script is loaded ([`load_command`]) and the
+//! call sent once more.
 
 use std::io;
 use std::time::Instant;
 
-use redis::{Connection, Pipeline, RedisResult, Script, ServerErrorKind, Value};
+use redis::{
+    Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind,
+    Value,
+};
+
+use crate::protocol::script::LuaScript;
+use crate::protocol::ScriptCall as Call;
+
+/// Runs one call; when the server's script cache is empty, loads the script and runs the call
+/// once more.
+pub(crate) fn run<T: FromRedisValue>(connection: &mut Connection, call: &Call) -> RedisResult<T> {
+    match call.command().query(connection) {
+        Err(err) if is_no_script(&err) => {
+            load_command(call.script()).query::<()>(connection)?;
+            call.command().query(connection)
+        }
+        answer => answer,
+    }
+}
+
+/// `SCRIPT LOAD` of `script`.
+pub(crate) fn load_command(script: &LuaScript) -> Cmd {
+    let mut load = redis::cmd("SCRIPT");
+    load.arg("LOAD").arg(script.source());
+    load
+}
+
+/// Whether the server answered that it does not know the script (`NOSCRIPT`).
+pub(crate) fn is_no_script(err: &redis::RedisError) -> bool {
+    matches!(err.kind(), ErrorKind::Server(ServerErrorKind::NoScript))
+}
 
 /// One call of a script: its keys and its arguments.
 pub(crate) struct ScriptCall<'a> {

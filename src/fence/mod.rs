@@ -3,19 +3,18 @@
 //! A lock's fencing token tells holders apart in time; it only helps if the resource refuses
 //! writes from a holder older than one it has already heard from. A fenced store keeps a
 //! value under a key and, next to it (same Cluster slot), the highest token that wrote it;
-//! `fenced_write.lua` compares and writes in one step. Talks to Redis through its client's
+//! the protocol's fenced write compares and writes in one step. Talks to Redis through its client's
 //! pool.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
-use redis::{FromRedisValue, Script};
+use redis::FromRedisValue;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::names;
-
-static FENCED_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("fenced_write.lua")));
+use crate::protocol::fence::fenced_write;
+use crate::protocol::names;
+use crate::script;
 
 /// Prefix of the key that keeps the highest token a fenced value has seen.
 const FENCE_PREFIX: &str = "redlease_fence";
@@ -115,15 +114,11 @@ impl FencedStore {
 
     fn write(&self, token: u64, operation: &str, value: &[u8]) -> Result<()> {
         let key = self.checked_key()?;
-        let (written, highest): (i64, u64) = self.client.pool().run(|connection| {
-            FENCED_WRITE
-                .key(key)
-                .key(&self.fence)
-                .arg(token)
-                .arg(operation)
-                .arg(value)
-                .invoke(connection)
-        })?;
+        let call = fenced_write(key, &self.fence, token, operation, value);
+        let (written, highest): (i64, u64) = self
+            .client
+            .pool()
+            .run(|connection| script::run(connection, &call))?;
         if written == 1 {
             Ok(())
         } else {

@@ -11,7 +11,7 @@ use super::Group;
 use crate::error::{LostReason, Result};
 use crate::guard::{GuardCore, Hold};
 use crate::lease::LeaseState;
-use crate::names::{self, MAX_LEASE};
+use crate::protocol::names::{self, MAX_LEASE};
 
 /// One member a chain has taken: its fencing token and its lease, kept by its manager's
 /// watchdog.

@@ -24,11 +24,10 @@ mod guard;
 
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::Script;
 
 pub use guard::GroupGuard;
 use guard::{Chain, MemberHold};
@@ -36,16 +35,13 @@ use guard::{Chain, MemberHold};
 use crate::error::{Error, LostReason, Result};
 use crate::fanout::{self, FanOut, Request};
 use crate::lease::clock_drift;
-use crate::lock::{
-    deadline_after, undo_command, Lock, ACQUIRE, ACQUIRE_LUA, RELEASE, RELEASE_LUA, UNDO, UNDO_LUA,
-};
+use crate::lock::{deadline_after, Lock};
 use crate::manager::LockManager;
-use crate::names::{self, RELEASE_MESSAGE};
+use crate::protocol::group as group_protocol;
+use crate::protocol::lock::{self as protocol, Acquired};
+use crate::protocol::names;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::{Grant, LevelsLeft};
-
-const RAISE_TOKEN_LUA: &str = include_str!("raise_token.lua");
-static RAISE_TOKEN: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_TOKEN_LUA));
 
 /// The delay between two attempts after a split vote, before jitter.
 const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
@@ -583,17 +579,17 @@ impl Group {
                 let member = &self.members[index];
                 Request {
                     pool: member.client().pool(),
-                    keys: vec![member.name(), &member.keys_unchecked().token],
-                    args: vec![
-                        lease_ms[index].to_string(),
-                        holders[index].clone(),
-                        levels_held[index].to_string(),
-                    ],
+                    call: protocol::acquire(
+                        member.keys_unchecked(),
+                        &holders[index],
+                        levels_held[index],
+                        lease_ms[index],
+                    ),
                 }
             })
             .collect();
         let deadline = sent_at + self.attempt_timeout;
-        let mut fan_out = FanOut::send(&ACQUIRE, ACQUIRE_LUA, &requests, deadline);
+        let mut fan_out = FanOut::send(&requests, deadline);
         let mut attempt = Attempt {
             taken: vec![None; count],
             broken: vec![false; count],
@@ -624,7 +620,7 @@ impl Group {
                 deadline
             };
             let answer = fan_out.read(position, deadline).and_then(|value| {
-                redis::from_redis_value::<(i64, i64)>(value).map_err(|err| Error::Redis(err.into()))
+                redis::from_redis_value::<Acquired>(value).map_err(|err| Error::Redis(err.into()))
             });
             attempt.read += 1;
             let mut silence = self.silence[index].lock();
@@ -636,21 +632,16 @@ impl Group {
             }
             drop(silence);
             match answer {
-                Ok((1 | 2, token)) => {
-                    attempt.taken[index] = Some(Grant {
-                        token: token.max(0) as u64,
-                    })
-                }
-                Ok((3, _)) => {
+                Ok(Acquired::Taken { token }) => attempt.taken[index] = Some(Grant { token }),
+                Ok(Acquired::ChainGone) => {
                     // The member's chain (a single lock of this thread) is gone: the next
                     // attempt starts a new one there.
                     let member = &self.members[index];
                     let watchdog = member.client().watchdog();
                     watchdog.chain_gone(member.name(), &holders[index]);
                 }
-                Ok((_, ttl)) => {
-                    if let Ok(ttl) = u64::try_from(ttl) {
-                        let ttl = Duration::from_millis(ttl);
+                Ok(Acquired::Held { ttl }) => {
+                    if let Some(ttl) = ttl {
                         attempt.shortest_ttl = Some(
                             attempt
                                 .shortest_ttl
@@ -672,8 +663,8 @@ impl Group {
             if fan_out.is_pending(position) {
                 let member = &self.members[index];
                 let undo =
-                    undo_command(member.keys_unchecked(), &holders[index], levels_held[index]);
-                fan_out.abandon(position, &undo.get_packed_command());
+                    protocol::undo(member.keys_unchecked(), &holders[index], levels_held[index]);
+                fan_out.abandon(position, &undo.as_eval().get_packed_command());
             }
         }
         attempt
@@ -756,14 +747,14 @@ impl Group {
                 let keys = member.keys_unchecked();
                 Request {
                     pool: member.client().pool(),
-                    keys: vec![member.name(), &keys.channel, latch],
-                    args: vec![
-                        holders[index].clone(),
-                        lease_ms[index].to_string(),
-                        member.client().release_latch_ms().to_string(),
-                        RELEASE_MESSAGE.to_owned(),
-                        left.total().to_string(),
-                    ],
+                    call: protocol::release(
+                        keys,
+                        latch,
+                        &holders[index],
+                        lease_ms[index],
+                        member.client().release_latch_ms(),
+                        left.total(),
+                    ),
                 }
             })
             .collect();
@@ -773,9 +764,9 @@ impl Group {
             return outcomes;
         }
         let deadline = Instant::now() + self.attempt_timeout;
-        let answers = fanout::call_all(&RELEASE, RELEASE_LUA, &requests, deadline);
+        let answers = fanout::call_all(&requests, deadline);
         for ((index, _), answer) in asked.into_iter().zip(answers) {
-            outcomes[index] = Some(answer.map(|value| value != redis::Value::Nil));
+            outcomes[index] = Some(answer.map(|value| protocol::released(&value)));
         }
         outcomes
     }
@@ -789,12 +780,11 @@ impl Group {
                 let member = &self.members[index];
                 Request {
                     pool: member.client().pool(),
-                    keys: vec![member.name(), &member.keys_unchecked().channel],
-                    args: vec![
-                        holders[index].clone(),
-                        levels_held[index].to_string(),
-                        RELEASE_MESSAGE.to_owned(),
-                    ],
+                    call: protocol::undo(
+                        member.keys_unchecked(),
+                        &holders[index],
+                        levels_held[index],
+                    ),
                 }
             })
             .collect();
@@ -802,7 +792,7 @@ impl Group {
             return;
         }
         let deadline = Instant::now() + self.attempt_timeout;
-        for answer in fanout::call_all(&UNDO, UNDO_LUA, &requests, deadline) {
+        for answer in fanout::call_all(&requests, deadline) {
             if let Err(err) = answer {
                 log::debug!("lock {:?}: undo of an attempt failed: {err}", self.label());
             }
@@ -875,7 +865,6 @@ impl Group {
     /// [`Error::LockLost`] when too few members still hold the lock, [`Error::NoQuorum`]
     /// when too few answered to tell.
     fn raise_token(&self, chain: &Chain, token: u64) -> Result<()> {
-        let token_text = token.to_string();
         let requests: Vec<Request<'_>> = self
             .members
             .iter()
@@ -884,12 +873,11 @@ impl Group {
             .filter(|(_, hold)| hold.is_some())
             .map(|((member, holder), _)| Request {
                 pool: member.client().pool(),
-                keys: vec![member.name(), &member.keys_unchecked().token],
-                args: vec![holder.clone(), token_text.clone()],
+                call: group_protocol::raise_token(member.keys_unchecked(), holder, token),
             })
             .collect();
         let deadline = Instant::now() + self.attempt_timeout;
-        let answers = fanout::call_all(&RAISE_TOKEN, RAISE_TOKEN_LUA, &requests, deadline);
+        let answers = fanout::call_all(&requests, deadline);
         let raised = answers
             .iter()
             .filter(|answer| matches!(answer, Ok(redis::Value::Int(1))))

@@ -11,29 +11,18 @@
 
 mod guard;
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use redis::Script;
 
 pub use guard::LockGuard;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::names::{self, LockKeys, FORCE_RELEASE_CHANNEL, RELEASE_MESSAGE};
+use crate::protocol::lock::{self as protocol, Acquired};
+use crate::protocol::names::{self, LockKeys};
+use crate::script;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::{Grant, LevelsLeft};
-
-pub(crate) const ACQUIRE_LUA: &str = include_str!("acquire.lua");
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
-pub(crate) const RELEASE_LUA: &str = include_str!("release.lua");
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
-/// Queued behind a request as `EVAL` with its source, so that it works on a server whose
-/// script cache was emptied; by its SHA1 where it is read like the other scripts.
-pub(crate) const UNDO_LUA: &str = include_str!("undo.lua");
-pub(crate) static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_LUA));
-static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("force_release.lua")));
 
 /// A handle to one named distributed lock. Cheap to clone; `Send` and `Sync`.
 ///
@@ -76,20 +65,6 @@ impl Lease {
         let millis = names::lease_millis("lease", duration)?;
         Ok(Lease::Fixed { duration, millis })
     }
-}
-
-/// What one acquisition attempt found.
-enum Attempt {
-    Acquired {
-        token: u64,
-        sent_at: Instant,
-    },
-    /// Someone else holds it; the lease it has left, when it has one.
-    Held {
-        ttl: Option<Duration>,
-    },
-    /// The chain the attempt meant to enter once more is gone.
-    ChainGone,
 }
 
 impl Lock {
@@ -188,15 +163,11 @@ impl Lock {
     /// then only learns at the end of its lease. Its release answers [`Error::NotHeld`].
     pub fn force_unlock(&self) -> Result<bool> {
         self.keys()?;
-        let freed: i64 = self.client.pool().run(|connection| {
-            FORCE_RELEASE
-                .key(&self.keys.name)
-                .key(&self.keys.channel)
-                .key(&self.keys.token)
-                .arg(RELEASE_MESSAGE)
-                .arg(FORCE_RELEASE_CHANNEL)
-                .invoke(connection)
-        })?;
+        let call = protocol::force_release(&self.keys);
+        let freed: i64 = self
+            .client
+            .pool()
+            .run(|connection| script::run(connection, &call))?;
         Ok(freed == 1)
     }
 
@@ -258,11 +229,11 @@ impl Lock {
             },
             attempt: || {
                 Ok(match self.attempt(&holder, levels_held, lease)? {
-                    Attempt::Acquired { token, sent_at } => {
+                    (Acquired::Taken { token }, sent_at) => {
                         wait::Attempt::Taken(self.guard(holder.clone(), lease, token, sent_at))
                     }
-                    Attempt::Held { ttl } => wait::Attempt::Held { hint: ttl },
-                    Attempt::ChainGone => {
+                    (Acquired::Held { ttl }, _) => wait::Attempt::Held { hint: ttl },
+                    (Acquired::ChainGone, _) => {
                         self.client.watchdog().chain_gone(&self.keys.name, &holder);
                         (holder, levels_held) = self.chain_to_join();
                         wait::Attempt::Again
@@ -282,37 +253,35 @@ impl Lock {
         }
     }
 
-    /// One acquisition attempt by `holder`, which holds `levels_held` levels already. When its
-    /// answer does not come, its undo is queued behind it: a late grant is taken back.
-    fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<Attempt> {
+    /// One acquisition attempt by `holder`, which holds `levels_held` levels already, and when
+    /// it was sent. When its answer does not come, its undo is queued behind it: a late grant
+    /// is taken back.
+    fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<(Acquired, Instant)> {
         let lease_ms = match lease {
             Lease::Watchdog => self.client.watchdog_timeout_ms(),
             Lease::Fixed { millis, .. } => millis,
         };
-        let undo = || undo_command(&self.keys, holder, levels_held);
+        let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms);
+        let undo = || protocol::undo(&self.keys, holder, levels_held);
         let sent_at = Instant::now();
         let answer = self.client.pool().run(|connection| {
-            let answer = ACQUIRE
-                .key(&self.keys.name)
-                .key(&self.keys.token)
-                .arg(lease_ms)
-                .arg(holder)
-                .arg(levels_held)
-                .invoke(connection);
+            let answer = script::run::<Acquired>(connection, &call);
             if answer.as_ref().is_err_and(redis::RedisError::is_timeout) {
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
-                let _ = connection.send_packed_command(&undo().get_packed_command());
+                let undo = undo().as_eval().get_packed_command();
+                let _ = connection.send_packed_command(&undo);
             }
             answer
         });
-        let (acquired, value): (i64, i64) = match answer {
+        Ok(match answer {
             Err(Error::Unreachable(err)) if !err.is_connection_refusal() => {
                 // The connection broke after the request went out: it may have run.
+                let undo = undo();
                 let undone = self
                     .client
                     .pool()
-                    .run(|connection| undo().query::<i64>(connection));
+                    .run(|connection| script::run::<i64>(connection, &undo));
                 if let Err(undo_err) = undone {
                     log::debug!(
                         "lock {:?}: undo after {err} failed: {undo_err}",
@@ -321,17 +290,7 @@ impl Lock {
                 }
                 return Err(Error::Unreachable(err));
             }
-            answer => answer?,
-        };
-        Ok(match acquired {
-            1 | 2 => Attempt::Acquired {
-                token: value.max(0) as u64,
-                sent_at,
-            },
-            3 => Attempt::ChainGone,
-            _ => Attempt::Held {
-                ttl: u64::try_from(value).ok().map(Duration::from_millis),
-            },
+            answer => (answer?, sent_at),
         })
     }
 
@@ -366,19 +325,18 @@ impl Lock {
             _ => client.watchdog_timeout_ms(),
         };
         let latch = self.keys.unlock_latch(&client.next_request_id());
-        let send = || -> Result<Option<i64>> {
-            client.pool().run(|connection| {
-                RELEASE
-                    .key(&self.keys.name)
-                    .key(&self.keys.channel)
-                    .key(&latch)
-                    .arg(holder)
-                    .arg(lease_ms)
-                    .arg(client.release_latch_ms())
-                    .arg(RELEASE_MESSAGE)
-                    .arg(left.total())
-                    .invoke(connection)
-            })
+        let call = protocol::release(
+            &self.keys,
+            &latch,
+            holder,
+            lease_ms,
+            client.release_latch_ms(),
+            left.total(),
+        );
+        let send = || -> Result<redis::Value> {
+            client
+                .pool()
+                .run(|connection| script::run(connection, &call))
         };
         // The latch makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
@@ -389,28 +347,14 @@ impl Lock {
             }
             answer => answer?,
         };
-        match answer {
-            Some(_) => Ok(()),
-            None => Err(Error::NotHeld {
+        if protocol::released(&answer) {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
                 name: self.keys.name.clone(),
-            }),
+            })
         }
     }
-}
-
-/// The command that takes back an acquisition of `keys` by `holder` whose answer did not
-/// come, leaving the `levels_held` the holder's process knows of.
-pub(crate) fn undo_command(keys: &LockKeys, holder: &str, levels_held: u32) -> redis::Cmd {
-    let mut command = redis::cmd("EVAL");
-    command
-        .arg(UNDO_LUA)
-        .arg(2)
-        .arg(&keys.name)
-        .arg(&keys.channel)
-        .arg(holder)
-        .arg(levels_held)
-        .arg(RELEASE_MESSAGE);
-    command
 }
 
 impl std::fmt::Debug for Lock {

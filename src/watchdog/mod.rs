@@ -207,7 +207,7 @@ impl Watchdog {
             renewal_done: Condvar::new(),
             pool,
             timeout,
-            timeout_ms: crate::names::lease_millis("watchdog timeout", timeout)?,
+            timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
             interval,
             on_lost,
         });

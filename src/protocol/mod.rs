@@ -1,0 +1,15 @@
+//! The protocol: how `redlease` lays its locks out in Redis, in Redisson's layout.
+//!
+//! Key and channel naming, holder ids and the force-release notice format ([`names`]), and
+//! every Lua script (the `.lua` files in this folder) with the assembly of its keys and
+//! arguments and the meaning of its reply, one module per primitive. Pure: it builds
+//! commands and reads replies; the runner in `crate::script` sends them. It may use nothing
+//! of the crate but the error type.
+
+pub(crate) mod fence;
+pub(crate) mod group;
+pub(crate) mod lock;
+pub(crate) mod names;
+pub(crate) mod script;
+
+pub(crate) use script::ScriptCall;
