@@ -39,6 +39,26 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Inside (for contributors)
+//!
+//! Dependencies point one way, top to bottom; no module reaches into another's private state.
+//!
+//! ```text
+//! manager                 LockManager: the public facade; builds the client, hands out handles
+//!   |
+//! lock, group, fence      the primitives: thin handles and guards over the layers below
+//!   |   guard, wait       shared by every primitive: the guard core and the wait loop
+//!   |   fanout            one script call to several servers for about one round trip
+//! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
+//!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
+//!   |   watchdog          renews leases in batches, reports losses to the instant
+//!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
+//!   |   script, lease     runs protocol calls (one NOSCRIPT path); a chain's lease state
+//! protocol                key and channel names, holder ids, every Lua script with its
+//!                         arguments and replies; no I/O
+//! error                   the one Error enum, used everywhere
+//! ```
 #![warn(missing_docs)]
 
 mod client;

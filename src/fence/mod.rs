@@ -23,7 +23,7 @@ const FENCE_PREFIX: &str = "redlease_fence";
 /// token that wrote it before, so a holder whose lock was lost (paused past its lease, cut
 /// off from Redis) cannot overwrite the work of the holder that came after it.
 ///
-/// Get one with [`LockManager::fenced_store`]; pass it the
+/// Get one with [`LockManager::fenced_store`](crate::LockManager::fenced_store); pass it the
 /// [`fencing_token`](crate::LockGuard::fencing_token) of the guard under which you write.
 /// Use the tokens of one lock name for one store: tokens of different names are not
 /// comparable. The value is a plain Redis string under the given key, readable by anyone;

@@ -172,7 +172,7 @@ impl GroupGuard {
     /// Any later acquisition then takes a higher token on at least one of those members.
     ///
     /// # Errors
-    /// [`Error::LockLost`] when too few members are still held, [`Error::NoQuorum`] when
+    /// [`Error::LockLost`](crate::Error::LockLost) when too few members are still held, [`Error::NoQuorum`](crate::Error::NoQuorum) when
     /// too few servers answered.
     pub fn fencing_token(&self) -> Result<u64> {
         let GroupHold { group, chain } = self.core.hold();
@@ -207,8 +207,8 @@ impl GroupGuard {
         self.core.lost_signal()
     }
 
-    /// Releases this level now and reports the outcome: [`Error::NotHeld`] when too few
-    /// members were still held, [`Error::NoQuorum`] when too few servers answered.
+    /// Releases this level now and reports the outcome: [`Error::NotHeld`](crate::Error::NotHeld) when too few
+    /// members were still held, [`Error::NoQuorum`](crate::Error::NoQuorum) when too few servers answered.
     pub fn unlock(self) -> Result<()> {
         self.core.unlock()
     }

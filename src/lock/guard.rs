@@ -158,7 +158,7 @@ impl LockGuard {
         self.core.lost_signal()
     }
 
-    /// Releases this level now and reports the outcome: [`Error::NotHeld`] when the lock was
+    /// Releases this level now and reports the outcome: [`Error::NotHeld`](crate::Error::NotHeld) when the lock was
     /// lost (expired or force-released) before.
     pub fn unlock(self) -> Result<()> {
         self.core.unlock()
