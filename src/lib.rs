@@ -60,6 +60,7 @@
 //! error                   the one Error enum, used everywhere
 //! ```
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod error;
@@ -75,7 +76,8 @@ mod protocol;
 mod pubsub;
 mod resolve;
 mod script;
-#[cfg(unix)]
+#[cfg(all(unix, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
 pub mod testing;
 mod wait;
 mod watchdog;

@@ -4,7 +4,13 @@
 //! `REDLEASE_REDIS_SERVER` environment variable) on a free loopback port with persistence off
 //! and a private working directory, and waits until it answers `PING`. The process can be
 //! killed, paused (`SIGSTOP`), resumed and restarted on the same port, which is what fault
-//! tests need; dropping the value kills it. Unix only. Nothing else in the crate uses it.
+//! tests need; dropping the value kills it. Unix only. Nothing else in the crate uses it, and
+//! it is built only with the `testing` feature (off by default):
+//!
+//! ```toml
+//! [dev-dependencies]
+//! redlease = { version = "0.1", features = ["testing"] }
+//! ```
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
