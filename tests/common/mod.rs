@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -64,31 +64,110 @@ pub fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool
     }
 }
 
+/// How long a child process may run before a test gives up on it.
+pub const CHILD_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Re-runs this test binary as a child that executes only `test_name`, with `role` in
-/// [`CHILD_ROLE`] and the given extra environment.
-pub fn spawn_child(test_name: &str, role: &str, env: &[(&str, String)]) -> Child {
+/// [`CHILD_ROLE`] and the given extra environment; its stdout is piped to the parent.
+///
+/// Child entry points are `#[ignore]`d tests, so that a plain test run lists them as ignored
+/// instead of counting them as passed; the child runs its one entry with `--ignored`.
+pub fn spawn_child(test_name: &str, role: &str, env: &[(&str, String)]) -> KillOnDrop {
+    let mut command = child_command(test_name, role, env);
+    command.stdout(Stdio::piped());
+    KillOnDrop::spawn(&mut command)
+}
+
+/// The command that runs the ignored test `test_name` of this binary as a `role` child.
+fn child_command(test_name: &str, role: &str, env: &[(&str, String)]) -> Command {
     let mut command = Command::new(std::env::current_exe().expect("test binary path"));
     command
-        .args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
+        .args(child_test_args(test_name))
         .env(CHILD_ROLE, role)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     for (key, value) in env {
         command.env(key, value);
     }
-    command.spawn().expect("spawn child test process")
+    command
+}
+
+/// The test binary arguments that run exactly the ignored test `test_name`, printing as it goes.
+pub fn child_test_args(test_name: &str) -> [&str; 6] {
+    [
+        test_name,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ]
 }
 
 /// Runs `count` children of `test_name` in `role` at once and waits until every one has
 /// ended successfully.
 pub fn run_children(count: usize, test_name: &str, role: &str, env: &[(&str, String)]) {
-    let children: Vec<Child> = (0..count)
-        .map(|_| spawn_child(test_name, role, env))
+    let mut children: Vec<KillOnDrop> = (0..count)
+        .map(|_| {
+            // Nothing is read from these children: what they print would only fill the pipe.
+            let mut command = child_command(test_name, role, env);
+            command.stdout(Stdio::null());
+            KillOnDrop::spawn(&mut command)
+        })
         .collect();
-    for child in children {
-        let output = child.wait_with_output().expect("wait for child");
-        assert!(output.status.success(), "a {role} child failed");
+    for child in &mut children {
+        let status = child.wait_within(CHILD_DEADLINE);
+        assert!(status.success(), "a {role} child failed");
+    }
+}
+
+/// A child process that is killed, if still running, and reaped when dropped: a test that
+/// fails (or panics) while a child runs leaves no process behind, a stopped one included
+/// (`SIGKILL` ends a process stopped with `SIGSTOP` too).
+pub struct KillOnDrop(Child);
+
+impl KillOnDrop {
+    pub fn spawn(command: &mut Command) -> Self {
+        KillOnDrop(command.spawn().expect("spawn child test process"))
+    }
+
+    /// Waits for the child to end and answers its status; fails the test when it runs
+    /// longer than `within` (the drop then kills it).
+    pub fn wait_within(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait for child") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child {} still runs after {within:?}",
+                self.0.id()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
     }
 }
 
