@@ -1,0 +1,257 @@
+//! A Redis ACL user with exactly the permissions the README lists can use every primitive:
+//! lock and unlock, wait for a release, force a release, write through a fenced store, keep
+//! a lock by renewal, and take a Redlock over three servers.
+//!
+//! To see that a rule is needed, run with `REDLEASE_TEST_ACL_WITHOUT=<rule>` (such as
+//! `+pexpire`): the user is then created without it, and the tests that need it fail.
+//! `+eval` is the exception: it serves only the undo of an acquisition whose answer never
+//! came, which these tests do not provoke.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, manager_for_url, RedisServer};
+use redlease::{Error, LockManager, LostReason, RedLock};
+
+const USER: &str = "redlease";
+const PASSWORD: &str = "redlease-secret";
+
+/// The commands of the README's list, as `ACL SETUSER` rules.
+const COMMANDS: &[&str] = &[
+    // Sent by the crate itself.
+    "+ping",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+exists",
+    "+hexists",
+    "+hget",
+    "+pttl",
+    "+get",
+    "+unlink",
+    "+subscribe",
+    "+unsubscribe",
+    // Run by its scripts.
+    "+set",
+    "+del",
+    "+incr",
+    "+hset",
+    "+hincrby",
+    "+hlen",
+    "+hkeys",
+    "+pexpire",
+    "+publish",
+];
+
+/// The keys: the lock names and fenced store keys of these tests (all under `acl:`), and the
+/// keys the crate derives from them. The release channel is passed to the scripts as a key
+/// (as Redisson does), so the server checks it against the key patterns too.
+const KEYS: &[&str] = &[
+    "~acl:*",
+    "~redisson_lock_token:*",
+    "~redisson_unlock_latch:*",
+    "~redisson_lock__channel:*",
+    "~redlease_fence:*",
+];
+
+/// The release channels and the force-release notice channel.
+const CHANNELS: &[&str] = &["&redisson_lock__channel*", "&redlease_lock__force_release"];
+
+/// How long the tests give a "no hang" condition.
+const PATIENCE: Duration = Duration::from_secs(10);
+/// The watchdog timeout where renewals must not matter: one every 10 s.
+const LONG_WATCHDOG: Duration = Duration::from_secs(30);
+
+/// A throwaway server with the restricted user, and the URL that logs in as that user.
+fn server_with_user() -> (RedisServer, String) {
+    let server = common::server();
+    let without = std::env::var("REDLEASE_TEST_ACL_WITHOUT").ok();
+    let password = format!(">{PASSWORD}");
+    let mut words = vec![
+        "ACL",
+        "SETUSER",
+        USER,
+        "reset",
+        "on",
+        &password,
+        "resetchannels",
+    ];
+    words.extend(
+        KEYS.iter()
+            .chain(CHANNELS)
+            .chain(COMMANDS)
+            .filter(|rule| Some(**rule) != without.as_deref()),
+    );
+    let answer = server.command(&words).unwrap();
+    assert!(answer.starts_with("+OK"), "ACL SETUSER: {answer}");
+    let url = format!("redis://{USER}:{PASSWORD}@127.0.0.1:{}/", server.port());
+    assert_user_is_restricted(&url);
+    (server, url)
+}
+
+/// Guards against a test that passes because the URL did not log in as the user.
+fn assert_user_is_restricted(url: &str) {
+    let mut connection = redis::Client::open(url)
+        .unwrap()
+        .get_connection()
+        .expect("log in as the restricted user");
+    let refused = redis::cmd("FLUSHALL").query::<()>(&mut connection);
+    let message = format!("{refused:?}");
+    assert!(message.contains("no permissions"), "FLUSHALL: {message}");
+}
+
+/// How many connections are subscribed to `channel`, as the server sees it.
+fn subscribers(server: &RedisServer, channel: &str) -> usize {
+    let answer = server
+        .command(&["PUBSUB", "NUMSUB", channel])
+        .expect("PUBSUB NUMSUB");
+    // `*2\r\n$<len>\r\n<channel>\r\n:<count>\r\n`
+    answer
+        .rsplit(':')
+        .next()
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("PUBSUB NUMSUB: {answer:?}"))
+}
+
+#[test]
+fn lock_and_unlock_with_reentrant_levels() {
+    let (_server, url) = server_with_user();
+    let manager = manager_for_url(&url, LONG_WATCHDOG);
+    let lock = manager.lock("acl:plain");
+    let outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    assert!(lock.is_locked().unwrap());
+    assert!(lock.is_held_by_current_thread().unwrap());
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    assert!(lock.remaining_ttl().unwrap().is_some());
+    inner.unlock().unwrap();
+    outer.unlock().unwrap();
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn a_waiter_of_another_manager_is_woken_by_the_release() {
+    let (server, url) = server_with_user();
+    let holder_manager = manager_for_url(&url, LONG_WATCHDOG);
+    let waiter_manager = manager_for_url(&url, LONG_WATCHDOG);
+    let guard = holder_manager.lock("acl:contended").lock().unwrap();
+    let waiter_lock = waiter_manager.lock("acl:contended");
+    let waiter = std::thread::spawn(move || {
+        let guard = waiter_lock
+            .try_lock_for(PATIENCE)
+            .unwrap()
+            .expect("woken by the release");
+        let taken_at = Instant::now();
+        guard.unlock().unwrap();
+        taken_at
+    });
+    // The waiter sleeps on the release channel, which the server must have let it join.
+    assert!(
+        eventually(PATIENCE, || subscribers(
+            &server,
+            "redisson_lock__channel:{acl:contended}"
+        ) == 1),
+        "the waiter never subscribed to the release channel"
+    );
+    let released_at = Instant::now();
+    guard.unlock().unwrap();
+    let taken_at = waiter.join().unwrap();
+    // The holder's lease had 30 s left: only the release message wakes the waiter this soon.
+    let woken_after = taken_at.duration_since(released_at);
+    assert!(woken_after < Duration::from_secs(2), "{woken_after:?}");
+    assert!(
+        eventually(PATIENCE, || subscribers(
+            &server,
+            "redisson_lock__channel:{acl:contended}"
+        ) == 0),
+        "the waiter never left the release channel"
+    );
+}
+
+#[test]
+fn a_force_unlock_reaches_the_holder_through_the_notice_channel() {
+    let (server, url) = server_with_user();
+    let holder_manager = manager_for_url(&url, LONG_WATCHDOG);
+    let other_manager = manager_for_url(&url, LONG_WATCHDOG);
+    // Both managers listen to the notice channel once the server has let them join it.
+    assert!(
+        eventually(PATIENCE, || subscribers(
+            &server,
+            "redlease_lock__force_release"
+        ) == 2),
+        "the managers never subscribed to the notice channel"
+    );
+    let guard = holder_manager.lock("acl:forced").lock().unwrap();
+    let lost = guard.lost_signal();
+    let forced_at = Instant::now();
+    assert!(other_manager.lock("acl:forced").force_unlock().unwrap());
+    assert_eq!(lost.recv_timeout(PATIENCE), Ok(LostReason::ForceReleased));
+    // The next renewal would only come after 10 s: the notice told the holder.
+    assert!(
+        forced_at.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        forced_at.elapsed()
+    );
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
+}
+
+#[test]
+fn a_fenced_store_takes_the_newer_token_and_refuses_the_older() {
+    let (_server, url) = server_with_user();
+    let manager = manager_for_url(&url, LONG_WATCHDOG);
+    let lock = manager.lock("acl:fenced");
+    let report = manager.fenced_store("acl:report");
+    let first = lock.lock().unwrap();
+    let stale_token = first.fencing_token();
+    first.unlock().unwrap();
+    let second = lock.lock().unwrap();
+    report.set(second.fencing_token(), "by the second").unwrap();
+    assert!(matches!(
+        report.set(stale_token, "by the first"),
+        Err(Error::StaleToken { .. })
+    ));
+    assert_eq!(
+        report.get::<String>().unwrap().as_deref(),
+        Some("by the second")
+    );
+    second.unlock().unwrap();
+}
+
+#[test]
+fn renewals_keep_a_lock_past_its_first_lease() {
+    let (_server, url) = server_with_user();
+    let watchdog = Duration::from_secs(1);
+    let manager = manager_for_url(&url, watchdog);
+    let lock = manager.lock("acl:renewed");
+    let guard = lock.lock().unwrap();
+    // Held for two leases: without renewals the lock would be gone and the guard lost.
+    std::thread::sleep(watchdog * 2);
+    assert!(!guard.is_lost());
+    assert!(lock.is_held_by_current_thread().unwrap());
+    guard.unlock().unwrap();
+}
+
+#[test]
+fn a_redlock_over_three_servers_with_the_user() {
+    let (servers, urls): (Vec<RedisServer>, Vec<String>) =
+        (0..3).map(|_| server_with_user()).unzip();
+    let managers: Vec<LockManager> = urls
+        .iter()
+        .map(|url| manager_for_url(url, LONG_WATCHDOG))
+        .collect();
+    let lock = RedLock::from_managers(&managers, "acl:redlock").unwrap();
+    let rival_managers: Vec<LockManager> = urls
+        .iter()
+        .map(|url| manager_for_url(url, LONG_WATCHDOG))
+        .collect();
+    let rival = RedLock::from_managers(&rival_managers, "acl:redlock").unwrap();
+
+    let guard = lock.lock().unwrap();
+    assert_eq!(guard.held_members(), servers.len());
+    assert!(guard.fencing_token().unwrap() > 0);
+    assert!(rival.try_lock().unwrap().is_none(), "held on every server");
+    guard.unlock().unwrap();
+    let rival_guard = rival.try_lock_for(PATIENCE).unwrap().expect("free again");
+    rival_guard.unlock().unwrap();
+}
