@@ -124,3 +124,41 @@ fn thousands_of_locks_are_renewed_in_batches() {
     drop(guards);
     assert_eq!(manager.watched_locks(), 0);
 }
+
+#[test]
+fn release_latches_are_deleted_within_one_renewal_interval() {
+    // A latch only serves a retried release; once the answer has arrived it is deleted,
+    // instead of living out its TTL (over 10 s here).
+    let redis = server();
+    let watchdog = Duration::from_millis(1500);
+    let interval = watchdog / 3;
+    let manager = manager(&redis, watchdog);
+    // Renewals of a held lock are due meanwhile: latches ride in their pipelines.
+    let held = manager.lock("held");
+    let held_guard = held.lock().unwrap();
+    for i in 0..10_000 {
+        let lock = manager.lock(&format!("latched:{}", i % 100));
+        lock.lock().unwrap().unlock().unwrap();
+    }
+    let latches_left = || -> u64 {
+        redis
+            .command(&[
+                "EVAL",
+                "return #redis.call('keys', 'redisson_unlock_latch:*')",
+                "0",
+            ])
+            .unwrap()
+            .trim_start_matches(':')
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let within = interval + Duration::from_secs(2);
+    assert!(
+        eventually(within, || latches_left() == 0),
+        "{} release latches left after {within:?}",
+        latches_left()
+    );
+    assert!(!held_guard.is_lost());
+    assert!(held.remaining_ttl().unwrap().is_some());
+}

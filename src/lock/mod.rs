@@ -347,6 +347,8 @@ impl Lock {
             }
             answer => answer?,
         };
+        // The answer has arrived: the latch will not be asked again.
+        client.watchdog().discard_latch(latch);
         if protocol::released(&answer) {
             Ok(())
         } else {

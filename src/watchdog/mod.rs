@@ -1,20 +1,25 @@
-//! The watchdog: one thread per manager that keeps the leases of held locks alive and finds
-//! out, as early as it can, when one is lost.
+//! The watchdog: one thread per manager that keeps the leases of held locks alive, finds out
+//! as early as it can when one is lost, and deletes the latches that releases leave behind.
 //!
-//! Entries are keyed by lock name (the counterpart of Redisson's `EXPIRATION_RENEWAL_MAP`):
-//! the holder in this process, its fencing token, how many of its reentrant levels asked for
-//! the watchdog and how many took a fixed lease, and the shared [`LeaseState`] that carries
-//! the local deadline of the lease. A [`TimerWheel`] says which renewals fall due; all
-//! renewals due in one tick go out as one pipeline of batched script calls (one round trip
-//! however many locks). A heap of deadlines, checked to the instant, covers the leases that
-//! may run out: those whose renewals fail, and those with only fixed-lease levels.
+//! Its parts:
+//! - [`registry`]: the entries, one per acquisition chain held in this process, keyed by lock
+//!   name (holder, thread, reentrant levels, the shared [`LeaseState`]);
+//! - [`schedule`]: when each entry is next looked at: renewals batched by tick, lease-end
+//!   checks to the instant, and whether new work must wake the thread;
+//! - [`renewal`]: the I/O, one pipeline of batched script calls per batch, however many locks,
+//!   with the queued latch deletions;
+//! - [`latches`]: the release latches queued for deletion;
+//! - [`loss`]: marking chains lost and telling the log and the lost-lock callback.
+//!
+//! This file holds the [`Watchdog`] facade the rest of the crate calls, and the thread loop
+//! that ties the parts together under one state lock (the latch queue has its own).
 //!
 //! A lock is given up, its [`LeaseState`] marked lost and the lost-lock callback told, when:
 //! - a renewal answers that the holder is gone ([`LostReason::NotHeldAnymore`]);
 //! - the lease deadline passes by the local monotonic clock before a renewal succeeded,
 //!   whether Redis is unreachable or this process was paused ([`LostReason::LeaseExpired`]);
 //! - the pub/sub listener hears a force-release notice for it
-//!   ([`LostReason::ForceReleased`], see [`Watchdog::force_released`]).
+//!   ([`LostReason::ForceReleased`], see [`NoticeSink::force_released`]).
 //!
 //! A failed renewal is retried until the deadline, so an outage shorter than the lease is not
 //! a loss. An entry is removed *before* its last release is sent, and a release waits for a
@@ -25,34 +30,27 @@
 //! This module talks to Redis only through the [`Pool`] and only from its own thread; the
 //! callback runs on that thread too.
 
+mod latches;
+mod loss;
+mod registry;
+mod renewal;
+mod schedule;
 mod wheel;
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use redis::{Script, Value};
 
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{LeaseState, LostLock};
 use crate::pool::Pool;
-use crate::script::{evalsha_pipelined, ScriptCall};
-use wheel::TimerWheel;
-
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
-
-/// How many locks one script call renews. Bounds the time one call blocks Redis (other
-/// clients run between the calls of a pipeline) while keeping script calls few.
-const LOCKS_PER_SCRIPT_CALL: usize = 1_000;
-
-/// Ticks per renewal interval: renewals due within one tick go out together, at most a
-/// sixteenth of the interval late (the lease has two intervals of margin).
-const TICKS_PER_INTERVAL: u32 = 16;
-/// Slots of the timer wheel: one turn spans four intervals.
-const WHEEL_SLOTS: usize = 64;
+use latches::{LatchQueue, Queued};
+use loss::LossReports;
+use registry::{Entry, Registry};
+use renewal::{Outcome, Renewal};
+use schedule::{earliest, DueNow, Schedule};
 
 /// What an acquisition got from Redis.
 #[derive(Clone, Copy, Debug)]
@@ -75,6 +73,8 @@ pub(crate) struct NoticeSink(Arc<Shared>);
 
 struct Shared {
     state: Mutex<State>,
+    /// Release latches to delete. Taken after `state` when both are held, never before.
+    latches: Mutex<LatchQueue>,
     /// Wakes the watchdog thread: work arrived, a loss is to be told, or it must stop.
     work_arrived: Condvar,
     /// Wakes releases waiting for an in-flight renewal of their entry.
@@ -88,78 +88,24 @@ struct Shared {
 }
 
 struct State {
-    entries: HashMap<Arc<str>, Entry>,
+    registry: Registry,
     schedule: Schedule,
-    /// Losses recorded and not yet told to the callback.
-    reports: Vec<LostLock>,
+    losses: LossReports,
     stopping: bool,
-}
-
-/// When the watchdog thread has something to do.
-struct Schedule {
-    /// Renewals, batched by tick: `(name, ticket)`; only the entry's current ticket counts.
-    wheel: TimerWheel<(Arc<str>, u64)>,
-    /// Deadline checks, to the instant: `(deadline, chain, name)`.
-    deadlines: BinaryHeap<Reverse<(Instant, u64, Arc<str>)>>,
-    /// The last ticket or chain number handed out.
-    last_number: u64,
-    /// What the watchdog thread is doing, so that new work wakes it only when it must.
-    thread: ThreadState,
-}
-
-#[derive(Clone, Copy)]
-enum ThreadState {
-    /// It looks at the schedule before it sleeps again: no need to wake it.
-    Working,
-    /// It sleeps until the given instant (or until woken); earlier work must wake it.
-    Sleeping { until: Option<Instant> },
-}
-
-struct Entry {
-    /// Tells this acquisition chain from earlier and later ones of the same name.
-    chain: u64,
-    holder: Arc<str>,
-    /// The thread (number) that holds it.
-    thread: u64,
-    /// Carries the chain's fencing token and its deadline.
-    lease: Arc<LeaseState>,
-    /// Reentrant levels of the holder that asked for the watchdog...
-    renewed_levels: u32,
-    /// ... and that took a fixed lease.
-    fixed_levels: u32,
-    /// The wheel item that is current for this entry; older ones are ignored.
-    ticket: u64,
-    /// A renewal of this entry is on the wire.
-    renewing: bool,
-    /// The deadline a check is queued for in the heap, if one is.
-    deadline_check: Option<Instant>,
 }
 
 /// What the watchdog thread does next.
 enum Work {
     /// Tell these losses to the log and the callback.
     Tell(Vec<LostLock>),
-    /// Renew these locks, first sent at `sent_at`, with answers read no later than
-    /// `answer_by`.
+    /// Renew these locks (possibly none) and delete these latches, first sent at `sent_at`,
+    /// with answers read no later than `answer_by`.
     Renew {
         batch: Vec<Renewal>,
+        latches: Vec<String>,
         sent_at: Instant,
         answer_by: Instant,
     },
-}
-
-/// One lock of a renewal batch.
-struct Renewal {
-    name: Arc<str>,
-    holder: Arc<str>,
-    chain: u64,
-    lease_deadline: Instant,
-}
-
-enum Outcome {
-    Renewed,
-    HolderGone,
-    Failed,
 }
 
 /// The levels of a chain left in this process after one ended.
@@ -190,19 +136,14 @@ impl Watchdog {
         on_lost: Option<LostCallback>,
     ) -> Result<Self> {
         let interval = timeout / 3;
-        let tick = (interval / TICKS_PER_INTERVAL).max(Duration::from_millis(1));
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                entries: HashMap::new(),
-                schedule: Schedule {
-                    wheel: TimerWheel::new(Instant::now(), tick, WHEEL_SLOTS),
-                    deadlines: BinaryHeap::new(),
-                    last_number: 0,
-                    thread: ThreadState::Working,
-                },
-                reports: Vec::new(),
+                registry: Registry::default(),
+                schedule: Schedule::new(Instant::now(), interval),
+                losses: LossReports::default(),
                 stopping: false,
             }),
+            latches: Mutex::new(LatchQueue::new(interval)),
             work_arrived: Condvar::new(),
             renewal_done: Condvar::new(),
             pool,
@@ -254,7 +195,7 @@ impl Watchdog {
         let mut state = shared.state.lock();
         let state = &mut *state;
         let mut wake = false;
-        if let Some(entry) = state.entries.get_mut(name) {
+        if let Some(entry) = state.registry.get_mut(name) {
             if &*entry.holder == holder && entry.lease.lost().is_none() {
                 entry.lease.extend(sent_at, lease);
                 match fixed {
@@ -268,7 +209,7 @@ impl Watchdog {
                     Some(_) => {
                         entry.fixed_levels += 1;
                         if entry.renewed_levels == 0 {
-                            wake = state.schedule.deadline_check(&Arc::from(name), entry);
+                            wake = state.schedule.lease_end(&Arc::from(name), entry);
                         }
                     }
                 }
@@ -286,29 +227,21 @@ impl Watchdog {
             wake = true; // to tell the callback
         }
         let name: Arc<str> = Arc::from(name);
-        let chain = state.schedule.next_number();
-        let mut entry = Entry {
-            chain,
-            holder: Arc::from(holder),
+        let lease = Arc::new(LeaseState::new(sent_at, lease, token));
+        let entry = state.registry.start_chain(
+            Arc::clone(&name),
+            holder,
             thread,
-            lease: Arc::new(LeaseState::new(sent_at, lease, token)),
-            renewed_levels: u32::from(fixed.is_none()),
-            fixed_levels: u32::from(fixed.is_some()),
-            ticket: 0,
-            renewing: false,
-            deadline_check: None,
-        };
+            Arc::clone(&lease),
+            fixed.is_some(),
+        );
         wake |= match fixed {
             None => state
                 .schedule
-                .renewal(&name, &mut entry, sent_at + shared.interval),
-            Some(_) => state.schedule.deadline_check(&name, &mut entry),
+                .renewal(&name, entry, sent_at + shared.interval),
+            Some(_) => state.schedule.lease_end(&name, entry),
         };
-        let lease = Arc::clone(&entry.lease);
-        // Replaces a stale entry whose renewal may be in flight: that renewal is then told
-        // apart by its chain number.
-        state.entries.insert(name, entry);
-        state.compact_deadline_checks();
+        state.schedule.compact(&state.registry);
         if wake {
             shared.work_arrived.notify_one();
         }
@@ -319,13 +252,9 @@ impl Watchdog {
     /// and how many levels it has.
     pub(crate) fn chain_of(&self, name: &str, thread: u64) -> Option<(Arc<str>, u32)> {
         let state = self.shared.state.lock();
-        let entry = state.entries.get(name)?;
-        (entry.thread == thread && entry.lease.lost().is_none()).then(|| {
-            (
-                Arc::clone(&entry.holder),
-                entry.renewed_levels + entry.fixed_levels,
-            )
-        })
+        let entry = state.registry.get(name)?;
+        (entry.thread == thread && entry.lease.lost().is_none())
+            .then(|| (Arc::clone(&entry.holder), entry.levels()))
     }
 
     /// Records that the chain `holder` of `name` is gone, as an acquisition found: it is
@@ -333,7 +262,7 @@ impl Watchdog {
     pub(crate) fn chain_gone(&self, name: &str, holder: &str) {
         let mut state = self.shared.state.lock();
         if state
-            .entries
+            .registry
             .get(name)
             .is_some_and(|entry| &*entry.holder == holder)
         {
@@ -366,9 +295,9 @@ impl Watchdog {
         let shared = &*self.shared;
         let mut state = shared.state.lock();
         let State {
-            entries, schedule, ..
+            registry, schedule, ..
         } = &mut *state;
-        let entry = entries.get_mut(name).filter(|entry| is_ours(entry))?;
+        let entry = registry.get_mut(name).filter(|entry| is_ours(entry))?;
         let fixed = fixed.unwrap_or(entry.renewed_levels == 0);
         if fixed {
             entry.fixed_levels = entry.fixed_levels.saturating_sub(1);
@@ -387,7 +316,7 @@ impl Watchdog {
             // Fixed-lease levels remain and nothing renews them: watch their deadline. (The
             // release of this level gives them at least the watchdog timeout; the deadline
             // kept here is older, so it errs on the safe side.)
-            if schedule.deadline_check(&Arc::from(name), entry) {
+            if schedule.lease_end(&Arc::from(name), entry) {
                 shared.work_arrived.notify_one();
             }
             return Some((left, holder));
@@ -398,7 +327,7 @@ impl Watchdog {
             Instant::now() + shared.pool.response_timeout() * 2 + Duration::from_secs(1);
         let renewing = |state: &State| {
             state
-                .entries
+                .registry
                 .get(name)
                 .is_some_and(|entry| is_ours(entry) && entry.renewing)
         };
@@ -412,19 +341,43 @@ impl Watchdog {
                 break;
             }
         }
-        if state.entries.get(name).is_some_and(&is_ours) {
-            state.entries.remove(name);
+        if state.registry.get(name).is_some_and(&is_ours) {
+            state.registry.remove(name);
         }
-        state.compact_deadline_checks();
+        let State {
+            registry, schedule, ..
+        } = &mut *state;
+        schedule.compact(registry);
         Some((left, holder))
+    }
+
+    /// Queues the latch key a release left, once its answer has arrived, for deletion with
+    /// the next renewal batch, or alone within one renewal interval. Never waits for I/O, and
+    /// wakes the thread only when it would otherwise sleep past the time the keys are due.
+    pub(crate) fn discard_latch(&self, key: String) {
+        let shared = &*self.shared;
+        // The latch lock is let go before the state lock is taken: the thread takes them the
+        // other way round.
+        let queued = shared.latches.lock().push(key, Instant::now);
+        let due = match queued {
+            Queued::Joined => return,
+            Queued::First { flush_by } => flush_by,
+            Queued::Overflowing => Instant::now(),
+        };
+        // The thread reads the latch queue under the state lock before it sleeps, so either it
+        // saw this key or it is asleep by now with its wake-up on record.
+        if shared.state.lock().schedule.wakes_too_late_for(due) {
+            shared.work_arrived.notify_one();
+        }
     }
 
     /// How many locks the watchdog renews or watches now.
     pub(crate) fn len(&self) -> usize {
-        self.shared.state.lock().entries.len()
+        self.shared.state.lock().registry.len()
     }
 
-    /// Stops and joins the thread. Held locks are no longer renewed and run out by their lease.
+    /// Stops and joins the thread. Held locks are no longer renewed and run out by their
+    /// lease; queued latches are left to their TTL.
     pub(crate) fn stop(&self) {
         self.shared.state.lock().stopping = true;
         self.shared.work_arrived.notify_all();
@@ -447,7 +400,7 @@ impl NoticeSink {
     pub(crate) fn force_released(&self, name: &str, holder: &str, token: u64) {
         let shared = &*self.0;
         let mut state = shared.state.lock();
-        let ours = state.entries.get(name).is_some_and(|entry| {
+        let ours = state.registry.get(name).is_some_and(|entry| {
             &*entry.holder == holder && (token == 0 || token >= entry.lease.token())
         });
         if ours {
@@ -459,17 +412,19 @@ impl NoticeSink {
 
 impl Shared {
     fn run(&self) {
-        let mut due = Vec::new();
+        let mut due_now = DueNow::default();
         loop {
-            match self.next_work(&mut due) {
+            match self.next_work(&mut due_now) {
                 None => return,
-                Some(Work::Tell(reports)) => self.tell(reports),
+                Some(Work::Tell(reports)) => loss::tell(reports, self.on_lost.as_ref()),
                 Some(Work::Renew {
                     batch,
+                    latches,
                     sent_at,
                     answer_by,
                 }) => {
-                    let outcomes = self.renew(&batch, answer_by);
+                    let outcomes =
+                        renewal::renew(&self.pool, self.timeout_ms, &batch, &latches, answer_by);
                     self.apply(&batch, outcomes, sent_at);
                 }
             }
@@ -478,106 +433,65 @@ impl Shared {
 
     /// Sleeps until there is work; `None` when the watchdog stops. Losses are told before a
     /// batch is taken, so a slow callback never holds up a batch that releases wait for.
-    fn next_work(&self, due: &mut Vec<(Arc<str>, u64)>) -> Option<Work> {
+    fn next_work(&self, due_now: &mut DueNow) -> Option<Work> {
         let mut state = self.state.lock();
         loop {
             if state.stopping {
                 return None;
             }
-            if !state.reports.is_empty() {
-                return Some(Work::Tell(std::mem::take(&mut state.reports)));
+            if !state.losses.is_empty() {
+                return Some(Work::Tell(state.losses.take()));
             }
             let now = Instant::now();
-            state.check_deadlines(now);
-            state.schedule.wheel.collect(now, due);
-            let batch = state.take_batch(due, now);
-            if !batch.is_empty() {
+            let State {
+                registry, schedule, ..
+            } = &mut *state;
+            schedule.take_due(now, registry, due_now);
+            for name in due_now.lease_ends.drain(..) {
+                state.check_lease_end(&name, now);
+            }
+            let batch = state.take_batch(due_now.renewals.drain(..), now);
+            let latches = {
+                let mut queue = self.latches.lock();
+                if !batch.is_empty() || queue.is_due(now) {
+                    queue.take()
+                } else {
+                    Vec::new()
+                }
+            };
+            if !batch.is_empty() || !latches.is_empty() {
                 // Never wait for answers past a deadline the thread must meet: the earliest
-                // lease deadline of the batch, or any deadline check due sooner.
+                // lease deadline of the batch, or any lease-end check due sooner.
                 let mut answer_by = now + self.pool.response_timeout();
                 for renewal in &batch {
                     answer_by = answer_by.min(renewal.lease_deadline);
                 }
-                if let Some(check) = state.next_deadline_check() {
-                    answer_by = answer_by.min(check);
+                let State {
+                    registry, schedule, ..
+                } = &mut *state;
+                if let Some(lease_end) = schedule.next_lease_end(registry) {
+                    answer_by = answer_by.min(lease_end);
                 }
                 return Some(Work::Renew {
                     batch,
+                    latches,
                     sent_at: now,
                     answer_by,
                 });
             }
-            if !state.reports.is_empty() {
+            if !state.losses.is_empty() {
                 continue;
             }
-            let next_due = state.schedule.next_due();
-            state.schedule.thread = ThreadState::Sleeping { until: next_due };
+            let next_due = earliest(state.schedule.next_due(), self.latches.lock().flush_by());
+            state.schedule.thread_sleeps(next_due);
             match next_due {
                 Some(at) => {
                     self.work_arrived.wait_until(&mut state, at);
                 }
                 None => self.work_arrived.wait(&mut state),
             }
-            state.schedule.thread = ThreadState::Working;
+            state.schedule.thread_works();
         }
-    }
-
-    /// Logs every loss and hands it to the callback.
-    fn tell(&self, reports: Vec<LostLock>) {
-        for lost_lock in reports {
-            log::warn!(
-                "lock {:?} held by {} was lost: {}",
-                lost_lock.name,
-                lost_lock.holder,
-                lost_lock.reason
-            );
-            if let Some(on_lost) = &self.on_lost {
-                // A panicking callback must not take the renewal of every other lock down.
-                let call = std::panic::AssertUnwindSafe(|| on_lost(&lost_lock));
-                if std::panic::catch_unwind(call).is_err() {
-                    log::error!("the lost-lock callback panicked for {:?}", lost_lock.name);
-                }
-            }
-        }
-    }
-
-    /// Sends the renewals of `batch` in one pipeline and reads the answers until
-    /// `answer_by`; one outcome per renewal.
-    fn renew(&self, batch: &[Renewal], answer_by: Instant) -> Vec<Outcome> {
-        let lease_ms = self.timeout_ms.to_string();
-        let calls: Vec<ScriptCall<'_>> = batch
-            .chunks(LOCKS_PER_SCRIPT_CALL)
-            .map(|chunk| ScriptCall {
-                keys: chunk.iter().map(|renewal| &*renewal.name).collect(),
-                args: std::iter::once(lease_ms.as_str())
-                    .chain(chunk.iter().map(|renewal| &*renewal.holder))
-                    .collect(),
-            })
-            .collect();
-        let answers = self
-            .pool
-            .run_before(answer_by, |connection| {
-                evalsha_pipelined(connection, &RENEW, &calls, answer_by)
-            })
-            .inspect_err(|err| log::debug!("renewal of {} locks failed: {err}", batch.len()))
-            .unwrap_or_default();
-        let mut outcomes = Vec::with_capacity(batch.len());
-        for (chunk, answer) in batch.chunks(LOCKS_PER_SCRIPT_CALL).zip(answers) {
-            match answer {
-                Value::Array(flags) if flags.len() == chunk.len() => {
-                    outcomes.extend(flags.iter().map(|flag| match flag {
-                        Value::Int(1) => Outcome::Renewed,
-                        _ => Outcome::HolderGone,
-                    }))
-                }
-                other => {
-                    log::debug!("renewal of {} locks refused: {other:?}", chunk.len());
-                    outcomes.extend(chunk.iter().map(|_| Outcome::Failed));
-                }
-            }
-        }
-        outcomes.resize_with(batch.len(), || Outcome::Failed);
-        outcomes
     }
 
     /// Records the outcomes and schedules what comes next.
@@ -588,9 +502,9 @@ impl Shared {
         let now = Instant::now();
         for (renewal, outcome) in batch.iter().zip(outcomes) {
             let State {
-                entries, schedule, ..
+                registry, schedule, ..
             } = &mut *state;
-            let Some(entry) = entries.get_mut(&renewal.name) else {
+            let Some(entry) = registry.get_mut(&renewal.name) else {
                 continue;
             };
             if entry.chain != renewal.chain {
@@ -599,7 +513,7 @@ impl Shared {
             entry.renewing = false;
             if entry.lease.is_marked_lost() {
                 // Told while the renewal was out (a force-release notice).
-                entries.remove(&renewal.name);
+                registry.remove(&renewal.name);
                 continue;
             }
             let deadline = entry.lease.deadline();
@@ -617,7 +531,7 @@ impl Shared {
                 }
                 Outcome::Failed => {
                     schedule.renewal(&renewal.name, entry, (now + retry_delay).min(deadline));
-                    schedule.deadline_check(&renewal.name, entry);
+                    schedule.lease_end(&renewal.name, entry);
                     continue;
                 }
                 Outcome::HolderGone => LostReason::NotHeldAnymore,
@@ -630,90 +544,36 @@ impl Shared {
 }
 
 impl State {
-    /// Records that the chain of `name` is lost and queues it for the callback (once). The
-    /// entry goes, unless a renewal of it is in flight: it goes when that comes back.
     fn lose(&mut self, name: &str, reason: LostReason) {
-        let Some(entry) = self.entries.get(name) else {
-            return;
-        };
-        if entry.lease.mark_lost(reason) {
-            self.reports.push(LostLock {
-                name: name.to_owned(),
-                holder: entry.holder.to_string(),
-                reason,
-            });
-        }
-        if !entry.renewing {
-            self.entries.remove(name);
-        }
+        self.losses.lose(&mut self.registry, name, reason);
     }
 
-    /// Gives up every chain whose deadline check is due and whose lease has run out.
-    fn check_deadlines(&mut self, now: Instant) {
-        while let Some(Reverse((at, _, _))) = self.schedule.deadlines.peek() {
-            if *at > now {
-                return;
-            }
-            let Some(Reverse((at, chain, name))) = self.schedule.deadlines.pop() else {
-                return;
-            };
-            let Some(entry) = self.entries.get_mut(&name) else {
-                continue;
-            };
-            if entry.chain != chain || entry.deadline_check != Some(at) {
-                continue; // superseded by a later check
-            }
-            entry.deadline_check = None;
-            if entry.lease.deadline() <= now {
-                self.lose(&name, LostReason::LeaseExpired);
-            }
-        }
-    }
-
-    /// Whether the heap item `(at, chain, name)` is the current check of a live entry.
-    fn is_current_check(&self, at: Instant, chain: u64, name: &str) -> bool {
-        self.entries
+    /// Gives the chain of `name` up if its lease has run out by `now`.
+    fn check_lease_end(&mut self, name: &str, now: Instant) {
+        if self
+            .registry
             .get(name)
-            .is_some_and(|entry| entry.chain == chain && entry.deadline_check == Some(at))
-    }
-
-    /// When the next current deadline check falls due; superseded items on top go.
-    fn next_deadline_check(&mut self) -> Option<Instant> {
-        while let Some(Reverse((at, chain, name))) = self.schedule.deadlines.peek() {
-            if self.is_current_check(*at, *chain, name) {
-                return Some(*at);
-            }
-            self.schedule.deadlines.pop();
+            .is_some_and(|entry| entry.lease.deadline() <= now)
+        {
+            self.lose(name, LostReason::LeaseExpired);
         }
-        None
     }
 
-    /// Drops superseded deadline checks once they outnumber the entries: checks of released
-    /// chains would otherwise wait in the heap until their (possibly far) deadlines.
-    fn compact_deadline_checks(&mut self) {
-        if self.schedule.deadlines.len() <= 2 * self.entries.len() + 64 {
-            return;
-        }
-        let mut deadlines = std::mem::take(&mut self.schedule.deadlines);
-        deadlines.retain(|Reverse((at, chain, name))| self.is_current_check(*at, *chain, name));
-        self.schedule.deadlines = deadlines;
-    }
-
-    /// Turns the due wheel items into a renewal batch, marking their entries as renewing.
-    /// Stale items (of released or replaced entries) are dropped; entries past their deadline
-    /// are given up rather than renewed (this process was paused, or the thread was late).
-    fn take_batch(&mut self, due: &mut Vec<(Arc<str>, u64)>, now: Instant) -> Vec<Renewal> {
+    /// Turns the entries whose renewal is due into a renewal batch, marking them as renewing.
+    /// Entries past their deadline are given up rather than renewed (this process was paused,
+    /// or the thread was late).
+    fn take_batch(&mut self, due: impl Iterator<Item = Arc<str>>, now: Instant) -> Vec<Renewal> {
         let mut batch = Vec::new();
-        for (name, ticket) in due.drain(..) {
-            let Some(entry) = self.entries.get_mut(&name) else {
+        for name in due {
+            let Some(entry) = self.registry.get_mut(&name) else {
                 continue;
             };
-            if entry.ticket != ticket || entry.renewing {
+            if entry.renewing {
                 continue;
             }
             if entry.renewed_levels == 0 {
                 // Only fixed-lease levels are left: nothing to renew, a deadline to watch.
-                self.schedule.deadline_check(&name, entry);
+                self.schedule.lease_end(&name, entry);
                 continue;
             }
             let lease_deadline = entry.lease.deadline();
@@ -730,50 +590,5 @@ impl State {
             });
         }
         batch
-    }
-}
-
-impl Schedule {
-    fn next_number(&mut self) -> u64 {
-        self.last_number += 1;
-        self.last_number
-    }
-
-    /// Makes a renewal of `entry` at `at` its one current wheel item. Answers whether the
-    /// thread must be woken for it.
-    fn renewal(&mut self, name: &Arc<str>, entry: &mut Entry, at: Instant) -> bool {
-        entry.ticket = self.next_number();
-        self.wheel.insert(at, (Arc::clone(name), entry.ticket));
-        self.wakes_too_late_for(at)
-    }
-
-    /// Queues a check of `entry`'s lease deadline, unless one is queued for it already.
-    /// Answers whether the thread must be woken for it.
-    fn deadline_check(&mut self, name: &Arc<str>, entry: &mut Entry) -> bool {
-        let deadline = entry.lease.deadline();
-        if entry.deadline_check == Some(deadline) {
-            return false;
-        }
-        entry.deadline_check = Some(deadline);
-        self.deadlines
-            .push(Reverse((deadline, entry.chain, Arc::clone(name))));
-        self.wakes_too_late_for(deadline)
-    }
-
-    fn wakes_too_late_for(&self, due: Instant) -> bool {
-        match self.thread {
-            ThreadState::Working => false,
-            ThreadState::Sleeping { until: None } => true,
-            ThreadState::Sleeping { until: Some(until) } => due < until,
-        }
-    }
-
-    /// When the thread has something to do next, if ever.
-    fn next_due(&self) -> Option<Instant> {
-        let deadline = self.deadlines.peek().map(|Reverse((at, _, _))| *at);
-        match (self.wheel.next_due(), deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
     }
 }

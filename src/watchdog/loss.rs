@@ -1,0 +1,67 @@
+//! Loss reporting: marking a chain lost, queuing the report, and telling the log and the
+//! lost-lock callback.
+//!
+//! A chain is marked lost on its [`LeaseState`](crate::lease::LeaseState) at once (guards read
+//! it there) and reported once; its entry leaves the registry unless a renewal of it is in
+//! flight, in which case the renewal's return removes it. Reports are told on the watchdog
+//! thread outside the state lock, so a slow callback holds up no caller; a panicking one is
+//! contained and logged.
+
+use crate::error::LostReason;
+use crate::lease::LostLock;
+
+use super::registry::Registry;
+use super::LostCallback;
+
+/// Losses recorded and not yet told.
+#[derive(Default)]
+pub(super) struct LossReports {
+    pending: Vec<LostLock>,
+}
+
+impl LossReports {
+    /// Records that the chain of `name` is lost and queues it for the callback (once). The
+    /// entry goes, unless a renewal of it is in flight: it goes when that comes back.
+    pub(super) fn lose(&mut self, registry: &mut Registry, name: &str, reason: LostReason) {
+        let Some(entry) = registry.get(name) else {
+            return;
+        };
+        if entry.lease.mark_lost(reason) {
+            self.pending.push(LostLock {
+                name: name.to_owned(),
+                holder: entry.holder.to_string(),
+                reason,
+            });
+        }
+        if !entry.renewing {
+            registry.remove(name);
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub(super) fn take(&mut self) -> Vec<LostLock> {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+/// Logs every loss and hands it to the callback.
+pub(super) fn tell(reports: Vec<LostLock>, on_lost: Option<&LostCallback>) {
+    for lost_lock in reports {
+        log::warn!(
+            "lock {:?} held by {} was lost: {}",
+            lost_lock.name,
+            lost_lock.holder,
+            lost_lock.reason
+        );
+        if let Some(on_lost) = on_lost {
+            // A panicking callback must not take the renewal of every other lock down.
+            let call = std::panic::AssertUnwindSafe(|| on_lost(&lost_lock));
+            if std::panic::catch_unwind(call).is_err() {
+                log::error!("the lost-lock callback panicked for {:?}", lost_lock.name);
+            }
+        }
+    }
+}
