@@ -1,5 +1,5 @@
 //! Running the protocol's script calls by their SHA1: one call ([`run`]), many calls in one
-//! pipeline read against one deadline ([`evalsha_pipelined`]), and the fan-out to several
+//! pipeline read against one deadline ([`run_pipelined`]), and the fan-out to several
 //! servers (`crate::fanout`) all meet an empty script cache (a restart, a `SCRIPT FLUSH`) the
 //! same way: the server answers `NOSCRIPT`, the script is loaded ([`load_command`]) and the
 //! call sent once more.
@@ -8,8 +8,7 @@ use std::io;
 use std::time::Instant;
 
 use redis::{
-    Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, Script, ServerErrorKind,
-    Value,
+    Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
 };
 
 use crate::protocol::script::LuaScript;
@@ -39,43 +38,54 @@ pub(crate) fn is_no_script(err: &redis::RedisError) -> bool {
     matches!(err.kind(), ErrorKind::Server(ServerErrorKind::NoScript))
 }
 
-/// One call of a script: its keys and its arguments.
-pub(crate) struct ScriptCall<'a> {
-    pub(crate) keys: Vec<&'a str>,
-    pub(crate) args: Vec<&'a str>,
-}
-
-/// Sends every call of `script` in one pipeline and answers one value per call, in order,
-/// all before `deadline`.
+/// Sends `calls` and then the `other` commands in one pipeline and answers the answers of
+/// each, all read before `deadline`.
 ///
-/// A call the server refused arrives as [`Value::ServerError`]; the caller decides what that
-/// means for its call. When any call met an empty script cache, the script is loaded and the
-/// whole pipeline sent once more, so the calls must be safe to repeat.
-pub(crate) fn evalsha_pipelined(
+/// A call or command the server refused arrives as [`Value::ServerError`]; the caller decides
+/// what that means for it. When any call met an empty script cache, its script is loaded and
+/// the calls alone are sent once more, so they must be safe to repeat.
+pub(crate) fn run_pipelined(
     connection: &mut Connection,
-    script: &Script,
-    calls: &[ScriptCall<'_>],
+    calls: &[Call],
+    other: &[Cmd],
     deadline: Instant,
-) -> RedisResult<Vec<Value>> {
+) -> RedisResult<(Vec<Value>, Vec<Value>)> {
     let mut pipeline = redis::pipe();
     for call in calls {
-        pipeline
-            .cmd("EVALSHA")
-            .arg(script.get_hash())
-            .arg(call.keys.len())
-            .arg(&call.keys)
-            .arg(&call.args);
+        pipeline.add_command(call.command().clone());
     }
-    let answers = query_before(connection, &pipeline, deadline)?;
-    let cache_was_empty = answers.iter().any(|answer| {
-        matches!(answer, Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript))
-    });
-    if cache_was_empty {
-        set_timeout_until(connection, deadline)?;
-        script.prepare_invoke().load(connection)?;
-        return query_before(connection, &pipeline, deadline);
+    for command in other {
+        pipeline.add_command(command.clone());
     }
-    Ok(answers)
+    let mut answers = query_before(connection, &pipeline, deadline)?;
+    let other_answers = answers.split_off(calls.len());
+    let mut missing: Vec<&'static LuaScript> = Vec::new();
+    for (call, answer) in calls.iter().zip(&answers) {
+        let no_script = matches!(answer,
+            Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript));
+        if no_script
+            && !missing
+                .iter()
+                .any(|script| std::ptr::eq(*script, call.script()))
+        {
+            missing.push(call.script());
+        }
+    }
+    if missing.is_empty() {
+        return Ok((answers, other_answers));
+    }
+    let mut again = redis::pipe();
+    for script in &missing {
+        again.add_command(load_command(script));
+    }
+    for call in calls {
+        again.add_command(call.command().clone());
+    }
+    let reloaded = query_before(connection, &again, deadline)?;
+    Ok((
+        reloaded.into_iter().skip(missing.len()).collect(),
+        other_answers,
+    ))
 }
 
 /// Sends `pipeline` and reads its answers, server errors included, until `deadline`.

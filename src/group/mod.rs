@@ -765,7 +765,11 @@ impl Group {
         }
         let deadline = Instant::now() + self.attempt_timeout;
         let answers = fanout::call_all(&requests, deadline);
-        for ((index, _), answer) in asked.into_iter().zip(answers) {
+        for (((index, _), latch), answer) in asked.into_iter().zip(latches).zip(answers) {
+            if answer.is_ok() {
+                // The answer has arrived: the latch will not be asked again.
+                self.members[index].client().watchdog().discard_latch(latch);
+            }
             outcomes[index] = Some(answer.map(|value| protocol::released(&value)));
         }
         outcomes

@@ -10,6 +10,7 @@ pub(crate) mod fence;
 pub(crate) mod group;
 pub(crate) mod lock;
 pub(crate) mod names;
+pub(crate) mod renew;
 pub(crate) mod script;
 
 pub(crate) use script::ScriptCall;

@@ -1,25 +1,23 @@
 //! The renewal I/O: one pipeline per batch, with the release latches to delete.
 //!
-//! A batch of renewals becomes script calls of [`LOCKS_PER_SCRIPT_CALL`] locks each
-//! (`renew.lua`), followed by `UNLINK`s of [`LATCHES_PER_UNLINK`] queued latch keys each, all
-//! sent as one pipeline and answered against one deadline. The answer of each script call is
-//! decoded into one [`Outcome`] per lock; a failed deletion is only logged (the latch still
-//! expires by its TTL). When the server's script cache is empty, the script calls alone are
-//! sent again through [`evalsha_pipelined`], which loads the script.
+//! A batch of renewals becomes the protocol's renewal calls of [`LOCKS_PER_SCRIPT_CALL`] locks
+//! each, followed by `UNLINK`s of [`LATCHES_PER_UNLINK`] queued latch keys each, all sent as
+//! one pipeline and answered against one deadline ([`script::run_pipelined`], which also
+//! loads the script into an empty cache). The answer of each call is decoded into one
+//! [`Outcome`] per lock; a failed deletion is only logged (the latch still expires by its
+//! TTL).
 //!
 //! Runs on the watchdog thread, outside the state lock, and talks to Redis only through the
 //! [`Pool`]. It reads no entry: what it needs is copied into the [`Renewal`]s.
 
-use std::io;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Instant;
 
-use redis::{Connection, Pipeline, RedisResult, Script, ServerErrorKind, Value};
+use redis::{Cmd, Value};
 
 use crate::pool::Pool;
-use crate::script::{evalsha_pipelined, ScriptCall};
-
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+use crate::protocol::renew;
+use crate::script;
 
 /// How many locks one script call renews. Bounds the time one call blocks Redis (other
 /// clients run between the calls of a pipeline) while keeping script calls few.
@@ -51,32 +49,28 @@ pub(super) fn renew(
     latches: &[String],
     answer_by: Instant,
 ) -> Vec<Outcome> {
-    let lease_ms = lease_ms.to_string();
-    let calls: Vec<ScriptCall<'_>> = batch
+    let calls: Vec<_> = batch
         .chunks(LOCKS_PER_SCRIPT_CALL)
-        .map(|chunk| ScriptCall {
-            keys: chunk.iter().map(|renewal| &*renewal.name).collect(),
-            args: std::iter::once(lease_ms.as_str())
-                .chain(chunk.iter().map(|renewal| &*renewal.holder))
-                .collect(),
+        .map(|chunk| {
+            let locks: Vec<(&str, &str)> = chunk
+                .iter()
+                .map(|renewal| (&*renewal.name, &*renewal.holder))
+                .collect();
+            renew::renew(lease_ms, &locks)
+        })
+        .collect();
+    let deletions: Vec<Cmd> = latches
+        .chunks(LATCHES_PER_UNLINK)
+        .map(|chunk| {
+            let mut unlink = redis::cmd("UNLINK");
+            unlink.arg(chunk);
+            unlink
         })
         .collect();
     // The renewals go first: their answers matter more.
-    let mut pipeline = redis::pipe();
-    for call in &calls {
-        pipeline
-            .cmd("EVALSHA")
-            .arg(RENEW.get_hash())
-            .arg(call.keys.len())
-            .arg(&call.keys)
-            .arg(&call.args);
-    }
-    for chunk in latches.chunks(LATCHES_PER_UNLINK) {
-        pipeline.cmd("UNLINK").arg(chunk);
-    }
     let answers = pool
         .run_before(answer_by, |connection| {
-            exchange(connection, &pipeline, &calls, answer_by)
+            script::run_pipelined(connection, &calls, &deletions, answer_by)
         })
         .inspect_err(|err| {
             log::debug!(
@@ -94,70 +88,18 @@ pub(super) fn renew(
     decode(batch, renewal_answers)
 }
 
-/// Sends `pipeline`, the script `calls` followed by the deletions, and answers the answers
-/// of the calls and of the deletions, all read before `deadline`.
-fn exchange(
-    connection: &mut Connection,
-    pipeline: &Pipeline,
-    calls: &[ScriptCall<'_>],
-    deadline: Instant,
-) -> RedisResult<(Vec<Value>, Vec<Value>)> {
-    let mut answers = send_and_read(connection, pipeline, deadline)?;
-    let deletion_answers = answers.split_off(calls.len());
-    let cache_was_empty = answers.iter().any(|answer| {
-        matches!(answer, Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript))
-    });
-    if cache_was_empty {
-        // Loads the script and sends the calls again (renewals are safe to repeat); the
-        // deletions were done.
-        answers = evalsha_pipelined(connection, &RENEW, calls, deadline)?;
-    }
-    Ok((answers, deletion_answers))
-}
-
-/// Sends `pipeline` and reads its answers, server errors included, until `deadline`; the
-/// first I/O error or timeout ends the reading (a silent server must not hold the thread for
-/// the socket timeout once per answer). Like the reading of [`evalsha_pipelined`], for a
-/// pipeline that holds more than script calls.
-fn send_and_read(
-    connection: &mut Connection,
-    pipeline: &Pipeline,
-    deadline: Instant,
-) -> RedisResult<Vec<Value>> {
-    set_timeouts_until(connection, deadline)?;
-    connection.send_packed_command(&pipeline.get_packed_pipeline())?;
-    let mut answers = Vec::with_capacity(pipeline.len());
-    for _ in 0..pipeline.len() {
-        set_timeouts_until(connection, deadline)?;
-        answers.push(connection.recv_response()?);
-    }
-    Ok(answers)
-}
-
-/// Makes the socket timeouts end at `deadline`, or fails when it has passed.
-fn set_timeouts_until(connection: &Connection, deadline: Instant) -> RedisResult<()> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed").into());
-    }
-    connection.set_read_timeout(Some(left))?;
-    connection.set_write_timeout(Some(left))
-}
-
 /// One outcome per renewal of `batch` from the answers of its script calls; a renewal
 /// without a well-formed answer failed.
 fn decode(batch: &[Renewal], answers: Vec<Value>) -> Vec<Outcome> {
     let mut outcomes = Vec::with_capacity(batch.len());
     for (chunk, answer) in batch.chunks(LOCKS_PER_SCRIPT_CALL).zip(answers) {
-        match answer {
-            Value::Array(flags) if flags.len() == chunk.len() => {
-                outcomes.extend(flags.iter().map(|flag| match flag {
-                    Value::Int(1) => Outcome::Renewed,
-                    _ => Outcome::HolderGone,
-                }))
-            }
-            other => {
-                log::debug!("renewal of {} locks refused: {other:?}", chunk.len());
+        match renew::renewed(&answer, chunk.len()) {
+            Some(flags) => outcomes.extend(flags.into_iter().map(|held| match held {
+                true => Outcome::Renewed,
+                false => Outcome::HolderGone,
+            })),
+            None => {
+                log::debug!("renewal of {} locks refused: {answer:?}", chunk.len());
                 outcomes.extend(chunk.iter().map(|_| Outcome::Failed));
             }
         }
