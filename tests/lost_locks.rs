@@ -78,7 +78,8 @@ fn a_holder_paused_past_its_lease_learns_it_lost_and_its_late_write_is_refused()
         Some("by the new holder")
     );
     assert!(guard.check().is_ok(), "the new holder is unaffected");
-    assert!(lock.is_held_by_current_thread().unwrap());
+    assert!(lock.is_held_by_current_thread());
+    assert_eq!(lock.hold_count().unwrap(), 1);
     guard.unlock().unwrap();
     assert_nothing_left(&manager, &redis);
 }

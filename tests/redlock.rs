@@ -271,9 +271,9 @@ fn redlock_reentrancy_and_fencing_tokens() {
     let first = lock.lock().unwrap();
     let inner = lock.lock().unwrap();
     assert!(lock.is_held_by_current_thread());
-    let first_token = first.fencing_token().unwrap();
+    let first_token = first.fencing_token();
     assert_eq!(first_token, 101);
-    assert_eq!(inner.fencing_token().unwrap(), first_token, "reentrant");
+    assert_eq!(inner.fencing_token(), first_token, "reentrant");
     inner.unlock().unwrap();
     assert!(lock.is_held_by_current_thread(), "one level left");
     first.unlock().unwrap();
@@ -283,7 +283,7 @@ fn redlock_reentrancy_and_fencing_tokens() {
     servers[0].pause().unwrap();
     let second = lock.lock().unwrap();
     assert_eq!(second.held_members(), 2);
-    assert!(second.fencing_token().unwrap() > first_token);
+    assert!(second.fencing_token() > first_token);
     servers[0].resume().unwrap();
     second.unlock().unwrap();
 }
@@ -402,7 +402,7 @@ fn a_single_lock_inside_a_fenced_redlock_is_not_taken_for_lost() {
     let _ = servers[1].command(&["SET", "redisson_lock_token:{nested}", "50"]);
     let lock = redlock(&managers, "nested");
     let group = lock.lock().unwrap();
-    let token = group.fencing_token().unwrap();
+    let token = group.fencing_token();
     assert_eq!(token, 51, "raised to the largest member token");
     // The same thread takes the lock of the first master on its own: a reentrant level there.
     let single = manager.lock("nested").lock().unwrap();

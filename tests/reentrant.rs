@@ -89,9 +89,10 @@ fn another_thread_cannot_release_what_it_does_not_hold() {
         "{outcome:?}"
     );
     assert!(lock.is_locked().unwrap());
-    assert!(lock.is_held_by_current_thread().unwrap());
+    assert!(lock.is_held_by_current_thread());
+    assert_eq!(lock.hold_count().unwrap(), 1);
     let other = lock.clone();
-    let held_there = std::thread::spawn(move || other.is_held_by_current_thread().unwrap())
+    let held_there = std::thread::spawn(move || other.is_held_by_current_thread())
         .join()
         .unwrap();
     assert!(!held_there);

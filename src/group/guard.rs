@@ -2,7 +2,7 @@
 //! [`MultiLock`](super::MultiLock), and the chain of acquisitions it belongs to.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -31,8 +31,8 @@ pub(super) struct Chain {
     levels: AtomicU32,
     /// Records the loss of the group (too few members left) for the signals.
     state: LeaseState,
-    /// The fencing token once it has been handed out.
-    fence: OnceLock<u64>,
+    /// The fencing token: the largest of the members' tokens.
+    fence: u64,
 }
 
 impl Chain {
@@ -42,6 +42,12 @@ impl Chain {
         fixed: Option<Duration>,
         required: usize,
     ) -> Arc<Self> {
+        let fence = members
+            .iter()
+            .flatten()
+            .map(|hold| hold.token)
+            .max()
+            .unwrap_or(0);
         let chain = Arc::new(Chain {
             holders,
             members,
@@ -49,7 +55,7 @@ impl Chain {
             required,
             levels: AtomicU32::new(1),
             state: LeaseState::new(Instant::now(), MAX_LEASE, 0),
-            fence: OnceLock::new(),
+            fence,
         });
         for hold in chain.members.iter().flatten() {
             let chain = Arc::downgrade(&chain);
@@ -62,6 +68,20 @@ impl Chain {
             }));
         }
         chain
+    }
+
+    /// The chain's fencing token.
+    pub(super) fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// Whether the members' tokens differ, so that their counters must be raised to the
+    /// chain's token before it is handed out.
+    pub(super) fn tokens_differ(&self) -> bool {
+        self.members
+            .iter()
+            .flatten()
+            .any(|hold| hold.token != self.fence)
     }
 
     pub(super) fn enter(&self) {
@@ -164,31 +184,14 @@ impl GroupGuard {
     }
 
     /// The fencing token of this acquisition: greater than the token of every earlier
-    /// holder that asked for one; reentrant levels share it.
+    /// holder; reentrant levels share it. Cheap: no I/O.
     ///
-    /// The members' token counters advance independently, so the first call makes them
-    /// agree: it raises the counter of every member held to the largest token, and needs
-    /// `required` of them to still be held (one more round trip, later calls are free).
-    /// Any later acquisition then takes a higher token on at least one of those members.
-    ///
-    /// # Errors
-    /// [`Error::LockLost`](crate::Error::LockLost) when too few members are still held, [`Error::NoQuorum`](crate::Error::NoQuorum) when
-    /// too few servers answered.
-    pub fn fencing_token(&self) -> Result<u64> {
-        let GroupHold { group, chain } = self.core.hold();
-        if let Some(token) = chain.fence.get() {
-            return Ok(*token);
-        }
-        self.check()?;
-        let token = chain
-            .members
-            .iter()
-            .flatten()
-            .map(|hold| hold.token)
-            .max()
-            .unwrap_or(0);
-        group.raise_token(chain, token)?;
-        Ok(*chain.fence.get_or_init(|| token))
+    /// The members' token counters advance independently, so an acquisition whose members
+    /// answered different tokens first raises every member's counter to the largest (one more
+    /// round trip, only then); any later acquisition takes a higher token on at least one of
+    /// those members.
+    pub fn fencing_token(&self) -> u64 {
+        self.core.hold().chain.fence()
     }
 
     /// Whether the lock is known to be lost: fewer than the required members are still held.

@@ -265,8 +265,8 @@ macro_rules! group_lock_api {
                     .acquire(Some(deadline_after(wait)?), Lease::Fixed(lease))
             }
 
-            /// Whether the calling thread holds the lock (as this process knows it: taken,
-            /// and not found lost since).
+            /// Whether the calling thread holds the lock, as this process knows it: taken,
+            /// not released, and not known to be lost. No I/O.
             pub fn is_held_by_current_thread(&self) -> bool {
                 self.group.is_held_by_current_thread()
             }
@@ -497,6 +497,20 @@ impl Group {
         let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
         if quorum && valid {
             let chain = self.hold(thread, &holders, &attempt, lease);
+            if chain.tokens_differ() {
+                if let Err(err) = self.raise_token(&chain, chain.fence()) {
+                    // Too few members still held, or answered, to hand out a token that
+                    // later holders are sure to exceed: the attempt failed.
+                    if let Err(release_err) = self.release(&chain) {
+                        log::debug!("lock {:?}: release failed: {release_err}", self.label());
+                    }
+                    return match err {
+                        Error::NoQuorum { .. } => Err(err),
+                        _ => Ok(wait::Attempt::Again),
+                    };
+                }
+            }
+            self.holds.lock().insert(thread, Arc::clone(&chain));
             return Ok(wait::Attempt::Taken(GroupGuard::new(
                 Arc::clone(self),
                 chain,
@@ -685,7 +699,7 @@ impl Group {
         }
     }
 
-    /// Records a successful attempt: every member taken goes to its manager's watchdog.
+    /// The chain of a successful attempt: every member taken goes to its client's watchdog.
     fn hold(&self, thread: u64, holders: &[String], attempt: &Attempt, lease: Lease) -> Arc<Chain> {
         let fixed = match lease {
             Lease::Watchdog => None,
@@ -710,9 +724,7 @@ impl Group {
                 })
             })
             .collect();
-        let chain = Chain::new(holders.to_vec(), members, fixed, self.required);
-        self.holds.lock().insert(thread, Arc::clone(&chain));
-        chain
+        Chain::new(holders.to_vec(), members, fixed, self.required)
     }
 
     /// Releases one level of `holders`' chains on the members given the levels they keep in

@@ -122,14 +122,11 @@ impl Lock {
         self.query(redis::cmd("EXISTS").arg(&self.keys()?.name))
     }
 
-    /// Whether the calling thread holds the lock, as Redis sees it now (`false` without I/O
-    /// when this process knows of no hold of the thread, or knows it lost it).
-    pub fn is_held_by_current_thread(&self) -> Result<bool> {
-        let name = &self.keys()?.name;
-        match self.current_chain() {
-            Some((holder, _)) => self.query(redis::cmd("HEXISTS").arg(name).arg(&*holder)),
-            None => Ok(false),
-        }
+    /// Whether the calling thread holds the lock, as this process knows it: taken, not
+    /// released, and not known to be lost. No I/O (see [`hold_count`](Lock::hold_count) for
+    /// what Redis records).
+    pub fn is_held_by_current_thread(&self) -> bool {
+        self.keys().is_ok() && self.current_chain().is_some()
     }
 
     /// How many times the calling thread holds the lock, as Redis counts it now (0 without
