@@ -39,17 +39,22 @@ fn a_release_of_an_old_hold_leaves_the_newer_hold_of_the_same_thread_alone() {
     assert!(!lock.is_locked().unwrap());
 }
 
+/// A manager that gives up on an answer after 500 ms.
+fn impatient_manager(server: &common::RedisServer) -> LockManager {
+    LockManager::builder(server.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
 /// An acquisition whose answer never came (Redis paused past the response timeout) must not
 /// leave a hold behind that later acquisitions of the thread re-enter and others wait for.
 #[test]
 fn an_unanswered_acquisition_leaves_no_ghost_hold() {
     let server = common::server();
-    let manager = LockManager::builder(server.url())
-        .connect_timeout(Duration::from_secs(1))
-        .response_timeout(Duration::from_millis(500))
-        .watchdog_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let manager = impatient_manager(&server);
     let lock = manager.lock("ghost");
     // Scripts loaded and a connection idle, so the attempt below is one EVALSHA.
     lock.lock().unwrap().unlock().unwrap();
@@ -93,12 +98,7 @@ fn an_unanswered_acquisition_leaves_no_ghost_hold() {
 #[test]
 fn an_unanswered_reentrant_acquisition_does_not_outlive_the_chain() {
     let server = common::server();
-    let manager = LockManager::builder(server.url())
-        .connect_timeout(Duration::from_secs(1))
-        .response_timeout(Duration::from_millis(500))
-        .watchdog_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let manager = impatient_manager(&server);
     let lock = manager.lock("ghost-level");
     let outer = lock.lock().unwrap();
     server.pause().unwrap();
