@@ -74,7 +74,13 @@ where
     loop {
         let pause = match attempt() {
             Ok(Attempt::Taken(taken)) => return Ok(Some(taken)),
-            Ok(Attempt::Again) => continue,
+            Ok(Attempt::Again) => {
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    return Ok(None);
+                }
+                ensure_running()?;
+                continue;
+            }
             Ok(Attempt::Held { hint }) => Pause::Listen { hint },
             Ok(Attempt::BackOff { delay }) => Pause::BackOff { delay },
             Err(err) => {

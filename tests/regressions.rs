@@ -239,4 +239,14 @@ fn a_silent_master_does_not_hold_up_a_settled_redlock_vote() {
             .starts_with(":0")),
         "a late grant on the frozen master was left"
     );
+    // Probed once a second, the master that came back is trusted and held again.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let guard = lock.lock().unwrap();
+            let held = guard.held_members();
+            guard.unlock().unwrap();
+            held == 5
+        }),
+        "the master that came back is not used again"
+    );
 }

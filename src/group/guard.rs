@@ -94,7 +94,7 @@ impl Chain {
     }
 
     /// How many members are still held.
-    fn alive(&self) -> usize {
+    pub(super) fn alive(&self) -> usize {
         self.members
             .iter()
             .flatten()

@@ -165,13 +165,6 @@ impl Attempt {
     fn taken_count(&self) -> usize {
         self.taken.iter().flatten().count()
     }
-
-    /// Whether the answers in hand settle the vote: `required` members taken, or too few
-    /// unread to make it up.
-    fn is_settled(&self, required: usize) -> bool {
-        let taken = self.taken_count();
-        taken >= required || taken + (self.taken.len() - self.read) < required
-    }
 }
 
 impl RedLock {
@@ -496,25 +489,23 @@ impl Group {
         let quorum = attempt.taken_count() >= self.required;
         let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
         if quorum && valid {
-            let chain = self.hold(thread, &holders, &attempt, lease);
-            if chain.tokens_differ() {
-                if let Err(err) = self.raise_token(&chain, chain.fence()) {
-                    // Too few members still held, or answered, to hand out a token that
-                    // later holders are sure to exceed: the attempt failed.
-                    if let Err(release_err) = self.release(&chain) {
-                        log::debug!("lock {:?}: release failed: {release_err}", self.label());
+            let (chain, given_up) = self.hold(thread, &holders, &attempt, lease);
+            // Members whose connection broke after the request went out may hold a level of
+            // ours; levels that joined a chain given up here belong to no live chain.
+            let undo: Vec<bool> = (0..self.members.len())
+                .map(|index| attempt.broken[index] || given_up[index])
+                .collect();
+            let keep: Vec<u32> = (0..self.members.len())
+                .map(|index| {
+                    if given_up[index] {
+                        0
+                    } else {
+                        levels_held[index]
                     }
-                    return match err {
-                        Error::NoQuorum { .. } => Err(err),
-                        _ => Ok(wait::Attempt::Again),
-                    };
-                }
-            }
-            self.holds.lock().insert(thread, Arc::clone(&chain));
-            return Ok(wait::Attempt::Taken(GroupGuard::new(
-                Arc::clone(self),
-                chain,
-            )));
+                })
+                .collect();
+            self.undo_members(&holders, &keep, &undo);
+            return self.hand_out(thread, chain, shortest_lease, attempt.sent_at);
         }
         // Undo where the attempt took the lock, or may have through a connection that broke
         // (answers not waited for have their undo queued already); members held by others
@@ -552,6 +543,52 @@ impl Group {
                 hint: attempt.shortest_ttl,
             }
         })
+    }
+
+    /// Hands out the chain of a successful attempt sent at `sent_at`, once a quorum of its
+    /// members is still held and their token counters agree (raised to the largest token
+    /// when they did not), while the lease is still valid; otherwise releases it: the attempt
+    /// failed.
+    fn hand_out(
+        self: &Arc<Self>,
+        thread: u64,
+        chain: Arc<Chain>,
+        shortest_lease: Duration,
+        sent_at: Instant,
+    ) -> Result<wait::Attempt<GroupGuard>> {
+        let give_back = |chain: &Chain| {
+            if let Err(err) = self.release(chain) {
+                log::debug!("lock {:?}: release failed: {err}", self.label());
+            }
+        };
+        if chain.alive() < self.required {
+            give_back(&chain);
+            return Ok(wait::Attempt::Again);
+        }
+        if chain.tokens_differ() {
+            if let Err(err) = self.raise_token(&chain, chain.fence()) {
+                // Too few members still held, or answered, to hand out a token that later
+                // holders are sure to exceed.
+                give_back(&chain);
+                return match err {
+                    Error::NoQuorum { .. } => Err(err),
+                    _ => Ok(wait::Attempt::Again),
+                };
+            }
+            let elapsed = sent_at.elapsed();
+            if shortest_lease <= elapsed + clock_drift(shortest_lease) {
+                give_back(&chain);
+                return Err(Error::LeaseSpent {
+                    name: self.label(),
+                    elapsed,
+                });
+            }
+        }
+        self.holds.lock().insert(thread, Arc::clone(&chain));
+        Ok(wait::Attempt::Taken(GroupGuard::new(
+            Arc::clone(self),
+            chain,
+        )))
     }
 
     /// Per member: the holder id and levels of the chain `thread` holds there already (a
@@ -614,19 +651,17 @@ impl Group {
             shortest_ttl: None,
             sent_at,
         };
-        let mut silent_deadline = None;
+        let mut probe_deadline = None;
         for (position, &index) in asked.iter().enumerate() {
-            if attempt.taken_count() + (count - attempt.read) < self.required {
-                break; // no quorum whatever the rest answer
+            let probe = silent[index] && trusted_alone;
+            if !probe && attempt.taken_count() + (count - attempt.read) < self.required {
+                // No quorum whatever the rest answer: not waited for (undone below).
+                continue;
             }
-            let deadline = if !silent[index] {
-                deadline
-            } else if attempt.is_settled(self.required) {
-                break;
-            } else if trusted_alone {
-                // A probe: as long again as the trusted members took, enough for a member
-                // that has come back.
-                *silent_deadline.get_or_insert_with(|| {
+            let deadline = if probe {
+                // Read whatever the vote: as long again as the trusted members took, enough
+                // for a member that has come back to be trusted again.
+                *probe_deadline.get_or_insert_with(|| {
                     let now = Instant::now();
                     (now + (now - sent_at).max(Duration::from_millis(1))).min(deadline)
                 })
@@ -646,7 +681,10 @@ impl Group {
             }
             drop(silence);
             match answer {
-                Ok(Acquired::Taken { token }) => attempt.taken[index] = Some(Grant { token }),
+                Ok(Acquired::Taken { token }) => {
+                    let joins = levels_held[index] > 0;
+                    attempt.taken[index] = Some(Grant { token, joins });
+                }
                 Ok(Acquired::ChainGone) => {
                     // The member's chain (a single lock of this thread) is gone: the next
                     // attempt starts a new one there.
@@ -700,31 +738,42 @@ impl Group {
     }
 
     /// The chain of a successful attempt: every member taken goes to its client's watchdog.
-    fn hold(&self, thread: u64, holders: &[String], attempt: &Attempt, lease: Lease) -> Arc<Chain> {
+    /// Also answers, per member, whether its level joined a chain given up there meanwhile
+    /// (it is not part of the new chain, and its hold is to be taken back).
+    fn hold(
+        &self,
+        thread: u64,
+        holders: &[String],
+        attempt: &Attempt,
+        lease: Lease,
+    ) -> (Arc<Chain>, Vec<bool>) {
         let fixed = match lease {
             Lease::Watchdog => None,
             Lease::Fixed(duration) => Some(duration),
         };
+        let mut given_up = vec![false; self.members.len()];
         let members = self
             .members
             .iter()
             .zip(holders)
             .zip(&attempt.taken)
-            .map(|((member, holder), grant)| {
-                grant.map(|grant| {
-                    let (lease, token) = member.client().watchdog().watch(
-                        member.name(),
-                        holder,
-                        thread,
-                        grant,
-                        attempt.sent_at,
-                        fixed,
-                    );
-                    MemberHold { token, lease }
-                })
+            .enumerate()
+            .map(|(index, ((member, holder), grant))| {
+                let grant = (*grant)?;
+                let watched = member.client().watchdog().watch(
+                    member.name(),
+                    holder,
+                    thread,
+                    grant,
+                    attempt.sent_at,
+                    fixed,
+                );
+                given_up[index] = watched.is_none();
+                watched.map(|(lease, token)| MemberHold { token, lease })
             })
             .collect();
-        Chain::new(holders.to_vec(), members, fixed, self.required)
+        let chain = Chain::new(holders.to_vec(), members, fixed, self.required);
+        (chain, given_up)
     }
 
     /// Releases one level of `holders`' chains on the members given the levels they keep in

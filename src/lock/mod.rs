@@ -227,7 +227,17 @@ impl Lock {
             attempt: || {
                 Ok(match self.attempt(&holder, levels_held, lease)? {
                     (Acquired::Taken { token }, sent_at) => {
-                        wait::Attempt::Taken(self.guard(holder.clone(), lease, token, sent_at))
+                        let joins = levels_held > 0;
+                        match self.guard(holder.clone(), joins, lease, token, sent_at) {
+                            Some(guard) => wait::Attempt::Taken(guard),
+                            None => {
+                                // The level joined a chain given up here meanwhile: take the
+                                // chain's hold back, and start a new chain.
+                                self.undo_given_up(&holder);
+                                (holder, levels_held) = self.chain_to_join();
+                                wait::Attempt::Again
+                            }
+                        }
                     }
                     (Acquired::Held { ttl }, _) => wait::Attempt::Held { hint: ttl },
                     (Acquired::ChainGone, _) => {
@@ -291,7 +301,16 @@ impl Lock {
         })
     }
 
-    fn guard(&self, holder: String, lease: Lease, token: u64, sent_at: Instant) -> LockGuard {
+    /// The guard of a level granted to `holder` (`joins`: of a chain it holds already);
+    /// `None` when that chain was given up meanwhile.
+    fn guard(
+        &self,
+        holder: String,
+        joins: bool,
+        lease: Lease,
+        token: u64,
+        sent_at: Instant,
+    ) -> Option<LockGuard> {
         let fixed_lease = match lease {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
@@ -300,11 +319,30 @@ impl Lock {
             &self.keys.name,
             &holder,
             names::thread_number(),
-            Grant { token },
+            Grant { token, joins },
             sent_at,
             fixed_lease,
-        );
-        LockGuard::new(self.clone(), holder, fixed_lease, token, state)
+        )?;
+        Some(LockGuard::new(
+            self.clone(),
+            holder,
+            fixed_lease,
+            token,
+            state,
+        ))
+    }
+
+    /// Takes back the hold of a chain this process has given up (best effort: otherwise it
+    /// runs out with its lease).
+    fn undo_given_up(&self, holder: &str) {
+        let undo = protocol::undo(&self.keys, holder, 0);
+        let undone = self
+            .client
+            .pool()
+            .run(|connection| script::run::<i64>(connection, &undo));
+        if let Err(err) = undone {
+            log::debug!("lock {:?}: undo of a lost chain failed: {err}", self.name());
+        }
     }
 
     /// Releases one level held by `holder` (a chain's holder id), leaving the chain the

@@ -57,6 +57,9 @@ use schedule::{earliest, DueNow, Schedule};
 pub(crate) struct Grant {
     /// The fencing token the server answered.
     pub(crate) token: u64,
+    /// The acquisition entered a chain this process holds (it sent the chain's levels), rather
+    /// than starting a new one.
+    pub(crate) joins: bool,
 }
 
 /// Called with every lock found lost.
@@ -179,7 +182,9 @@ impl Watchdog {
     /// lease that is only watched until it runs out. A level of the chain already tracked
     /// joins it; a fresh acquisition starts a new chain (and an older chain of the name, which
     /// must have been lost, is reported lost). Answers the lease state of the chain and its
-    /// fencing token.
+    /// fencing token; `None` when the grant joined a chain that is lost or gone here by now
+    /// (its lease ran out while the answer was on its way): the level belongs to no live
+    /// chain, and its holder id must not start one.
     pub(crate) fn watch(
         &self,
         name: &str,
@@ -188,7 +193,7 @@ impl Watchdog {
         grant: Grant,
         sent_at: Instant,
         fixed: Option<Duration>,
-    ) -> (Arc<LeaseState>, u64) {
+    ) -> Option<(Arc<LeaseState>, u64)> {
         let token = grant.token;
         let shared = &*self.shared;
         let lease = fixed.unwrap_or(shared.timeout);
@@ -218,13 +223,18 @@ impl Watchdog {
                 if wake {
                     shared.work_arrived.notify_one();
                 }
-                return (lease, token);
+                return Some((lease, token));
+            }
+            if grant.joins {
+                return None;
             }
             // A chain this process no longer holds: another chain took the lock after it was
             // lost (before the loss was noticed).
             let reason = entry.lease.lost().unwrap_or(LostReason::NotHeldAnymore);
             state.lose(name, reason);
             wake = true; // to tell the callback
+        } else if grant.joins {
+            return None;
         }
         let name: Arc<str> = Arc::from(name);
         let lease = Arc::new(LeaseState::new(sent_at, lease, token));
@@ -245,7 +255,7 @@ impl Watchdog {
         if wake {
             shared.work_arrived.notify_one();
         }
-        (lease, token)
+        Some((lease, token))
     }
 
     /// The chain by which `thread` holds `name`, unless it is known to be lost: its holder id
