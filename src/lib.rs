@@ -43,6 +43,8 @@
 //! # Inside (for contributors)
 //!
 //! Dependencies point one way, top to bottom; no module reaches into another's private state.
+//! (One edge goes up, to the facade's public API only: `RedLock::from_managers` and
+//! `from_urls` take or build managers.)
 //!
 //! ```text
 //! manager                 LockManager: the public facade; builds the client, hands out handles
@@ -54,7 +56,7 @@
 //!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
 //!   |   watchdog          renews leases in batches, reports losses to the instant
 //!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
-//!   |   script, lease     runs protocol calls (one NOSCRIPT path); a chain's lease state
+//!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
 //! protocol                key and channel names, holder ids, every Lua script with its
 //!                         arguments and replies; no I/O
 //! error                   the one Error enum, used everywhere

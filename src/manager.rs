@@ -5,7 +5,8 @@
 //! connection pool, the watchdog thread and the pub/sub listener thread); the manager and
 //! every handle it makes share that client, and [`LockManager::shutdown`], or dropping the
 //! last of them, stops and joins both threads. It may use the client and the primitives'
-//! constructors, nothing below the client.
+//! constructors; below the client, only the types of its settings (the lost-lock callback,
+//! the duration checks).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,9 +16,6 @@ use crate::protocol::fence::fenced_write;
 use crate::protocol::names;
 use crate::script;
 
-/// Prefix of the key that keeps the highest token a fenced value has seen.
-const FENCE_PREFIX: &str = "redlease_fence";
-
 /// A value in Redis that takes a write only with a fencing token at least as high as every
 /// token that wrote it before, so a holder whose lock was lost (paused past its lease, cut
 /// off from Redis) cannot overwrite the work of the holder that came after it.
@@ -67,7 +64,7 @@ impl FencedStore {
         FencedStore {
             client,
             key: key.to_owned(),
-            fence: names::derived(FENCE_PREFIX, key),
+            fence: names::fence_key(key),
         }
     }
 

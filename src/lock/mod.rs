@@ -1,8 +1,8 @@
 //! The reentrant lock: the [`Lock`] handle and its RAII [`LockGuard`].
 //!
 //! A [`Lock`] names one Redis hash (field = holder id, value = reentrancy count, TTL = lease)
-//! and knows how to take, wait for, inspect and release it, with the scripts next to this
-//! file. Each acquisition chain (a thread's hold from its first level to its last) has a
+//! and knows how to take, wait for, inspect and release it, with the protocol's lock scripts.
+//! Each acquisition chain (a thread's hold from its first level to its last) has a
 //! holder id of its own, which the client's watchdog keeps with the chain's levels: a level
 //! joins the thread's chain, a first level starts a new one. An acquisition whose answer does
 //! not come is undone by a script queued behind it. It talks to Redis only through its

@@ -17,6 +17,15 @@ const TOKEN_PREFIX: &str = "redisson_lock_token";
 /// Prefix of the keys that remember the answer of a release for a retry with the same id.
 const UNLOCK_LATCH_PREFIX: &str = "redisson_unlock_latch";
 
+/// Prefix of the key that keeps the highest token a fenced value has seen.
+const FENCE_PREFIX: &str = "redlease_fence";
+
+/// The key that keeps the highest fencing token that wrote the fenced value `key`, in the
+/// same Cluster slot.
+pub(crate) fn fence_key(key: &str) -> String {
+    derived(FENCE_PREFIX, key)
+}
+
 /// The longest lease or watchdog timeout accepted: about 34.8 years. Longer ones are surely
 /// mistakes (and would overflow Redis's absolute expiry time if much longer).
 pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
