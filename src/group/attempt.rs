@@ -1,0 +1,389 @@
+//! One attempt of a group lock: the acquire script sent to the members at once, the answers
+//! read (trusted members first, silent ones only as a probe), the undo of what an attempt
+//! must not keep, and the chain a successful attempt hands out.
+//!
+//! A member that did not answer its last request in time is silent: while the others can
+//! make the quorum alone it is asked only once per [`SILENT_PROBE_INTERVAL`] (every request
+//! to a frozen server leaves a connection in its accept queue), and its probe is read briefly
+//! whatever the vote, so that one that came back is trusted again. Part of `group`: it may
+//! use the group's state and the members' clients.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::guard::{Chain, MemberHold};
+use super::{Group, GroupGuard, Lease};
+use crate::error::{Error, Result};
+use crate::fanout::{self, FanOut, Request};
+use crate::lease::clock_drift;
+use crate::protocol::lock::{self as protocol, Acquired};
+use crate::wait;
+use crate::watchdog::Grant;
+
+/// How often a member that stopped answering is asked again while the others can make the
+/// quorum without it.
+const SILENT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What one attempt found.
+struct Attempt {
+    /// What each member taken granted.
+    taken: Vec<Option<Grant>>,
+    /// Members whose connection broke after the request went out (it may have run).
+    broken: Vec<bool>,
+    /// Members that did not answer in time or answered an error.
+    failed: usize,
+    /// Members whose answer was read.
+    read: usize,
+    first_error: Option<Error>,
+    /// The shortest lease left among members held by others.
+    shortest_ttl: Option<Duration>,
+    sent_at: Instant,
+}
+
+impl Attempt {
+    fn taken_count(&self) -> usize {
+        self.taken.iter().flatten().count()
+    }
+}
+
+/// `delay` times a random factor between 0.5 and 1.5.
+fn jittered(delay: Duration) -> Duration {
+    // Any source of randomness does; the v4 UUID generator is at hand.
+    // The high half of a v4 UUID is random but for the version nibble, which lands in the
+    // lowest bits kept here.
+    let bits = (uuid::Uuid::new_v4().as_u128() >> 64) as u64 >> 11;
+    let random = bits as f64 / (1u64 << 53) as f64;
+    delay.mul_f64(0.5 + random)
+}
+
+impl Group {
+    /// One attempt of a thread that does not hold the lock yet; undoes what it took when it
+    /// fails.
+    pub(super) fn attempt_once(
+        self: &Arc<Self>,
+        thread: u64,
+        lease_ms: &[u64],
+        shortest_lease: Duration,
+        lease: Lease,
+    ) -> Result<wait::Attempt<GroupGuard>> {
+        let (holders, levels_held) = self.chains_to_join(thread);
+        let attempt = self.attempt(&holders, lease_ms, &levels_held);
+        let elapsed = attempt.sent_at.elapsed();
+        let quorum = attempt.taken_count() >= self.required;
+        let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
+        if quorum && valid {
+            let (chain, given_up) = self.hold(thread, &holders, &attempt, lease);
+            // Members whose connection broke after the request went out may hold a level of
+            // ours; levels that joined a chain given up here belong to no live chain.
+            let undo: Vec<bool> = (0..self.members.len())
+                .map(|index| attempt.broken[index] || given_up[index])
+                .collect();
+            let keep: Vec<u32> = (0..self.members.len())
+                .map(|index| {
+                    if given_up[index] {
+                        0
+                    } else {
+                        levels_held[index]
+                    }
+                })
+                .collect();
+            self.undo_members(&holders, &keep, &undo);
+            return self.hand_out(thread, chain, shortest_lease, attempt.sent_at);
+        }
+        // Undo where the attempt took the lock, or may have through a connection that broke
+        // (answers not waited for have their undo queued already); members held by others
+        // have nothing of ours.
+        let undo: Vec<bool> = (0..self.members.len())
+            .map(|index| attempt.taken[index].is_some() || attempt.broken[index])
+            .collect();
+        self.undo_members(&holders, &levels_held, &undo);
+        if quorum {
+            // Taken, but the lease was gone before the answers were: too short a lease for
+            // these servers.
+            return Err(Error::LeaseSpent {
+                name: self.label(),
+                elapsed,
+            });
+        }
+        if attempt.failed > self.members.len() - self.required {
+            return Err(match attempt.first_error {
+                Some(err) if !err.is_transient() => err,
+                _ => Error::NoQuorum {
+                    reachable: self.members.len() - attempt.failed,
+                    required: self.required,
+                    masters: self.members.len(),
+                },
+            });
+        }
+        Ok(if attempt.taken_count() > 0 {
+            // A split vote: back off at random so that the contenders do not collide again.
+            wait::Attempt::BackOff {
+                delay: jittered(self.retry_delay),
+            }
+        } else {
+            // Others hold it: wait for a release message, or for their lease to run out.
+            wait::Attempt::Held {
+                hint: attempt.shortest_ttl,
+            }
+        })
+    }
+
+    /// Hands out the chain of a successful attempt sent at `sent_at`, once a quorum of its
+    /// members is still held and their token counters agree (raised to the largest token
+    /// when they did not), while the lease is still valid; otherwise releases it: the attempt
+    /// failed.
+    fn hand_out(
+        self: &Arc<Self>,
+        thread: u64,
+        chain: Arc<Chain>,
+        shortest_lease: Duration,
+        sent_at: Instant,
+    ) -> Result<wait::Attempt<GroupGuard>> {
+        let give_back = |chain: &Chain| {
+            if let Err(err) = self.release(chain) {
+                log::debug!("lock {:?}: release failed: {err}", self.label());
+            }
+        };
+        if chain.alive() < self.required {
+            give_back(&chain);
+            return Ok(wait::Attempt::Again);
+        }
+        if chain.tokens_differ() {
+            if let Err(err) = self.raise_token(&chain, chain.fence()) {
+                // Too few members still held, or answered, to hand out a token that later
+                // holders are sure to exceed.
+                give_back(&chain);
+                return match err {
+                    Error::NoQuorum { .. } => Err(err),
+                    _ => Ok(wait::Attempt::Again),
+                };
+            }
+            let elapsed = sent_at.elapsed();
+            if shortest_lease <= elapsed + clock_drift(shortest_lease) {
+                give_back(&chain);
+                return Err(Error::LeaseSpent {
+                    name: self.label(),
+                    elapsed,
+                });
+            }
+        }
+        self.holds.lock().insert(thread, Arc::clone(&chain));
+        Ok(wait::Attempt::Taken(GroupGuard::new(
+            Arc::clone(self),
+            chain,
+        )))
+    }
+
+    /// Per member: the holder id and levels of the chain `thread` holds there already (a
+    /// single lock on the same name), or a new holder id and no levels.
+    fn chains_to_join(&self, thread: u64) -> (Vec<String>, Vec<u32>) {
+        self.members
+            .iter()
+            .map(|member| {
+                let watchdog = member.client().watchdog();
+                match watchdog.chain_of(member.name(), thread) {
+                    Some((holder, levels)) => (holder.to_string(), levels),
+                    None => (member.client().new_holder_id(), 0),
+                }
+            })
+            .unzip()
+    }
+
+    /// Sends the acquire script to the members at once and reads the answers: trusted
+    /// members first, then those whose last answer did not come in time, unless the vote is
+    /// settled by then. A silent member is only asked when the others cannot make the quorum
+    /// alone, or as a probe once per [`SILENT_PROBE_INTERVAL`]: every request to a frozen
+    /// server costs a connection in its accept queue. Answers not waited for get an undo
+    /// queued behind their request.
+    fn attempt(&self, holders: &[String], lease_ms: &[u64], levels_held: &[u32]) -> Attempt {
+        let count = self.members.len();
+        let sent_at = Instant::now();
+        let silent: Vec<bool> = self.silence.iter().map(|s| s.lock().is_some()).collect();
+        let trusted = silent.iter().filter(|silent| !**silent).count();
+        let trusted_alone = trusted >= self.required;
+        let asked: Vec<usize> = (0..count)
+            .filter(|&index| !silent[index])
+            .chain((0..count).filter(|&index| {
+                silent[index] && (!trusted_alone || self.probe_turn(index, sent_at))
+            }))
+            .collect();
+        let requests: Vec<Request<'_>> = asked
+            .iter()
+            .map(|&index| {
+                let member = &self.members[index];
+                Request {
+                    pool: member.client().pool(),
+                    call: protocol::acquire(
+                        member.keys_unchecked(),
+                        &holders[index],
+                        levels_held[index],
+                        lease_ms[index],
+                    ),
+                }
+            })
+            .collect();
+        let deadline = sent_at + self.attempt_timeout;
+        let mut fan_out = FanOut::send(&requests, deadline);
+        let mut attempt = Attempt {
+            taken: vec![None; count],
+            broken: vec![false; count],
+            // Members not asked count as failed.
+            failed: count - asked.len(),
+            read: count - asked.len(),
+            first_error: None,
+            shortest_ttl: None,
+            sent_at,
+        };
+        let mut probe_deadline = None;
+        for (position, &index) in asked.iter().enumerate() {
+            let probe = silent[index] && trusted_alone;
+            if !probe && attempt.taken_count() + (count - attempt.read) < self.required {
+                // No quorum whatever the rest answer: not waited for (undone below).
+                continue;
+            }
+            let deadline = if probe {
+                // Read whatever the vote: as long again as the trusted members took, enough
+                // for a member that has come back to be trusted again.
+                *probe_deadline.get_or_insert_with(|| {
+                    let now = Instant::now();
+                    (now + (now - sent_at).max(Duration::from_millis(1))).min(deadline)
+                })
+            } else {
+                deadline
+            };
+            let answer = fan_out.read(position, deadline).and_then(|value| {
+                redis::from_redis_value::<Acquired>(value).map_err(|err| Error::Redis(err.into()))
+            });
+            attempt.read += 1;
+            let mut silence = self.silence[index].lock();
+            match answer {
+                Err(Error::Timeout(_)) => {
+                    silence.get_or_insert(sent_at);
+                }
+                _ => *silence = None,
+            }
+            drop(silence);
+            match answer {
+                Ok(Acquired::Taken { token }) => {
+                    let joins = levels_held[index] > 0;
+                    attempt.taken[index] = Some(Grant { token, joins });
+                }
+                Ok(Acquired::ChainGone) => {
+                    // The member's chain (a single lock of this thread) is gone: the next
+                    // attempt starts a new one there.
+                    let member = &self.members[index];
+                    let watchdog = member.client().watchdog();
+                    watchdog.chain_gone(member.name(), &holders[index]);
+                }
+                Ok(Acquired::Held { ttl }) => {
+                    if let Some(ttl) = ttl {
+                        attempt.shortest_ttl = Some(
+                            attempt
+                                .shortest_ttl
+                                .map_or(ttl, |shortest| shortest.min(ttl)),
+                        );
+                    }
+                }
+                Err(err) => {
+                    attempt.broken[index] = matches!(
+                        &err,
+                        Error::Unreachable(cause) if !cause.is_connection_refusal()
+                    );
+                    attempt.failed += 1;
+                    attempt.first_error.get_or_insert(err);
+                }
+            }
+        }
+        for (position, &index) in asked.iter().enumerate() {
+            if fan_out.is_pending(position) {
+                let member = &self.members[index];
+                let undo =
+                    protocol::undo(member.keys_unchecked(), &holders[index], levels_held[index]);
+                fan_out.abandon(position, &undo.as_eval().get_packed_command());
+            }
+        }
+        attempt
+    }
+
+    /// Whether the silent member `index` is to be probed by an attempt starting `now`; at
+    /// most one attempt (of any thread) probes it per [`SILENT_PROBE_INTERVAL`].
+    fn probe_turn(&self, index: usize, now: Instant) -> bool {
+        let mut silence = self.silence[index].lock();
+        match *silence {
+            Some(last_probe)
+                if now.saturating_duration_since(last_probe) >= SILENT_PROBE_INTERVAL =>
+            {
+                *silence = Some(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The chain of a successful attempt: every member taken goes to its client's watchdog.
+    /// Also answers, per member, whether its level joined a chain given up there meanwhile
+    /// (it is not part of the new chain, and its hold is to be taken back).
+    fn hold(
+        &self,
+        thread: u64,
+        holders: &[String],
+        attempt: &Attempt,
+        lease: Lease,
+    ) -> (Arc<Chain>, Vec<bool>) {
+        let fixed = match lease {
+            Lease::Watchdog => None,
+            Lease::Fixed(duration) => Some(duration),
+        };
+        let mut given_up = vec![false; self.members.len()];
+        let members = self
+            .members
+            .iter()
+            .zip(holders)
+            .zip(&attempt.taken)
+            .enumerate()
+            .map(|(index, ((member, holder), grant))| {
+                let grant = (*grant)?;
+                let watched = member.client().watchdog().watch(
+                    member.name(),
+                    holder,
+                    thread,
+                    grant,
+                    attempt.sent_at,
+                    fixed,
+                );
+                given_up[index] = watched.is_none();
+                watched.map(|(lease, token)| MemberHold { token, lease })
+            })
+            .collect();
+        let chain = Chain::new(holders.to_vec(), members, fixed, self.required);
+        (chain, given_up)
+    }
+
+    /// Takes back what an attempt added on the members marked in `which`, leaving
+    /// `levels_held`, all at once.
+    fn undo_members(&self, holders: &[String], levels_held: &[u32], which: &[bool]) {
+        let requests: Vec<Request<'_>> = (0..self.members.len())
+            .filter(|&index| which[index])
+            .map(|index| {
+                let member = &self.members[index];
+                Request {
+                    pool: member.client().pool(),
+                    call: protocol::undo(
+                        member.keys_unchecked(),
+                        &holders[index],
+                        levels_held[index],
+                    ),
+                }
+            })
+            .collect();
+        if requests.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + self.attempt_timeout;
+        for answer in fanout::call_all(&requests, deadline) {
+            if let Err(err) = answer {
+                log::debug!("lock {:?}: undo of an attempt failed: {err}", self.label());
+            }
+        }
+    }
+}
