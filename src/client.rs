@@ -33,8 +33,6 @@ pub(crate) struct Client {
     pool: Arc<Pool>,
     watchdog: Watchdog,
     hub: PubSubHub,
-    /// The watchdog timeout in whole milliseconds, rounded up: the lease of watched locks.
-    watchdog_timeout_ms: u64,
     /// How long a release answer is kept for a retry of the same request.
     release_latch_ms: u64,
     next_request: AtomicU64,
@@ -52,7 +50,6 @@ impl Client {
             max_idle_connections,
             on_lost,
         } = settings;
-        let watchdog_timeout_ms = names::lease_millis("watchdog timeout", watchdog_timeout)?;
         // No CLIENT SETINFO on new connections: it costs a round trip, and on a silent
         // server its ignored replies would make connecting take more than its timeout.
         let info = info
@@ -100,7 +97,6 @@ impl Client {
             pool,
             watchdog,
             hub,
-            watchdog_timeout_ms,
             release_latch_ms,
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
@@ -134,7 +130,7 @@ impl Client {
 
     /// The lease of watched locks in whole milliseconds, as scripts take it.
     pub(crate) fn watchdog_timeout_ms(&self) -> u64 {
-        self.watchdog_timeout_ms
+        self.watchdog.timeout_ms()
     }
 
     /// How long a release's answer is kept for a retry of the same request, in ms.

@@ -172,6 +172,12 @@ impl Watchdog {
         self.shared.timeout
     }
 
+    /// The timeout in whole milliseconds, rounded up as for acquisitions: the lease scripts
+    /// give watched locks.
+    pub(crate) fn timeout_ms(&self) -> u64 {
+        self.shared.timeout_ms
+    }
+
     /// A handle for reporting force-release notices.
     pub(crate) fn notice_sink(&self) -> NoticeSink {
         NoticeSink(Arc::clone(&self.shared))
