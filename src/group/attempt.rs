@@ -17,8 +17,9 @@ use crate::error::{Error, Result};
 use crate::fanout::{self, FanOut, Request};
 use crate::lease::clock_drift;
 use crate::protocol::lock::{self as protocol, Acquired};
+use crate::protocol::renew::HoldKind;
 use crate::wait;
-use crate::watchdog::Grant;
+use crate::watchdog::{Grant, Holding};
 
 /// How often a member that stopped answering is asked again while the others can make the
 /// quorum without it.
@@ -343,14 +344,18 @@ impl Group {
             .enumerate()
             .map(|(index, ((member, holder), grant))| {
                 let grant = (*grant)?;
-                let watched = member.client().watchdog().watch(
-                    member.name(),
+                let holding = Holding {
+                    key: member.name(),
+                    name: member.name(),
                     holder,
+                    kind: HoldKind::Lock,
                     thread,
-                    grant,
-                    attempt.sent_at,
-                    fixed,
-                );
+                };
+                let watched =
+                    member
+                        .client()
+                        .watchdog()
+                        .watch(holding, grant, attempt.sent_at, fixed);
                 given_up[index] = watched.is_none();
                 watched.map(|(lease, token)| MemberHold { token, lease })
             })

@@ -20,9 +20,10 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys};
+use crate::protocol::renew::HoldKind;
 use crate::script;
 use crate::wait::{self, WaitFor};
-use crate::watchdog::{Grant, LevelsLeft};
+use crate::watchdog::{Grant, Holding, LevelsLeft};
 
 /// A handle to one named distributed lock. Cheap to clone; `Send` and `Sync`.
 ///
@@ -315,14 +316,17 @@ impl Lock {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
         };
-        let (state, token) = self.client.watchdog().watch(
-            &self.keys.name,
-            &holder,
-            names::thread_number(),
-            Grant { token, joins },
-            sent_at,
-            fixed_lease,
-        )?;
+        let holding = Holding {
+            key: &self.keys.name,
+            name: &self.keys.name,
+            holder: &holder,
+            kind: HoldKind::Lock,
+            thread: names::thread_number(),
+        };
+        let (state, token) =
+            self.client
+                .watchdog()
+                .watch(holding, Grant { token, joins }, sent_at, fixed_lease)?;
         Some(LockGuard::new(
             self.clone(),
             holder,

@@ -39,6 +39,43 @@ pub(crate) fn derived(prefix: &str, name: &str) -> String {
     }
 }
 
+/// `{name}:suffix`, or `name:suffix` when `name` already carries a hash tag (Redisson's
+/// `suffixName`): a key of a primitive derived from its name, in the same Cluster slot.
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
+/// The hash field of a read-write lock's writer with holder id `holder`.
+pub(crate) fn writer_field(holder: &str) -> String {
+    format!("{holder}:write")
+}
+
+/// The prefix of the timeout keys of `holder`'s read levels of the read-write lock `name`:
+/// level `n` has the key `<prefix>:<n>`.
+pub(crate) fn read_level_prefix(name: &str, holder: &str) -> String {
+    suffixed(name, &format!("{holder}:rwlock_timeout"))
+}
+
+/// The zset of permit expiries of the permit-expirable semaphore `name`.
+pub(crate) fn permit_timeouts(name: &str) -> String {
+    suffixed(name, "timeout")
+}
+
+/// The watchdog's key for the read levels `thread` holds of the read-write lock `name` (many
+/// threads of a process may hold read levels at once; the write lock is keyed by its name).
+pub(crate) fn reader_watch_key(name: &str, thread: u64) -> String {
+    format!("{name}\0read\0{thread}")
+}
+
+/// The watchdog's key for the permit `id` of the permit-expirable semaphore `name`.
+pub(crate) fn permit_watch_key(name: &str, id: &str) -> String {
+    format!("{name}\0permit\0{id}")
+}
+
 /// The keys and channel one lock uses, computed once per [`Lock`](crate::Lock) handle.
 #[derive(Debug)]
 pub(crate) struct LockKeys {

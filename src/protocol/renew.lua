@@ -1,21 +1,49 @@
--- Extends the leases of many locks at once, each only while its holder still holds it.
--- KEYS[i]: a lock hash
+-- Extends the leases of many holds at once, each only while its holder still has it.
+-- KEYS[i]: the key of hold i: a lock hash, or a permit semaphore's timeout zset
 -- ARGV[1]: the lease in milliseconds
--- ARGV[i + 1]: the holder id expected in KEYS[i]
--- Answers a list with, for each key, 1 when the holder still holds it and 0 when it is gone.
--- Each lock is judged on its own: a key overwritten with another type reads as gone, and does
+-- ARGV[3i - 1], ARGV[3i], ARGV[3i + 1]: hold i's kind, field and extra argument:
+--   'field',  <hash field>, ''      a lock, fair lock or write lock: the field must exist;
+--   'read',   <holder id>,  prefix  a reader: its field must exist, and each of its levels
+--                                   has a timeout key '<prefix>:<level>' renewed with it;
+--   'permit', <permit id>,  ''      a permit: its expiry score must lie in the future.
+-- Answers a list with, for each hold, 1 when its holder still has it and 0 when it is gone.
+-- Each hold is judged on its own: a key overwritten with another type reads as gone, and does
 -- not fail the renewal of the others in the batch.
 -- A lease longer than ARGV[1] (a reentrant level with a long fixed lease) is not shortened.
 local lease = tonumber(ARGV[1])
+local now
+local function extend(key)
+  if redis.call('pttl', key) < lease then
+    redis.call('pexpire', key, lease)
+  end
+end
 local renewed = {}
 for i, key in ipairs(KEYS) do
-  if redis.pcall('hexists', key, ARGV[i + 1]) == 1 then
-    if redis.call('pttl', key) < lease then
-      redis.call('pexpire', key, lease)
+  local kind, field, extra = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+  renewed[i] = 0
+  if kind == 'permit' then
+    local score = redis.pcall('zscore', key, field)
+    if type(score) == 'string' then
+      if now == nil then
+        local time = redis.call('time')
+        now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+      end
+      if tonumber(score) > now then
+        redis.call('zadd', key, 'XX', now + lease, field)
+        renewed[i] = 1
+      end
     end
-    renewed[i] = 1
   else
-    renewed[i] = 0
+    local count = redis.pcall('hget', key, field)
+    if type(count) == 'string' then
+      extend(key)
+      if kind == 'read' then
+        for level = 1, tonumber(count) do
+          extend(extra .. ':' .. level)
+        end
+      end
+      renewed[i] = 1
+    end
   end
 end
 return renewed

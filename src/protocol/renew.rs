@@ -1,23 +1,60 @@
-//! The watchdog's script: renewing the leases of many locks in one call.
+//! The watchdog's script: renewing the leases of many holds in one call, whatever their kind.
 
 use redis::Value;
 
+use super::names;
 use super::script::{lua_script, ScriptCall};
 
 lua_script!(RENEW = "renew.lua");
 
-/// Extends to `lease_ms` the lease of each lock `(name, holder id)` its holder still holds.
-pub(crate) fn renew<'a>(lease_ms: u64, locks: &[(&'a str, &'a str)]) -> ScriptCall {
-    let names: Vec<&str> = locks.iter().map(|(name, _)| *name).collect();
-    let mut call = ScriptCall::new(&RENEW, &names).arg(lease_ms);
-    for (_, holder) in locks {
-        call = call.arg(*holder);
+/// What a watched hold is, which decides how it is renewed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    /// A field of a lock hash (a lock, a fair lock): the hash's TTL is the lease.
+    Lock,
+    /// The writer's field of a read-write lock hash (`<holder>:write`).
+    WriteLock,
+    /// A reader's field of a read-write lock hash, with one timeout key per level.
+    ReadLock,
+    /// A permit of a permit-expirable semaphore: its score in the timeout zset.
+    Permit,
+}
+
+impl HoldKind {
+    /// The script's code for the kind.
+    fn code(self) -> &'static str {
+        match self {
+            HoldKind::Lock | HoldKind::WriteLock => "field",
+            HoldKind::ReadLock => "read",
+            HoldKind::Permit => "permit",
+        }
+    }
+}
+
+/// Extends to `lease_ms` each hold `(kind, name, holder id)` that its holder still has.
+pub(crate) fn renew(lease_ms: u64, holds: &[(HoldKind, &str, &str)]) -> ScriptCall {
+    let keys: Vec<String> = holds
+        .iter()
+        .map(|&(kind, name, _)| match kind {
+            HoldKind::Permit => names::permit_timeouts(name),
+            _ => name.to_owned(),
+        })
+        .collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut call = ScriptCall::new(&RENEW, &keys).arg(lease_ms);
+    for &(kind, name, holder) in holds {
+        call = call.arg(kind.code());
+        call = match kind {
+            HoldKind::WriteLock => call.arg(names::writer_field(holder)).arg(""),
+            HoldKind::ReadLock => call.arg(holder).arg(names::read_level_prefix(name, holder)),
+            HoldKind::Lock | HoldKind::Permit => call.arg(holder).arg(""),
+        };
     }
     call
 }
 
-/// Per lock of a renewal of `count` locks, whether its holder still held it and the lease was
-/// extended; `None` for an answer that is not one flag per lock.
+/// Per hold of a renewal of `count` holds, whether its holder still had it and the lease was
+/// extended; `None` for an answer that is not one flag per hold.
 pub(crate) fn renewed(answer: &Value, count: usize) -> Option<Vec<bool>> {
     match answer {
         Value::Array(flags) if flags.len() == count => {

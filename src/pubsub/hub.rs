@@ -3,7 +3,8 @@
 //!
 //! Wake rules: a release message (`0`) wakes one waiter of each lock name on the channel
 //! (several lock names can share one channel, and a message does not say which was freed); a
-//! read-lock release (`1`) wakes all; a waiter that leaves with an unused wake passes it on
+//! read-lock release (`1`) wakes all; a waiter that listens for every message (a latch, a
+//! semaphore) is woken by any; a waiter that leaves with an unused wake passes it on
 //! to a waiter of the same lock; a new connection wakes everyone, as a release may have gone
 //! by unseen.
 //!
@@ -52,17 +53,17 @@ struct Channel {
 
 /// One waiting thread's place on a channel.
 pub(super) struct Waiter {
-    /// The lock name it waits for.
-    lock: String,
+    /// The lock name it waits for; `None` when every message on the channel wakes it.
+    lock: Option<String>,
     wake: Sender<()>,
     pub(super) woken: Receiver<()>,
 }
 
 impl Waiter {
-    pub(super) fn new(lock: &str) -> Self {
+    pub(super) fn new(lock: Option<&str>) -> Self {
         let (wake, woken) = crossbeam_channel::bounded(1);
         Waiter {
-            lock: lock.to_owned(),
+            lock: lock.map(str::to_owned),
             wake,
             woken,
         }
@@ -129,9 +130,11 @@ impl State {
         };
         entry.waiters.retain(|other| !Arc::ptr_eq(other, waiter));
         if waiter.woken.try_recv().is_ok() {
-            // It was woken for a release it will not use: pass the wake on to a waiter of
-            // the same lock.
-            wake_one_of(entry, &waiter.lock);
+            if let Some(lock) = &waiter.lock {
+                // It was woken for a release it will not use: pass the wake on to a waiter
+                // of the same lock. (Every waiter of the others heard the message.)
+                wake_one_of(entry, lock);
+            }
         }
         if !entry.waiters.is_empty() {
             return false;
@@ -214,7 +217,8 @@ impl State {
     }
 
     /// A message on a release channel: `1` (a read lock freed) wakes all its waiters,
-    /// anything else one waiter per lock name.
+    /// anything else one waiter per lock name and every waiter that listens for every
+    /// message.
     pub(super) fn released(&mut self, channel: &str, payload: &[u8]) {
         let Some(entry) = self.channels.get_mut(channel) else {
             return;
@@ -222,6 +226,11 @@ impl State {
         if payload == b"1" {
             entry.waiters.iter().for_each(|waiter| waiter.wake());
         } else {
+            entry
+                .waiters
+                .iter()
+                .filter(|waiter| waiter.lock.is_none())
+                .for_each(|waiter| waiter.wake());
             wake_one_per_lock(entry);
         }
     }
@@ -238,8 +247,10 @@ impl State {
 fn wake_one_per_lock(channel: &mut Channel) {
     let mut locks: Vec<String> = Vec::new();
     for waiter in &channel.waiters {
-        if !locks.contains(&waiter.lock) {
-            locks.push(waiter.lock.clone());
+        if let Some(lock) = &waiter.lock {
+            if !locks.contains(lock) {
+                locks.push(lock.clone());
+            }
         }
     }
     for lock in &locks {
@@ -252,7 +263,7 @@ fn wake_one_of(channel: &mut Channel, lock: &str) {
     let position = channel
         .waiters
         .iter()
-        .position(|waiter| waiter.lock == lock && !waiter.has_pending_wake());
+        .position(|waiter| waiter.lock.as_deref() == Some(lock) && !waiter.has_pending_wake());
     if let Some(waiter) = position.and_then(|position| channel.waiters.remove(position)) {
         waiter.wake();
         channel.waiters.push_back(waiter);

@@ -159,6 +159,17 @@ impl PubSubHub {
     /// the subscription, or after the response timeout, or at once while there is no
     /// connection (check [`Subscription::is_live`]).
     pub(crate) fn subscribe(&self, channel: &str, lock: &str) -> Result<Subscription> {
+        self.join(channel, Some(lock))
+    }
+
+    /// Like [`subscribe`](PubSubHub::subscribe), for a waiter that every message on
+    /// `channel` wakes (the waiters of a latch or a semaphore, where one message may let many
+    /// through).
+    pub(crate) fn subscribe_to_every_message(&self, channel: &str) -> Result<Subscription> {
+        self.join(channel, None)
+    }
+
+    fn join(&self, channel: &str, lock: Option<&str>) -> Result<Subscription> {
         let shared = &self.shared;
         let give_up_at = Instant::now() + shared.response_timeout;
         let waiter = Arc::new(Waiter::new(lock));

@@ -20,21 +20,21 @@ pub(super) struct LossReports {
 }
 
 impl LossReports {
-    /// Records that the chain of `name` is lost and queues it for the callback (once). The
+    /// Records that the chain under `key` is lost and queues it for the callback (once). The
     /// entry goes, unless a renewal of it is in flight: it goes when that comes back.
-    pub(super) fn lose(&mut self, registry: &mut Registry, name: &str, reason: LostReason) {
-        let Some(entry) = registry.get(name) else {
+    pub(super) fn lose(&mut self, registry: &mut Registry, key: &str, reason: LostReason) {
+        let Some(entry) = registry.get(key) else {
             return;
         };
         if entry.lease.mark_lost(reason) {
             self.pending.push(LostLock {
-                name: name.to_owned(),
+                name: entry.name.to_string(),
                 holder: entry.holder.to_string(),
                 reason,
             });
         }
         if !entry.renewing {
-            registry.remove(name);
+            registry.remove(key);
         }
     }
 

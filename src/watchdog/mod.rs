@@ -46,6 +46,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{LeaseState, LostLock};
 use crate::pool::Pool;
+use crate::protocol::renew::HoldKind;
 use latches::{LatchQueue, Queued};
 use loss::LossReports;
 use registry::{Entry, Registry};
@@ -60,6 +61,21 @@ pub(crate) struct Grant {
     /// The acquisition entered a chain this process holds (it sent the chain's levels), rather
     /// than starting a new one.
     pub(crate) joins: bool,
+}
+
+/// A hold to watch: one level of an acquisition chain.
+pub(crate) struct Holding<'a> {
+    /// The registry key: the name, for a hold that one thread of a process at most can have;
+    /// else a key of the primitive's making, unique to the chain's thread or permit.
+    pub(crate) key: &'a str,
+    /// The name of the primitive.
+    pub(crate) name: &'a str,
+    /// The chain's holder id (a permit's id).
+    pub(crate) holder: &'a str,
+    /// How it is renewed.
+    pub(crate) kind: HoldKind,
+    /// The number of the thread that holds it.
+    pub(crate) thread: u64,
 }
 
 /// Called with every lock found lost.
@@ -183,44 +199,43 @@ impl Watchdog {
         NoticeSink(Arc::clone(&self.shared))
     }
 
-    /// Tracks one more level of `name` held by `holder` (a chain's holder id) on `thread`, as
-    /// `grant`ed by a request sent at `sent_at`: renewed by the watchdog, or with a `fixed`
-    /// lease that is only watched until it runs out. A level of the chain already tracked
-    /// joins it; a fresh acquisition starts a new chain (and an older chain of the name, which
-    /// must have been lost, is reported lost). Answers the lease state of the chain and its
-    /// fencing token; `None` when the grant joined a chain that is lost or gone here by now
-    /// (its lease ran out while the answer was on its way): the level belongs to no live
-    /// chain, and its holder id must not start one.
+    /// Tracks one more level of `holding`, as `grant`ed by a request sent at `sent_at`:
+    /// renewed by the watchdog, or with a `fixed` lease that is only watched until it runs
+    /// out. A level of the chain already tracked under the key joins it; a fresh acquisition
+    /// starts a new chain (and an older chain under the key, which must have been lost, is
+    /// reported lost). Answers the lease state of the chain and its fencing token; `None`
+    /// when the grant joined a chain that is lost or gone here by now (its lease ran out
+    /// while the answer was on its way): the level belongs to no live chain, and its holder
+    /// id must not start one.
     pub(crate) fn watch(
         &self,
-        name: &str,
-        holder: &str,
-        thread: u64,
+        holding: Holding<'_>,
         grant: Grant,
         sent_at: Instant,
         fixed: Option<Duration>,
     ) -> Option<(Arc<LeaseState>, u64)> {
         let token = grant.token;
+        let key = holding.key;
         let shared = &*self.shared;
         let lease = fixed.unwrap_or(shared.timeout);
         let mut state = shared.state.lock();
         let state = &mut *state;
         let mut wake = false;
-        if let Some(entry) = state.registry.get_mut(name) {
-            if &*entry.holder == holder && entry.lease.lost().is_none() {
+        if let Some(entry) = state.registry.get_mut(key) {
+            if &*entry.holder == holding.holder && entry.lease.lost().is_none() {
                 entry.lease.extend(sent_at, lease);
                 match fixed {
                     None => {
                         entry.renewed_levels += 1;
                         if entry.renewed_levels == 1 && !entry.renewing {
                             let at = sent_at + shared.interval;
-                            wake = state.schedule.renewal(&Arc::from(name), entry, at);
+                            wake = state.schedule.renewal(&Arc::from(key), entry, at);
                         }
                     }
                     Some(_) => {
                         entry.fixed_levels += 1;
                         if entry.renewed_levels == 0 {
-                            wake = state.schedule.lease_end(&Arc::from(name), entry);
+                            wake = state.schedule.lease_end(&Arc::from(key), entry);
                         }
                     }
                 }
@@ -237,25 +252,24 @@ impl Watchdog {
             // A chain this process no longer holds: another chain took the lock after it was
             // lost (before the loss was noticed).
             let reason = entry.lease.lost().unwrap_or(LostReason::NotHeldAnymore);
-            state.lose(name, reason);
+            state.lose(key, reason);
             wake = true; // to tell the callback
         } else if grant.joins {
             return None;
         }
-        let name: Arc<str> = Arc::from(name);
+        let key: Arc<str> = Arc::from(key);
         let lease = Arc::new(LeaseState::new(sent_at, lease, token));
         let entry = state.registry.start_chain(
-            Arc::clone(&name),
-            holder,
-            thread,
+            Arc::clone(&key),
+            &holding,
             Arc::clone(&lease),
             fixed.is_some(),
         );
         wake |= match fixed {
             None => state
                 .schedule
-                .renewal(&name, entry, sent_at + shared.interval),
-            Some(_) => state.schedule.lease_end(&name, entry),
+                .renewal(&key, entry, sent_at + shared.interval),
+            Some(_) => state.schedule.lease_end(&key, entry),
         };
         state.schedule.compact(&state.registry);
         if wake {
@@ -416,11 +430,20 @@ impl NoticeSink {
     pub(crate) fn force_released(&self, name: &str, holder: &str, token: u64) {
         let shared = &*self.0;
         let mut state = shared.state.lock();
-        let ours = state.registry.get(name).is_some_and(|entry| {
-            &*entry.holder == holder && (token == 0 || token >= entry.lease.token())
-        });
+        // Held once per process, the name is the key; else (a read level) look for it.
+        let key = match state.registry.get(name) {
+            Some(entry) if &*entry.holder == holder => Arc::from(name),
+            _ => match state.registry.find(name, holder) {
+                Some(key) => key,
+                None => return,
+            },
+        };
+        let ours = state
+            .registry
+            .get(&key)
+            .is_some_and(|entry| token == 0 || token >= entry.lease.token());
         if ours {
-            state.lose(name, LostReason::ForceReleased);
+            state.lose(&key, LostReason::ForceReleased);
             shared.work_arrived.notify_one();
         }
     }
@@ -520,7 +543,7 @@ impl Shared {
             let State {
                 registry, schedule, ..
             } = &mut *state;
-            let Some(entry) = registry.get_mut(&renewal.name) else {
+            let Some(entry) = registry.get_mut(&renewal.key) else {
                 continue;
             };
             if entry.chain != renewal.chain {
@@ -529,30 +552,30 @@ impl Shared {
             entry.renewing = false;
             if entry.lease.is_marked_lost() {
                 // Told while the renewal was out (a force-release notice).
-                registry.remove(&renewal.name);
+                registry.remove(&renewal.key);
                 continue;
             }
             let deadline = entry.lease.deadline();
             if now >= deadline {
                 // A guard past its deadline already reads as lost: whatever came back, a
                 // lost chain stays lost.
-                state.lose(&renewal.name, LostReason::LeaseExpired);
+                state.lose(&renewal.key, LostReason::LeaseExpired);
                 continue;
             }
             let reason = match outcome {
                 Outcome::Renewed => {
                     entry.lease.extend(sent_at, self.timeout);
-                    schedule.renewal(&renewal.name, entry, sent_at + self.interval);
+                    schedule.renewal(&renewal.key, entry, sent_at + self.interval);
                     continue;
                 }
                 Outcome::Failed => {
-                    schedule.renewal(&renewal.name, entry, (now + retry_delay).min(deadline));
-                    schedule.lease_end(&renewal.name, entry);
+                    schedule.renewal(&renewal.key, entry, (now + retry_delay).min(deadline));
+                    schedule.lease_end(&renewal.key, entry);
                     continue;
                 }
                 Outcome::HolderGone => LostReason::NotHeldAnymore,
             };
-            state.lose(&renewal.name, reason);
+            state.lose(&renewal.key, reason);
         }
         drop(state);
         self.renewal_done.notify_all();
@@ -599,10 +622,12 @@ impl State {
             }
             entry.renewing = true;
             batch.push(Renewal {
+                name: Arc::clone(&entry.name),
+                kind: entry.kind,
                 holder: Arc::clone(&entry.holder),
                 chain: entry.chain,
                 lease_deadline,
-                name,
+                key: name,
             });
         }
         batch

@@ -1,7 +1,10 @@
-//! The registry of watched chains, keyed by lock name (the counterpart of Redisson's
-//! `EXPIRATION_RENEWAL_MAP`).
+//! The registry of watched chains, keyed by watch key (the counterpart of Redisson's
+//! `EXPIRATION_RENEWAL_MAP`): the lock name for a hold that one thread of a process at most
+//! can have (a lock, a fair lock, a write lock), a key of the primitive's making for others
+//! (a thread's read levels, a permit).
 //!
-//! An [`Entry`] is one acquisition chain held in this process: its holder id, the thread that
+//! An [`Entry`] is one acquisition chain held in this process: what it holds (the primitive's
+//! name and kind of hold, which decide how it is renewed), its holder id, the thread that
 //! holds it, how many reentrant levels asked for the watchdog and how many took a fixed
 //! lease, the shared [`LeaseState`] with the chain's deadline and fencing token, whether a
 //! renewal of it is on the wire, and when the schedule expects to look at it next. Chains are
@@ -15,8 +18,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::lease::LeaseState;
+use crate::protocol::renew::HoldKind;
 
 pub(super) struct Entry {
+    /// The name of the primitive held (the key is not always the name).
+    pub(super) name: Arc<str>,
+    pub(super) kind: HoldKind,
     /// Tells this acquisition chain from earlier and later ones of the same name.
     pub(super) chain: u64,
     pub(super) holder: Arc<str>,
@@ -64,25 +71,35 @@ impl Registry {
         self.entries.get_mut(name)
     }
 
-    pub(super) fn remove(&mut self, name: &str) {
-        self.entries.remove(name);
+    pub(super) fn remove(&mut self, key: &str) {
+        self.entries.remove(key);
     }
 
-    /// Starts a new chain of `name` with its first level, replacing any entry of the name (a
-    /// renewal of the replaced entry still in flight is told apart by its chain number).
+    /// The key of the entry of `name` held by `holder`, if there is one (looked for among all
+    /// entries: for rare events only).
+    pub(super) fn find(&self, name: &str, holder: &str) -> Option<Arc<str>> {
+        self.entries
+            .iter()
+            .find(|(_, entry)| &*entry.name == name && &*entry.holder == holder)
+            .map(|(key, _)| Arc::clone(key))
+    }
+
+    /// Starts a new chain under `key` with its first level, replacing any entry of the key
+    /// (a renewal of the replaced entry still in flight is told apart by its chain number).
     pub(super) fn start_chain(
         &mut self,
-        name: Arc<str>,
-        holder: &str,
-        thread: u64,
+        key: Arc<str>,
+        holding: &super::Holding<'_>,
         lease: Arc<LeaseState>,
         fixed: bool,
     ) -> &mut Entry {
         self.last_chain += 1;
         let entry = Entry {
+            name: Arc::from(holding.name),
+            kind: holding.kind,
             chain: self.last_chain,
-            holder: Arc::from(holder),
-            thread,
+            holder: Arc::from(holding.holder),
+            thread: holding.thread,
             lease,
             renewed_levels: u32::from(!fixed),
             fixed_levels: u32::from(fixed),
@@ -90,7 +107,7 @@ impl Registry {
             renewal_due: None,
             lease_end_due: None,
         };
-        match self.entries.entry(name) {
+        match self.entries.entry(key) {
             hash_map::Entry::Occupied(mut occupied) => {
                 occupied.insert(entry);
                 occupied.into_mut()

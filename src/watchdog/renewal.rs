@@ -16,7 +16,7 @@ use std::time::Instant;
 use redis::{Cmd, Value};
 
 use crate::pool::Pool;
-use crate::protocol::renew;
+use crate::protocol::renew::{self, HoldKind};
 use crate::script;
 
 /// How many locks one script call renews. Bounds the time one call blocks Redis (other
@@ -28,7 +28,10 @@ const LATCHES_PER_UNLINK: usize = 1_000;
 
 /// One lock of a renewal batch.
 pub(super) struct Renewal {
+    /// The entry's key in the registry.
+    pub(super) key: Arc<str>,
     pub(super) name: Arc<str>,
+    pub(super) kind: HoldKind,
     pub(super) holder: Arc<str>,
     pub(super) chain: u64,
     pub(super) lease_deadline: Instant,
@@ -52,9 +55,9 @@ pub(super) fn renew(
     let calls: Vec<_> = batch
         .chunks(LOCKS_PER_SCRIPT_CALL)
         .map(|chunk| {
-            let locks: Vec<(&str, &str)> = chunk
+            let locks: Vec<(HoldKind, &str, &str)> = chunk
                 .iter()
-                .map(|renewal| (&*renewal.name, &*renewal.holder))
+                .map(|renewal| (renewal.kind, &*renewal.name, &*renewal.holder))
                 .collect();
             renew::renew(lease_ms, &locks)
         })
