@@ -46,6 +46,17 @@ pub enum Error {
         reason: LostReason,
     },
 
+    /// The calling thread holds a read lock of a read-write lock and asked for its write
+    /// lock, which would wait for the thread's own read lock forever: release the read levels
+    /// first (a writer may take read levels, a reader cannot upgrade).
+    #[error(
+        "lock {name:?}: the calling thread holds its read lock and cannot take the write lock"
+    )]
+    WriteWhileReading {
+        /// The read-write lock name.
+        name: String,
+    },
+
     /// A fenced write was refused: the resource has already seen a higher fencing token, so
     /// the writer's lock was lost and someone else has taken it since (see
     /// [`FencedStore`](crate::FencedStore)).

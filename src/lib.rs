@@ -77,6 +77,7 @@ mod pool;
 mod protocol;
 mod pubsub;
 mod resolve;
+mod rwlock;
 mod script;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
@@ -96,3 +97,4 @@ pub use manager::{LockManager, LockManagerBuilder};
 /// The Redis client this crate is built on, whose types appear in its errors
 /// ([`Error::Redis`]) and connection settings.
 pub use redis;
+pub use rwlock::ReadWriteLock;

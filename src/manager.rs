@@ -16,13 +16,16 @@ use crate::error::{Error, Result};
 use crate::fence::FencedStore;
 use crate::lease::LostLock;
 use crate::lock::Lock;
-use crate::protocol::names;
+use crate::protocol::names::{self, LockKind};
+use crate::rwlock::ReadWriteLock;
 use crate::watchdog::LostCallback;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
+/// As in Redisson (`fairLockWaitTimeout`).
+const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// The shortest watchdog timeout accepted: renewals every 10 ms are the practical floor.
 const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
@@ -49,6 +52,8 @@ const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 #[derive(Clone)]
 pub struct LockManager {
     client: Arc<Client>,
+    /// How long a fair lock keeps a waiter's place after the place ahead of it, in ms.
+    fair_place_ms: u64,
 }
 
 /// Configures and builds a [`LockManager`]; see [`LockManager::builder`].
@@ -59,6 +64,7 @@ pub struct LockManagerBuilder {
     response_timeout: Duration,
     watchdog_timeout: Duration,
     max_idle_connections: usize,
+    fair_lock_place_timeout: Duration,
     on_lost: Option<LostCallback>,
 }
 
@@ -72,6 +78,7 @@ impl LockManager {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             max_idle_connections: DEFAULT_MAX_IDLE_CONNECTIONS,
+            fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             on_lost: None,
         }
     }
@@ -81,6 +88,38 @@ impl LockManager {
     /// a handle with an empty name fails with [`Error::InvalidArgument`].
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(Arc::clone(&self.client), name)
+    }
+
+    /// A handle to the fair lock called `name`: a [`Lock`] whose waiters, in all processes,
+    /// take it in the order they asked for it. Same API and guard as [`lock`](Self::lock)'s.
+    ///
+    /// Besides the lock's hash, it keeps a queue of waiters (`redisson_lock_queue:{name}`) and
+    /// when each place in it expires (`redisson_lock_timeout:{name}`), as Redisson does. A
+    /// release wakes only the next in line, on its own channel. A waiter that gives up (its
+    /// wait ran out, or it failed) leaves the queue; a waiter that died keeps its place until
+    /// the place expires, [`fair_lock_place_timeout`](LockManagerBuilder::fair_lock_place_timeout)
+    /// after the place ahead of it, and is skipped then.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let ledger = manager.fair_lock("ledger");
+    /// let guard = ledger.lock()?; // first come, first served
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair_lock(&self, name: &str) -> Lock {
+        let kind = LockKind::Fair {
+            place_ms: self.fair_place_ms,
+        };
+        Lock::of_kind(Arc::clone(&self.client), name, kind)
+    }
+
+    /// A handle to the read-write lock called `name` (see [`ReadWriteLock`]).
+    pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
+        ReadWriteLock::new(Arc::clone(&self.client), name)
     }
 
     /// A value under `key` that only takes writes carrying a fencing token at least as high
@@ -154,6 +193,14 @@ impl LockManagerBuilder {
         self
     }
 
+    /// How long a fair lock keeps a waiter's place in its queue after the place ahead of it
+    /// expired (default 5 minutes, Redisson's `fairLockWaitTimeout`): a waiter that died is
+    /// skipped that much later. A live waiter asks again well within it.
+    pub fn fair_lock_place_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_lock_place_timeout = timeout;
+        self
+    }
+
     /// Called on the watchdog thread for every lock found lost while held (see [`LostLock`]
     /// and [`LostReason`](crate::LostReason)), once per acquisition chain. Keep it short, and
     /// do not drop the last clone of the manager inside it.
@@ -171,6 +218,8 @@ impl LockManagerBuilder {
         names::lease_millis("connect timeout", self.connect_timeout)?;
         names::lease_millis("response timeout", self.response_timeout)?;
         names::lease_millis("watchdog timeout", self.watchdog_timeout)?;
+        let fair_place_ms =
+            names::lease_millis("fair lock place timeout", self.fair_lock_place_timeout)?;
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
             return Err(Error::InvalidArgument(format!(
                 "watchdog timeout of {:?} is shorter than the minimum of {MIN_WATCHDOG_TIMEOUT:?}",
@@ -189,6 +238,9 @@ impl LockManagerBuilder {
             max_idle_connections: self.max_idle_connections,
             on_lost: self.on_lost,
         })?;
-        Ok(LockManager { client })
+        Ok(LockManager {
+            client,
+            fair_place_ms,
+        })
     }
 }

@@ -68,8 +68,10 @@ impl Hold for LockHold {
     }
 
     fn release(&self) -> Result<()> {
+        // A guard is not `Send`: it is released on the thread that took it.
+        let watch_key = self.lock.watch_key(crate::protocol::names::thread_number());
         let left = self.lock.client.watchdog().unwatch(
-            self.lock.name(),
+            &watch_key,
             &self.lease,
             self.fixed_lease.is_some(),
         );

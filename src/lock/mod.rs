@@ -11,6 +11,8 @@
 
 mod guard;
 
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +21,7 @@ pub use guard::LockGuard;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::lock::{self as protocol, Acquired};
-use crate::protocol::names::{self, LockKeys};
+use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
 use crate::script;
 use crate::wait::{self, WaitFor};
@@ -70,9 +72,15 @@ impl Lease {
 
 impl Lock {
     pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
+        Lock::of_kind(client, name, LockKind::Plain)
+    }
+
+    /// A handle to the lock `name` of the given kind: a fair lock, or the read or write lock
+    /// of a read-write lock.
+    pub(crate) fn of_kind(client: Arc<Client>, name: &str, kind: LockKind) -> Self {
         Lock {
             client,
-            keys: Arc::new(LockKeys::new(name)),
+            keys: Arc::new(LockKeys::of_kind(name, kind)),
         }
     }
 
@@ -118,9 +126,19 @@ impl Lock {
         self.acquire(Some(deadline_after(wait)?), lease)
     }
 
-    /// Whether anyone holds the lock.
+    /// Whether anyone holds the lock (for the read or write lock of a read-write lock:
+    /// whether it is held in that mode).
     pub fn is_locked(&self) -> Result<bool> {
-        self.query(redis::cmd("EXISTS").arg(&self.keys()?.name))
+        let name = &self.keys()?.name;
+        let mode = match self.keys.kind {
+            LockKind::Plain | LockKind::Fair { .. } => {
+                return self.query(redis::cmd("EXISTS").arg(name));
+            }
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+        };
+        let held: Option<String> = self.query(redis::cmd("HGET").arg(name).arg("mode"))?;
+        Ok(held.as_deref() == Some(mode))
     }
 
     /// Whether the calling thread holds the lock, as this process knows it: taken, not
@@ -137,7 +155,8 @@ impl Lock {
         let Some((holder, _)) = self.current_chain() else {
             return Ok(0);
         };
-        let count: Option<u32> = self.query(redis::cmd("HGET").arg(name).arg(&*holder))?;
+        let field = protocol::holder_field(&self.keys, &holder);
+        let count: Option<u32> = self.query(redis::cmd("HGET").arg(name).arg(field))?;
         Ok(count.unwrap_or(0))
     }
 
@@ -153,6 +172,8 @@ impl Lock {
     }
 
     /// Frees the lock whoever holds it, and wakes its waiters. Answers whether it was held.
+    /// On the read or write lock of a read-write lock, it frees the whole read-write lock:
+    /// readers and writer.
     ///
     /// A holder that is a `redlease` manager hears a notice at once and its guard reports
     /// [`LostReason::ForceReleased`](crate::LostReason::ForceReleased); should the notice
@@ -175,8 +196,9 @@ impl Lock {
     pub fn unlock(&self) -> Result<()> {
         let name = &self.keys()?.name;
         let watchdog = self.client.watchdog();
+        let thread = names::thread_number();
         let (left, holder) = watchdog
-            .unwatch_thread(name, names::thread_number())
+            .unwatch_thread(&self.watch_key(thread), thread)
             .ok_or_else(|| Error::NotHeld { name: name.clone() })?;
         self.release(&holder, left, None)
     }
@@ -198,8 +220,28 @@ impl Lock {
     /// The chain by which the calling thread holds the lock in this process, unless it is
     /// known to be lost: its holder id and levels.
     fn current_chain(&self) -> Option<(Arc<str>, u32)> {
+        let thread = names::thread_number();
         let watchdog = self.client.watchdog();
-        watchdog.chain_of(&self.keys.name, names::thread_number())
+        watchdog.chain_of(&self.watch_key(thread), thread)
+    }
+
+    /// The watchdog's key for `thread`'s chain of this lock: the name, as one thread of a
+    /// process at most holds the lock, except for read locks, which many threads hold at
+    /// once.
+    pub(crate) fn watch_key(&self, thread: u64) -> Cow<'_, str> {
+        match self.keys.kind {
+            LockKind::Read => Cow::Owned(names::reader_watch_key(&self.keys.name, thread)),
+            _ => Cow::Borrowed(&self.keys.name),
+        }
+    }
+
+    /// How the watchdog renews a hold of this lock.
+    fn hold_kind(&self) -> HoldKind {
+        match self.keys.kind {
+            LockKind::Plain | LockKind::Fair { .. } => HoldKind::Lock,
+            LockKind::Read => HoldKind::ReadLock,
+            LockKind::Write => HoldKind::WriteLock,
+        }
     }
 
     fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
@@ -214,18 +256,30 @@ impl Lock {
     fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard>> {
         self.client.ensure_running()?;
         self.keys()?;
+        let thread = names::thread_number();
         // A level of the chain the thread holds, or a new chain with a holder id of its own.
-        let (mut holder, mut levels_held) = self.chain_to_join();
-        wait::wait_until(WaitFor {
+        let chain = RefCell::new(self.chain_to_join(thread)?);
+        // Whether an attempt may have put the chain in a fair lock's queue.
+        let queued = Cell::new(false);
+        let outcome = wait::wait_until(WaitFor {
             deadline,
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
             subscribe: || {
                 let hub = self.client.hub();
-                Ok(vec![hub.subscribe(&self.keys.channel, &self.keys.name)?])
+                let subscription = match self.keys.kind {
+                    // A fair lock wakes only the next in line, on its own channel.
+                    LockKind::Fair { .. } => {
+                        let channel = self.keys.waiter_channel(&chain.borrow().0);
+                        hub.subscribe(&channel, &self.keys.name)?
+                    }
+                    _ => hub.subscribe(&self.keys.channel, &self.keys.name)?,
+                };
+                Ok(vec![subscription])
             },
             attempt: || {
+                let (holder, levels_held) = chain.borrow().clone();
                 Ok(match self.attempt(&holder, levels_held, lease)? {
                     (Acquired::Taken { token }, sent_at) => {
                         let joins = levels_held > 0;
@@ -235,30 +289,61 @@ impl Lock {
                                 // The level joined a chain given up here meanwhile: take the
                                 // chain's hold back, and start a new chain.
                                 self.undo_given_up(&holder);
-                                (holder, levels_held) = self.chain_to_join();
+                                *chain.borrow_mut() = self.chain_to_join(thread)?;
                                 wait::Attempt::Again
                             }
                         }
                     }
-                    (Acquired::Held { ttl }, _) => wait::Attempt::Held { hint: ttl },
+                    (Acquired::Held { ttl }, _) => {
+                        queued.set(true);
+                        wait::Attempt::Held { hint: ttl }
+                    }
                     (Acquired::ChainGone, _) => {
-                        self.client.watchdog().chain_gone(&self.keys.name, &holder);
-                        (holder, levels_held) = self.chain_to_join();
+                        let watchdog = self.client.watchdog();
+                        watchdog.chain_gone(&self.watch_key(thread), &holder);
+                        *chain.borrow_mut() = self.chain_to_join(thread)?;
                         wait::Attempt::Again
                     }
                 })
             },
             ensure_running: || self.client.ensure_running(),
-        })
+        });
+        if queued.get() && !matches!(outcome, Ok(Some(_))) {
+            if let LockKind::Fair { .. } = self.keys.kind {
+                // Gave up (or failed) while in line: leave the queue, so that those behind do
+                // not wait for a place nobody will take.
+                self.undo_given_up(&chain.borrow().0);
+            }
+        }
+        outcome
     }
 
     /// The holder id and levels of the chain the calling thread holds the lock by, or a new
-    /// holder id and no levels.
-    fn chain_to_join(&self) -> (String, u32) {
-        match self.current_chain() {
-            Some((holder, levels)) => (holder.to_string(), levels),
-            None => (self.client.new_holder_id(), 0),
+    /// holder id and no levels. A thread that holds the write lock of a read-write lock takes
+    /// read levels with the holder id of its write chain, which is how the script knows it
+    /// for the writer; a thread that holds read levels cannot take the write lock.
+    fn chain_to_join(&self, thread: u64) -> Result<(String, u32)> {
+        if let Some((holder, levels)) = self.current_chain() {
+            return Ok((holder.to_string(), levels));
         }
+        let watchdog = self.client.watchdog();
+        match self.keys.kind {
+            LockKind::Read => {
+                if let Some((writer, _)) = watchdog.chain_of(&self.keys.name, thread) {
+                    return Ok((writer.to_string(), 0));
+                }
+            }
+            LockKind::Write => {
+                let reader_key = names::reader_watch_key(&self.keys.name, thread);
+                if watchdog.chain_of(&reader_key, thread).is_some() {
+                    return Err(Error::WriteWhileReading {
+                        name: self.keys.name.clone(),
+                    });
+                }
+            }
+            LockKind::Plain | LockKind::Fair { .. } => {}
+        }
+        Ok((self.client.new_holder_id(), 0))
     }
 
     /// One acquisition attempt by `holder`, which holds `levels_held` levels already, and when
@@ -316,12 +401,13 @@ impl Lock {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
         };
+        let thread = names::thread_number();
         let holding = Holding {
-            key: &self.keys.name,
+            key: &self.watch_key(thread),
             name: &self.keys.name,
             holder: &holder,
-            kind: HoldKind::Lock,
-            thread: names::thread_number(),
+            kind: self.hold_kind(),
+            thread,
         };
         let (state, token) =
             self.client
@@ -336,8 +422,8 @@ impl Lock {
         ))
     }
 
-    /// Takes back the hold of a chain this process has given up (best effort: otherwise it
-    /// runs out with its lease).
+    /// Takes back the hold of a chain this process has given up, and its place in a fair
+    /// lock's queue (best effort: otherwise they run out with the lease or the place).
     fn undo_given_up(&self, holder: &str) {
         let undo = protocol::undo(&self.keys, holder, 0);
         let undone = self

@@ -1,17 +1,35 @@
-//! The scripts of the reentrant lock (Redisson's layout: a hash of holder id -> reentrancy
+//! The scripts of the reentrant locks (Redisson's layout: a hash of holder id -> reentrancy
 //! count, whose TTL is the lease), with their arguments and the meaning of their replies.
+//!
+//! Four kinds share the layout and the replies ([`LockKind`]): the lock; the fair lock, which
+//! adds a queue of waiters and their places' expiries; and the read and write locks of a
+//! read-write lock, whose hash also has a `mode` field, the writer's field `<holder>:write`,
+//! and a timeout key per read level. Each function here picks the kind's script from the
+//! keys.
 
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
 
-use super::names::{LockKeys, FORCE_RELEASE_CHANNEL, RELEASE_MESSAGE};
+use super::names::{
+    self, LockKeys, LockKind, FORCE_RELEASE_CHANNEL, RELEASE_MESSAGE, WAKE_ALL_MESSAGE,
+};
 use super::script::{lua_script, ScriptCall};
 
 lua_script!(ACQUIRE = "acquire.lua");
 lua_script!(RELEASE = "release.lua");
 lua_script!(UNDO = "undo.lua");
 lua_script!(FORCE_RELEASE = "force_release.lua");
+lua_script!(FAIR_ACQUIRE = "fair_acquire.lua");
+lua_script!(FAIR_RELEASE = "fair_release.lua");
+lua_script!(FAIR_UNDO = "fair_undo.lua");
+lua_script!(FAIR_FORCE_RELEASE = "fair_force_release.lua");
+lua_script!(READ_ACQUIRE = "read_acquire.lua");
+lua_script!(READ_RELEASE = "read_release.lua");
+lua_script!(WRITE_ACQUIRE = "write_acquire.lua");
+lua_script!(WRITE_RELEASE = "write_release.lua");
+lua_script!(RWLOCK_UNDO = "rwlock_undo.lua");
+lua_script!(RWLOCK_FORCE_RELEASE = "rwlock_force_release.lua");
 
 /// Takes the lock for the chain `holder`, which holds `levels_held` levels already (0: a new
 /// chain), with a lease of `lease_ms`.
@@ -21,10 +39,29 @@ pub(crate) fn acquire(
     levels_held: u32,
     lease_ms: u64,
 ) -> ScriptCall {
-    ScriptCall::new(&ACQUIRE, &[&keys.name, &keys.token])
+    match keys.kind {
+        LockKind::Plain => ScriptCall::new(&ACQUIRE, &[&keys.name, &keys.token])
+            .arg(lease_ms)
+            .arg(holder)
+            .arg(levels_held),
+        LockKind::Fair { place_ms } => ScriptCall::new(
+            &FAIR_ACQUIRE,
+            &[&keys.name, &keys.queue, &keys.queue_timeouts, &keys.token],
+        )
         .arg(lease_ms)
         .arg(holder)
         .arg(levels_held)
+        .arg(place_ms),
+        LockKind::Read => ScriptCall::new(&READ_ACQUIRE, &[&keys.name, &keys.token])
+            .arg(lease_ms)
+            .arg(holder)
+            .arg(levels_held)
+            .arg(names::read_level_prefix(&keys.name, holder)),
+        LockKind::Write => ScriptCall::new(&WRITE_ACQUIRE, &[&keys.name, &keys.token])
+            .arg(lease_ms)
+            .arg(names::writer_field(holder))
+            .arg(levels_held),
+    }
 }
 
 /// What an acquisition answered.
@@ -64,12 +101,37 @@ pub(crate) fn release(
     latch_ms: u64,
     levels_left: u32,
 ) -> ScriptCall {
-    ScriptCall::new(&RELEASE, &[&keys.name, &keys.channel, latch])
+    match keys.kind {
+        LockKind::Plain => ScriptCall::new(&RELEASE, &[&keys.name, &keys.channel, latch])
+            .arg(holder)
+            .arg(lease_ms)
+            .arg(latch_ms)
+            .arg(RELEASE_MESSAGE)
+            .arg(levels_left),
+        LockKind::Fair { .. } => ScriptCall::new(
+            &FAIR_RELEASE,
+            &[&keys.name, &keys.queue, &keys.queue_timeouts, latch],
+        )
         .arg(holder)
         .arg(lease_ms)
         .arg(latch_ms)
         .arg(RELEASE_MESSAGE)
         .arg(levels_left)
+        .arg(&keys.channel),
+        LockKind::Read => ScriptCall::new(&READ_RELEASE, &[&keys.name, &keys.channel, latch])
+            .arg(holder)
+            .arg(lease_ms)
+            .arg(latch_ms)
+            .arg(RELEASE_MESSAGE)
+            .arg(levels_left)
+            .arg(names::suffixed(&keys.name, "")),
+        LockKind::Write => ScriptCall::new(&WRITE_RELEASE, &[&keys.name, &keys.channel, latch])
+            .arg(names::writer_field(holder))
+            .arg(lease_ms)
+            .arg(latch_ms)
+            .arg(WAKE_ALL_MESSAGE)
+            .arg(levels_left),
+    }
 }
 
 /// Whether a release found the chain holding the lock (`nil` from the script: it did not).
@@ -79,17 +141,65 @@ pub(crate) fn released(answer: &Value) -> bool {
 
 /// Takes back what an acquisition by `holder` whose answer did not come may have added,
 /// leaving the `levels_held` the chain had.
+///
+/// For a fair lock it also takes the holder's place in the queue back: the same call serves a
+/// waiter that gives up.
 pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCall {
-    ScriptCall::new(&UNDO, &[&keys.name, &keys.channel])
-        .arg(holder)
-        .arg(levels_held)
-        .arg(RELEASE_MESSAGE)
+    match keys.kind {
+        LockKind::Plain => ScriptCall::new(&UNDO, &[&keys.name, &keys.channel])
+            .arg(holder)
+            .arg(levels_held)
+            .arg(RELEASE_MESSAGE),
+        LockKind::Fair { place_ms } => {
+            ScriptCall::new(&FAIR_UNDO, &[&keys.name, &keys.queue, &keys.queue_timeouts])
+                .arg(holder)
+                .arg(levels_held)
+                .arg(RELEASE_MESSAGE)
+                .arg(&keys.channel)
+                .arg(place_ms)
+        }
+        LockKind::Read => ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
+            .arg(holder)
+            .arg(levels_held)
+            .arg(names::read_level_prefix(&keys.name, holder))
+            .arg(WAKE_ALL_MESSAGE),
+        LockKind::Write => ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
+            .arg(names::writer_field(holder))
+            .arg(levels_held)
+            .arg("")
+            .arg(WAKE_ALL_MESSAGE),
+    }
 }
 
 /// Frees the lock whoever holds it, telling each holder on the force-release channel.
-/// Answers 1 when there was a lock to free.
+/// Answers 1 when there was a lock to free. The read and write locks of a read-write lock
+/// free it whole: readers and writer.
 pub(crate) fn force_release(keys: &LockKeys) -> ScriptCall {
-    ScriptCall::new(&FORCE_RELEASE, &[&keys.name, &keys.channel, &keys.token])
-        .arg(RELEASE_MESSAGE)
-        .arg(FORCE_RELEASE_CHANNEL)
+    match keys.kind {
+        LockKind::Plain => {
+            ScriptCall::new(&FORCE_RELEASE, &[&keys.name, &keys.channel, &keys.token])
+                .arg(RELEASE_MESSAGE)
+                .arg(FORCE_RELEASE_CHANNEL)
+        }
+        LockKind::Fair { .. } => {
+            ScriptCall::new(&FAIR_FORCE_RELEASE, &[&keys.name, &keys.queue, &keys.token])
+                .arg(RELEASE_MESSAGE)
+                .arg(FORCE_RELEASE_CHANNEL)
+                .arg(&keys.channel)
+        }
+        LockKind::Read | LockKind::Write => ScriptCall::new(
+            &RWLOCK_FORCE_RELEASE,
+            &[&keys.name, &keys.channel, &keys.token],
+        )
+        .arg(WAKE_ALL_MESSAGE)
+        .arg(FORCE_RELEASE_CHANNEL),
+    }
+}
+
+/// The hash field that counts `holder`'s levels in a lock of this kind.
+pub(crate) fn holder_field(keys: &LockKeys, holder: &str) -> String {
+    match keys.kind {
+        LockKind::Write => names::writer_field(holder),
+        _ => holder.to_owned(),
+    }
 }

@@ -76,21 +76,68 @@ pub(crate) fn permit_watch_key(name: &str, id: &str) -> String {
     format!("{name}\0permit\0{id}")
 }
 
+/// Prefix of the channel of a read-write lock, for its readers and its writer.
+const RWLOCK_CHANNEL_PREFIX: &str = "redisson_rwlock";
+/// Prefix of a fair lock's queue of waiters.
+const QUEUE_PREFIX: &str = "redisson_lock_queue";
+/// Prefix of the zset of when each fair-lock waiter's place expires.
+const QUEUE_TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
+
+/// Which of the reentrant locks (one hash per name, a field per holder) a handle is: it
+/// decides the scripts, the channel and the keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    /// The reentrant lock.
+    Plain,
+    /// The fair lock: waiters take it in the order they came; a place in the queue is kept
+    /// `place_ms` after the place ahead of it expires.
+    Fair { place_ms: u64 },
+    /// The read lock of a read-write lock.
+    Read,
+    /// The write lock of a read-write lock.
+    Write,
+}
+
 /// The keys and channel one lock uses, computed once per [`Lock`](crate::Lock) handle.
 #[derive(Debug)]
 pub(crate) struct LockKeys {
     pub(crate) name: String,
+    pub(crate) kind: LockKind,
+    /// The release channel; for a fair lock, the prefix of each waiter's own channel
+    /// (`<channel>:<holder id>`).
     pub(crate) channel: String,
     pub(crate) token: String,
+    /// A fair lock's queue and the expiries of its places (empty for other kinds).
+    pub(crate) queue: String,
+    pub(crate) queue_timeouts: String,
 }
 
 impl LockKeys {
-    pub(crate) fn new(name: &str) -> Self {
+    pub(crate) fn of_kind(name: &str, kind: LockKind) -> Self {
+        let (queue, queue_timeouts) = match kind {
+            LockKind::Fair { .. } => (
+                derived(QUEUE_PREFIX, name),
+                derived(QUEUE_TIMEOUT_PREFIX, name),
+            ),
+            _ => (String::new(), String::new()),
+        };
+        let channel_prefix = match kind {
+            LockKind::Read | LockKind::Write => RWLOCK_CHANNEL_PREFIX,
+            LockKind::Plain | LockKind::Fair { .. } => CHANNEL_PREFIX,
+        };
         LockKeys {
             name: name.to_owned(),
-            channel: derived(CHANNEL_PREFIX, name),
+            kind,
+            channel: derived(channel_prefix, name),
             token: derived(TOKEN_PREFIX, name),
+            queue,
+            queue_timeouts,
         }
+    }
+
+    /// The channel a fair-lock waiter with holder id `holder` is woken on.
+    pub(crate) fn waiter_channel(&self, holder: &str) -> String {
+        format!("{}:{holder}", self.channel)
     }
 
     /// The keys, or [`Error::InvalidArgument`] for an empty lock name.
@@ -110,8 +157,13 @@ impl LockKeys {
     }
 }
 
-/// The message published on the lock's channel when it is freed (Redisson's `UNLOCK_MESSAGE`).
+/// The message published on the lock's channel when it is freed (Redisson's `UNLOCK_MESSAGE`):
+/// it wakes one waiter.
 pub(crate) const RELEASE_MESSAGE: &str = "0";
+
+/// The message that wakes every waiter on the channel (Redisson's `READ_UNLOCK_MESSAGE`),
+/// published when a write lock is released: all waiting readers may enter.
+pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
 
 /// The channel a force release is announced on, one message per holder of the freed lock:
 /// `<fencing token> <holder id> <lock name>`. Every manager listens to it, so a holder learns
@@ -218,7 +270,7 @@ mod tests {
         assert_eq!(derived("p", "orders"), "p:{orders}");
         assert_eq!(derived("p", "{orders}:7"), "p:{orders}:7");
         assert_eq!(derived("p", "a b ü"), "p:{a b ü}");
-        let keys = LockKeys::new("job");
+        let keys = LockKeys::of_kind("job", LockKind::Plain);
         assert_eq!(keys.channel, "redisson_lock__channel:{job}");
         assert_eq!(keys.token, "redisson_lock_token:{job}");
         assert_eq!(keys.unlock_latch("r1"), "redisson_unlock_latch:{job}:r1");
@@ -227,7 +279,7 @@ mod tests {
     #[test]
     fn empty_names_are_rejected() {
         assert!(matches!(
-            LockKeys::new("").checked(),
+            LockKeys::of_kind("", LockKind::Plain).checked(),
             Err(Error::InvalidArgument(_))
         ));
     }

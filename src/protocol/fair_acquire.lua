@@ -1,0 +1,99 @@
+-- Takes a fair lock in queue order, enters it once more, or queues the caller.
+-- KEYS[1]: the lock hash (field = holder id, value = reentrancy count)
+-- KEYS[2]: the queue of waiters (a list of holder ids, head first)
+-- KEYS[3]: when each waiter's place in the queue expires (a zset, epoch ms of the server)
+-- KEYS[4]: the fencing token counter of the lock name
+-- ARGV[1]: the lease in milliseconds
+-- ARGV[2]: the holder id (unique to one acquisition chain)
+-- ARGV[3]: how many levels of the chain the holder's process holds ('0': a new chain)
+-- ARGV[4]: how long a place is kept after the place ahead of it expires, in ms
+-- Answers as the lock's acquire script: {1, token} taken, {2, token} entered once more,
+-- {0, ms to wait at most} queued behind others, {3, 0} the chain's hold is gone.
+-- Places whose waiter stopped asking (it died) expire one after the other and are dropped
+-- from the head; an acquisition shortens every place still queued by its own wait, as the
+-- queue moved up by one.
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+while true do
+  local head = redis.call('lindex', KEYS[2], 0)
+  if not head then
+    break
+  end
+  local expiry = redis.call('zscore', KEYS[3], head)
+  if not expiry or tonumber(expiry) > now then
+    break
+  end
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], head)
+end
+
+local function token()
+  return tonumber(redis.call('get', KEYS[4])) or redis.call('incr', KEYS[4])
+end
+
+if ARGV[3] ~= '0' then
+  if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return {3, 0}
+  end
+  local current = token()
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+  end
+  return {2, current}
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+  local head = redis.call('lindex', KEYS[2], 0)
+  if not head or head == ARGV[2] then
+    local taken = redis.call('incr', KEYS[4])
+    if head then
+      redis.call('lpop', KEYS[2])
+    end
+    redis.call('zrem', KEYS[3], ARGV[2])
+    local shorter = -tonumber(ARGV[4])
+    for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+      redis.call('zincrby', KEYS[3], shorter, waiter)
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, taken}
+  end
+elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  -- An earlier send of this same acquisition ran (its connection broke): it is this one.
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, token()}
+end
+
+-- Not our turn. Wait until the lock's lease ends, or, while it is free, until the place of
+-- the waiter at the head expires (a release wakes us before).
+local function wait_hint()
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl > 0 then
+    return ttl
+  end
+  local head = redis.call('lindex', KEYS[2], 0)
+  local expiry = head and redis.call('zscore', KEYS[3], head)
+  if expiry then
+    return math.max(1, tonumber(expiry) - now)
+  end
+  return 1
+end
+
+if redis.call('zscore', KEYS[3], ARGV[2]) then
+  return {0, wait_hint()}
+end
+-- Join the queue: the place expires ARGV[4] after the one ahead (or after the lock's lease).
+local last = redis.call('lindex', KEYS[2], -1)
+local last_expiry = last and redis.call('zscore', KEYS[3], last)
+local ahead_ends
+if last_expiry then
+  ahead_ends = tonumber(last_expiry)
+else
+  ahead_ends = now + math.max(0, redis.call('pttl', KEYS[1]))
+end
+if redis.call('zadd', KEYS[3], ahead_ends + tonumber(ARGV[4]), ARGV[2]) == 1 then
+  redis.call('rpush', KEYS[2], ARGV[2])
+end
+return {0, wait_hint()}

@@ -1,0 +1,72 @@
+-- Releases one level of a read lock of a read-write lock. When the last reader leaves (and
+-- no writer holds read levels), the lock is deleted and one waiter woken (message '0': a
+-- writer may enter).
+-- KEYS[1]: the read-write lock hash
+-- KEYS[2]: the channel of the read-write lock
+-- KEYS[3]: the latch key of this release request
+-- ARGV[1]: the reader's field (its holder id)
+-- ARGV[2]: the lease in ms the remaining levels get at least
+-- ARGV[3]: how long the latch keeps the answer, in ms
+-- ARGV[4]: the release message
+-- ARGV[5]: how many levels the holder's process keeps after this release
+-- ARGV[6]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
+--          timeout key '<prefix><r>:rwlock_timeout:<n>'
+-- Answers nil when the holder does not hold a read lock, 0 when the lock stays held (by
+-- this holder's remaining levels or by others), 1 when it was freed.
+local answered = redis.call('get', KEYS[3])
+if answered then
+  return tonumber(answered)
+end
+local held = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not held then
+  return nil
+end
+local left = tonumber(ARGV[5])
+local function level_key(reader, level)
+  return ARGV[6] .. reader .. ':rwlock_timeout:' .. level
+end
+for level = left + 1, held do
+  redis.call('del', level_key(ARGV[1], level))
+end
+if left > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], left)
+  for level = 1, left do
+    if redis.call('pttl', level_key(ARGV[1], level)) < tonumber(ARGV[2]) then
+      redis.call('pexpire', level_key(ARGV[1], level), ARGV[2])
+    end
+  end
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+  end
+  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+  return 0
+end
+redis.call('hdel', KEYS[1], ARGV[1])
+local mode = redis.call('hget', KEYS[1], 'mode')
+if redis.call('hlen', KEYS[1]) > 1 then
+  if mode == 'write' then
+    redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+    return 0
+  end
+  -- Other readers: the lock lives as long as their longest level. Readers whose levels all
+  -- ran out (they died) do not count.
+  local longest = 0
+  local fields = redis.call('hgetall', KEYS[1])
+  for i = 1, #fields, 2 do
+    local count = tonumber(fields[i + 1])
+    if fields[i] ~= 'mode' and count then
+      for level = 1, count do
+        longest = math.max(longest, redis.call('pttl', level_key(fields[i], level)))
+      end
+    end
+  end
+  if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+    redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+    return 0
+  end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[4])
+redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+return 1

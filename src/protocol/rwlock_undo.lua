@@ -1,0 +1,37 @@
+-- Takes back what a read or write acquisition may have added whose answer never reached the
+-- holder: levels beyond those its process knows it holds, with their timeout keys.
+-- KEYS[1]: the read-write lock hash
+-- KEYS[2]: the channel of the read-write lock
+-- ARGV[1]: the holder's field (a reader's holder id, or '<holder id>:write')
+-- ARGV[2]: how many levels of the lock the holder's process holds
+-- ARGV[3]: the prefix of the holder's timeout keys ('' for the writer, which has none)
+-- ARGV[4]: the message that wakes every waiter
+-- Answers 1 when it freed the lock, else 0. A key of another type is left alone.
+local count = tonumber(redis.pcall('hget', KEYS[1], ARGV[1]))
+if not count then
+  return 0
+end
+local kept = tonumber(ARGV[2])
+if ARGV[3] ~= '' then
+  for level = kept + 1, count do
+    redis.call('del', ARGV[3] .. ':' .. level)
+  end
+end
+if kept > 0 then
+  if count > kept then
+    redis.call('hset', KEYS[1], ARGV[1], kept)
+  end
+  return 0
+end
+redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hlen', KEYS[1]) <= 1 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], ARGV[4])
+  return 1
+end
+if ARGV[3] == '' then
+  -- The writer's own read levels remain.
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  redis.call('publish', KEYS[2], ARGV[4])
+end
+return 0

@@ -1,0 +1,38 @@
+-- Releases one level of the write lock of a read-write lock. The last level frees the lock,
+-- or, when the writer holds read levels still, hands it to readers; either way every waiter
+-- is woken (message '1'): readers may all enter.
+-- KEYS[1]: the read-write lock hash
+-- KEYS[2]: the channel of the read-write lock
+-- KEYS[3]: the latch key of this release request
+-- ARGV[1]: the writer's field ('<holder id>:write')
+-- ARGV[2]: the lease in ms the remaining levels get at least
+-- ARGV[3]: how long the latch keeps the answer, in ms
+-- ARGV[4]: the message that wakes every waiter
+-- ARGV[5]: how many levels the holder's process keeps after this release
+-- Answers nil when the holder does not hold the write lock, 0 when levels remain, 1 when
+-- released.
+local answered = redis.call('get', KEYS[3])
+if answered then
+  return tonumber(answered)
+end
+if redis.call('hget', KEYS[1], 'mode') ~= 'write'
+    or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return nil
+end
+if tonumber(ARGV[5]) > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], ARGV[5])
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+  end
+  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+  return 0
+end
+redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hlen', KEYS[1]) == 1 then
+  redis.call('del', KEYS[1])
+else
+  redis.call('hset', KEYS[1], 'mode', 'read')
+end
+redis.call('publish', KEYS[2], ARGV[4])
+redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+return 1

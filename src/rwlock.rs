@@ -1,0 +1,68 @@
+//! [`ReadWriteLock`]: a pair of [`Lock`]s on one name, many readers or one writer.
+//!
+//! Both halves are ordinary [`Lock`] handles of the read and write kinds (Redisson's layout: one
+//! hash with a `mode` field, the readers' and the writer's counts, and a timeout key per read
+//! level), so they wait, renew, report losses and fence like any lock. This module only
+//! pairs them; the rules live in the protocol's scripts and in the lock's chain logic.
+
+use std::sync::Arc;
+
+use crate::client::Client;
+use crate::lock::Lock;
+use crate::protocol::names::LockKind;
+
+/// A read-write lock: any number of readers together, or one writer alone, across all
+/// processes. Cheap to clone; `Send` and `Sync`.
+///
+/// [`read`](ReadWriteLock::read) and [`write`](ReadWriteLock::write) hand out its two
+/// [`Lock`]s, with the whole `Lock` API: reentrant per thread, renewed by the watchdog while
+/// held, waits woken by pub/sub, lost signals and fencing tokens (one counter for both).
+/// The thread that holds the write lock may take read levels too (and keeps them after it
+/// releases the write lock); a thread that holds only read levels cannot take the write lock:
+/// it gets [`Error::WriteWhileReading`](crate::Error::WriteWhileReading) rather than wait for
+/// itself forever. A writer's release wakes every waiter, so all waiting readers enter at
+/// once. Readers are not held back by a waiting writer (as in Redisson).
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// let prices = manager.read_write_lock("price-table");
+/// {
+///     let _one = prices.read().lock()?;
+///     let _two = prices.read().try_lock()?.expect("readers share the lock");
+///     assert!(prices.write().try_lock()?.is_none()); // the writer waits for every reader
+/// }
+/// let _writer = prices.write().lock()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct ReadWriteLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl ReadWriteLock {
+    pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
+        ReadWriteLock {
+            read: Lock::of_kind(Arc::clone(&client), name, LockKind::Read),
+            write: Lock::of_kind(client, name, LockKind::Write),
+        }
+    }
+
+    /// The name: the Redis key of the lock's hash.
+    pub fn name(&self) -> &str {
+        self.read.name()
+    }
+
+    /// The read lock: shared with every other reader.
+    pub fn read(&self) -> &Lock {
+        &self.read
+    }
+
+    /// The write lock: exclusive.
+    pub fn write(&self) -> &Lock {
+        &self.write
+    }
+}
