@@ -3,7 +3,8 @@
 //! `cargo bench --bench lock_latency [-- redis-url]`: without a URL it starts a throwaway
 //! `redis-server`. Prints the PING round trip, the uncontended lock+unlock pair, the handoff
 //! latency between 8 contending threads (release started -> next holder has it), each as a
-//! ratio to the round trip, and how the watchdog copes with 100 000 held locks. Then, on five
+//! ratio to the round trip; the fair lock's handoff and its contenders' waits, and the read
+//! lock's pair; and how the watchdog copes with 100 000 held locks. Then, on five
 //! throwaway servers, a Redlock's uncontended acquire+release against the single-master pair
 //! measured on the first of them in the same run, and how many acquisitions four contending
 //! threads make with every master answering, and with one or two of them frozen (SIGSTOP).
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redlease::testing::{url_or_throwaway, RedisServer};
-use redlease::{LockManager, RedLock};
+use redlease::{Lock, LockManager, RedLock};
 
 const ROUND_TRIPS: usize = 20_000;
 const PAIRS: usize = 20_000;
@@ -48,6 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         format!("handoff, {CONTENDERS} threads"),
         handoff.describe(Some(&round_trip))
     );
+
+    measure_other_locks(&manager, &round_trip)?;
 
     if std::env::args().any(|arg| arg == "--redlock-only") {
         measure_redlock()?;
@@ -195,7 +198,11 @@ fn measure_round_trips(url: &str) -> redis::RedisResult<Vec<Duration>> {
 }
 
 fn measure_pairs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
-    let lock = manager.lock("bench:pair");
+    measure_lock_pairs(&manager.lock("bench:pair"))
+}
+
+/// Uncontended take+release pairs of `lock`.
+fn measure_lock_pairs(lock: &Lock) -> redlease::Result<Vec<Duration>> {
     for _ in 0..1_000 {
         lock.lock()?.unlock()?;
     }
@@ -283,20 +290,45 @@ fn measure_fan_out_scripts(servers: &[RedisServer]) -> redis::RedisResult<Vec<Du
         .collect()
 }
 
-/// Every thread takes the lock, notes when it got it, and notes when it starts releasing;
-/// a handoff is the time from one release's start to the next acquisition.
 fn measure_handoffs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
+    Ok(measure_contention(&manager.lock("bench:handoff"))?.handoffs)
+}
+
+/// What contenders for one lock saw.
+struct Contention {
+    /// From the start of a release to the next acquisition.
+    handoffs: Vec<Duration>,
+    /// From asking for the lock to having it.
+    waits: Vec<Duration>,
+    /// From one acquisition to the next: a holder's turn, its handoff included.
+    turns: Vec<Duration>,
+}
+
+/// Every thread takes the lock, notes when it asked and got it, and notes when it starts
+/// releasing; a handoff is the time from one release's start to the next acquisition.
+fn measure_contention(lock: &Lock) -> redlease::Result<Contention> {
     let release_started: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let last_acquired: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let handoffs = Arc::new(Mutex::new(Vec::new()));
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let turns = Arc::new(Mutex::new(Vec::new()));
     let threads: Vec<_> = (0..CONTENDERS)
         .map(|_| {
-            let lock = manager.lock("bench:handoff");
+            let lock = lock.clone();
             let release_started = Arc::clone(&release_started);
+            let last_acquired = Arc::clone(&last_acquired);
             let handoffs = Arc::clone(&handoffs);
+            let waits = Arc::clone(&waits);
+            let turns = Arc::clone(&turns);
             std::thread::spawn(move || -> redlease::Result<()> {
                 for _ in 0..HANDOFFS_PER_THREAD {
+                    let asked_at = Instant::now();
                     let guard = lock.lock()?;
                     let acquired_at = Instant::now();
+                    waits.lock().push(acquired_at - asked_at);
+                    if let Some(previous) = last_acquired.lock().replace(acquired_at) {
+                        turns.lock().push(acquired_at - previous);
+                    }
                     if let Some(released_at) = release_started.lock().take() {
                         handoffs.lock().push(acquired_at - released_at);
                     }
@@ -314,8 +346,50 @@ fn measure_handoffs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
     for thread in threads {
         thread.join().expect("contender panicked")?;
     }
-    let samples = std::mem::take(&mut *handoffs.lock());
-    Ok(samples)
+    let take = |samples: &Mutex<Vec<Duration>>| std::mem::take(&mut *samples.lock());
+    Ok(Contention {
+        handoffs: take(&handoffs),
+        waits: take(&waits),
+        turns: take(&turns),
+    })
+}
+
+/// The fair lock's handoff between contenders, and how long the last in line waits against
+/// the turns ahead of it; the read lock's uncontended pair.
+fn measure_other_locks(
+    manager: &LockManager,
+    round_trip: &Samples,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let fair = measure_contention(&manager.fair_lock("bench:fair"))?;
+    let turn = mean(&fair.turns);
+    let handoffs = Samples::new(fair.handoffs);
+    let waits = Samples::new(fair.waits);
+    println!(
+        "{:<36} {}",
+        format!("fair lock handoff, {CONTENDERS} threads"),
+        handoffs.describe(Some(round_trip))
+    );
+    let bound = turn * (CONTENDERS as u32 - 1) + round_trip.percentile(50) * 10;
+    println!(
+        "{:<36} p99 {:.1} µs against (contenders - 1) x turn {:.1} µs + 10 round trips = {:.1} µs",
+        "fair lock wait of a contender",
+        waits.percentile(99).as_secs_f64() * 1e6,
+        turn.as_secs_f64() * 1e6,
+        bound.as_secs_f64() * 1e6
+    );
+    let read_pairs = Samples::new(measure_lock_pairs(
+        manager.read_write_lock("bench:rw").read(),
+    )?);
+    println!(
+        "{:<36} {}",
+        "read lock pair, uncontended",
+        read_pairs.describe(Some(round_trip))
+    );
+    Ok(())
+}
+
+fn mean(samples: &[Duration]) -> Duration {
+    samples.iter().sum::<Duration>() / samples.len().max(1) as u32
 }
 
 /// Holds 100 000 locks on one manager with a 3 s watchdog for three timeouts.
