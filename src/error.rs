@@ -29,6 +29,15 @@ pub enum Error {
     #[error("redis answered with an error: {0}")]
     Redis(#[source] redis::RedisError),
 
+    /// The key of a primitive holds a value it cannot be (a key of another Redis type, or a
+    /// string that is no count): the name is taken by something else, which was left as it
+    /// was.
+    #[error("key {key:?} holds a value of another type")]
+    WrongType {
+        /// The key.
+        key: String,
+    },
+
     /// The calling thread does not hold the lock: it never took it, another thread or process
     /// holds it, or its lease ran out before the release.
     #[error("lock {name:?} is not held by the calling thread")]

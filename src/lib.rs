@@ -23,6 +23,8 @@
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
+//! - **Count-down latches.** A [`CountDownLatch`] opens when its count, counted down from
+//!   any thread of any process, reaches zero, and wakes every waiter in every process.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -49,7 +51,8 @@
 //! ```text
 //! manager                 LockManager: the public facade; builds the client, hands out handles
 //!   |
-//! lock, group, fence      the primitives: thin handles and guards over the layers below
+//! lock, group, fence,     the primitives: thin handles and guards over the layers below
+//! latch
 //!   |   guard, wait       shared by every primitive: the guard core and the wait loop
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
@@ -70,6 +73,7 @@ mod fanout;
 mod fence;
 mod group;
 mod guard;
+mod latch;
 mod lease;
 mod lock;
 mod manager;
@@ -91,6 +95,7 @@ pub use crossbeam_channel;
 pub use error::{Error, LostReason, Result};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
+pub use latch::CountDownLatch;
 pub use lease::LostLock;
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::client::{Client, Settings};
 use crate::error::{Error, Result};
 use crate::fence::FencedStore;
+use crate::latch::CountDownLatch;
 use crate::lease::LostLock;
 use crate::lock::Lock;
 use crate::protocol::names::{self, LockKind};
@@ -126,6 +127,13 @@ impl LockManager {
     /// as any it has seen (see [`FencedStore`]). Making the handle does no I/O.
     pub fn fenced_store(&self, key: &str) -> FencedStore {
         FencedStore::new(Arc::clone(&self.client), key)
+    }
+
+    /// A handle to the count-down latch called `name` (see [`CountDownLatch`]): any
+    /// non-empty string; it is the Redis key of the count. Making a handle does no I/O; every
+    /// call on a handle with an empty name fails with [`Error::InvalidArgument`].
+    pub fn count_down_latch(&self, name: &str) -> CountDownLatch {
+        CountDownLatch::new(Arc::clone(&self.client), name)
     }
 
     /// The client id: the first half of every holder id of this manager.

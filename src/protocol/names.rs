@@ -49,6 +49,16 @@ pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
     }
 }
 
+/// Prefix of the channel of a count-down latch, to which the name is appended in braces.
+const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
+
+/// The channel of the count-down latch `name`: `redisson_countdownlatch__channel__{name}`,
+/// with no colon and always in braces, even when the name has some (Redisson's own rule for
+/// latches, unlike [`derived`]).
+pub(crate) fn latch_channel(name: &str) -> String {
+    format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
+}
+
 /// The hash field of a read-write lock's writer with holder id `holder`.
 pub(crate) fn writer_field(holder: &str) -> String {
     format!("{holder}:write")
