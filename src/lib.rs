@@ -23,8 +23,10 @@
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
-//! - **Count-down latches.** A [`CountDownLatch`] opens when its count, counted down from
-//!   any thread of any process, reaches zero, and wakes every waiter in every process.
+//! - **More synchronizers.** A fair lock ([`LockManager::fair_lock`]) taken in the order of
+//!   asking; a [`ReadWriteLock`] for many readers or one writer; a [`CountDownLatch`] that
+//!   opens when its count, counted down from any thread of any process, reaches zero, and
+//!   wakes every waiter in every process.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -51,8 +53,8 @@
 //! ```text
 //! manager                 LockManager: the public facade; builds the client, hands out handles
 //!   |
-//! lock, group, fence,     the primitives: thin handles and guards over the layers below
-//! latch
+//! lock, rwlock, group,    the primitives: thin handles and guards over the layers below
+//! fence, latch            (the fair, read and write locks are kinds of `lock`)
 //!   |   guard, wait       shared by every primitive: the guard core and the wait loop
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids

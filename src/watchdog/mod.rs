@@ -3,11 +3,13 @@
 //!
 //! Its parts:
 //! - [`registry`]: the entries, one per acquisition chain held in this process, keyed by lock
-//!   name (holder, thread, reentrant levels, the shared [`LeaseState`]);
+//!   name, or by a key of the primitive's making for holds many threads of a process have at
+//!   once (read levels, permits); each with its kind of hold, holder, thread, reentrant levels
+//!   and the shared [`LeaseState`];
 //! - [`schedule`]: when each entry is next looked at: renewals batched by tick, lease-end
 //!   checks to the instant, and whether new work must wake the thread;
-//! - [`renewal`]: the I/O, one pipeline of batched script calls per batch, however many locks,
-//!   with the queued latch deletions;
+//! - [`renewal`]: the I/O, one pipeline of batched script calls per batch, however many locks
+//!   and of whatever kinds, with the queued latch deletions;
 //! - [`latches`]: the release latches queued for deletion;
 //! - [`loss`]: marking chains lost and telling the log and the lost-lock callback.
 //!
@@ -278,47 +280,47 @@ impl Watchdog {
         Some((lease, token))
     }
 
-    /// The chain by which `thread` holds `name`, unless it is known to be lost: its holder id
-    /// and how many levels it has.
-    pub(crate) fn chain_of(&self, name: &str, thread: u64) -> Option<(Arc<str>, u32)> {
+    /// The chain under `key` by which `thread` holds it, unless it is known to be lost: its
+    /// holder id and how many levels it has.
+    pub(crate) fn chain_of(&self, key: &str, thread: u64) -> Option<(Arc<str>, u32)> {
         let state = self.shared.state.lock();
-        let entry = state.registry.get(name)?;
+        let entry = state.registry.get(key)?;
         (entry.thread == thread && entry.lease.lost().is_none())
             .then(|| (Arc::clone(&entry.holder), entry.levels()))
     }
 
-    /// Records that the chain `holder` of `name` is gone, as an acquisition found: it is
+    /// Records that the chain `holder` under `key` is gone, as an acquisition found: it is
     /// reported lost ([`LostReason::NotHeldAnymore`]).
-    pub(crate) fn chain_gone(&self, name: &str, holder: &str) {
+    pub(crate) fn chain_gone(&self, key: &str, holder: &str) {
         let mut state = self.shared.state.lock();
         if state
             .registry
-            .get(name)
+            .get(key)
             .is_some_and(|entry| &*entry.holder == holder)
         {
-            state.lose(name, LostReason::NotHeldAnymore);
+            state.lose(key, LostReason::NotHeldAnymore);
             self.shared.work_arrived.notify_one();
         }
     }
 
-    /// Ends one level of the chain `lease` of `name` (a `fixed`-lease level or a renewed one).
-    /// The last level removes the entry, after any renewal of it in flight has come back.
-    /// Answers the levels the chain has left (none when it is not tracked any more).
-    pub(crate) fn unwatch(&self, name: &str, lease: &Arc<LeaseState>, fixed: bool) -> LevelsLeft {
-        self.end_level(name, |entry| Arc::ptr_eq(&entry.lease, lease), Some(fixed))
+    /// Ends one level of the chain `lease` under `key` (a `fixed`-lease level or a renewed
+    /// one). The last level removes the entry, after any renewal of it in flight has come
+    /// back. Answers the levels the chain has left (none when it is not tracked any more).
+    pub(crate) fn unwatch(&self, key: &str, lease: &Arc<LeaseState>, fixed: bool) -> LevelsLeft {
+        self.end_level(key, |entry| Arc::ptr_eq(&entry.lease, lease), Some(fixed))
             .map_or_else(LevelsLeft::default, |(left, _)| left)
     }
 
     /// Like [`unwatch`](Watchdog::unwatch), for a level of `thread`'s chain whose guard is
     /// gone: a renewed level if there is one, else a fixed one. Also answers the chain's
-    /// holder id; `None` when `thread` has no chain of `name` here.
-    pub(crate) fn unwatch_thread(&self, name: &str, thread: u64) -> Option<(LevelsLeft, Arc<str>)> {
-        self.end_level(name, |entry| entry.thread == thread, None)
+    /// holder id; `None` when `thread` has no chain under `key` here.
+    pub(crate) fn unwatch_thread(&self, key: &str, thread: u64) -> Option<(LevelsLeft, Arc<str>)> {
+        self.end_level(key, |entry| entry.thread == thread, None)
     }
 
     fn end_level(
         &self,
-        name: &str,
+        key: &str,
         is_ours: impl Fn(&Entry) -> bool,
         fixed: Option<bool>,
     ) -> Option<(LevelsLeft, Arc<str>)> {
@@ -327,7 +329,7 @@ impl Watchdog {
         let State {
             registry, schedule, ..
         } = &mut *state;
-        let entry = registry.get_mut(name).filter(|entry| is_ours(entry))?;
+        let entry = registry.get_mut(key).filter(|entry| is_ours(entry))?;
         let fixed = fixed.unwrap_or(entry.renewed_levels == 0);
         if fixed {
             entry.fixed_levels = entry.fixed_levels.saturating_sub(1);
@@ -346,7 +348,7 @@ impl Watchdog {
             // Fixed-lease levels remain and nothing renews them: watch their deadline. (The
             // release of this level gives them at least the watchdog timeout; the deadline
             // kept here is older, so it errs on the safe side.)
-            if schedule.lease_end(&Arc::from(name), entry) {
+            if schedule.lease_end(&Arc::from(key), entry) {
                 shared.work_arrived.notify_one();
             }
             return Some((left, holder));
@@ -358,7 +360,7 @@ impl Watchdog {
         let renewing = |state: &State| {
             state
                 .registry
-                .get(name)
+                .get(key)
                 .is_some_and(|entry| is_ours(entry) && entry.renewing)
         };
         while renewing(&state) {
@@ -367,12 +369,12 @@ impl Watchdog {
                 .wait_until(&mut state, give_up_at)
                 .timed_out()
             {
-                log::warn!("lock {name:?}: released while its renewal is still unanswered");
+                log::warn!("lock {key:?}: released while its renewal is still unanswered");
                 break;
             }
         }
-        if state.registry.get(name).is_some_and(&is_ours) {
-            state.registry.remove(name);
+        if state.registry.get(key).is_some_and(&is_ours) {
+            state.registry.remove(key);
         }
         let State {
             registry, schedule, ..
