@@ -29,11 +29,23 @@ use crate::protocol::names::LockKind;
 /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
 /// let prices = manager.read_write_lock("price-table");
 /// {
-///     let _one = prices.read().lock()?;
-///     let _two = prices.read().try_lock()?.expect("readers share the lock");
-///     assert!(prices.write().try_lock()?.is_none()); // the writer waits for every reader
+///     let _reading = prices.read().lock()?;
+///     let other_reader = prices.clone();
+///     std::thread::spawn(move || -> redlease::Result<()> {
+///         assert!(other_reader.read().try_lock()?.is_some()); // readers share it
+///         assert!(other_reader.write().try_lock()?.is_none()); // a writer waits for them
+///         Ok(())
+///     })
+///     .join()
+///     .unwrap()?;
+///     // This thread reads: asking it for the write lock is an error, not a deadlock.
+///     assert!(matches!(
+///         prices.write().try_lock(),
+///         Err(redlease::Error::WriteWhileReading { .. })
+///     ));
 /// }
-/// let _writer = prices.write().lock()?;
+/// let _writing = prices.write().lock()?;
+/// let _also_reading = prices.read().lock()?; // the writer may read
 /// # Ok(())
 /// # }
 /// ```
