@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .skip(1)
         .find(|arg| arg.starts_with("redis"));
     let (url, _server) = url_or_throwaway(url_argument)?;
-    let manager = LockManager::builder(&url).build()?;
+    let manager = LockManager::builder(url.as_str()).build()?;
 
     let round_trip = Samples::new(measure_round_trips(&url)?);
     println!("{:<36} {}", "round trip (PING)", round_trip.describe(None));

@@ -17,7 +17,7 @@ use redlease::{Error, LockManager};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
-    let manager = LockManager::builder(&url).build()?;
+    let manager = LockManager::builder(url.as_str()).build()?;
     let lock = manager.lock("invoice:42");
     let invoice = manager.fenced_store("invoice:42:state");
 

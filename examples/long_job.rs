@@ -15,10 +15,10 @@ use redlease::LockManager;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
     let watchdog = Duration::from_secs(2);
-    let worker = LockManager::builder(&url)
+    let worker = LockManager::builder(url.as_str())
         .watchdog_timeout(watchdog)
         .build()?;
-    let rival = LockManager::builder(&url).build()?;
+    let rival = LockManager::builder(url.as_str()).build()?;
 
     let lock = worker.lock("migrations");
     let guard = lock.lock()?;

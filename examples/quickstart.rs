@@ -11,7 +11,7 @@ use redlease::LockManager;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
 
-    let manager = LockManager::builder(&url)
+    let manager = LockManager::builder(url.as_str())
         .watchdog_timeout(Duration::from_secs(30))
         .build()?;
     let lock = manager.lock("quickstart:report");

@@ -18,7 +18,7 @@ const COUNTER_KEY: &str = "demo:counter";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
-    let manager = LockManager::builder(&url).build()?;
+    let manager = LockManager::builder(url.as_str()).build()?;
     let mut redis = redis::Client::open(url.as_str())?.get_connection()?;
     let _: () = redis.set(COUNTER_KEY, 0)?;
 

@@ -39,7 +39,7 @@ const MAX_COUNT: u64 = i64::MAX as u64;
 /// # let url = redis.url();
 /// use std::time::Duration;
 ///
-/// let manager = redlease::LockManager::builder(&url).build()?;
+/// let manager = redlease::LockManager::builder(url.as_str()).build()?;
 /// let loaded = manager.count_down_latch("shards-loaded");
 /// assert!(loaded.try_set_count(3)?);
 ///

@@ -34,7 +34,7 @@
 //! # fn main() -> redlease::Result<()> {
 //! # let redis = redlease::testing::RedisServer::start().expect("redis-server");
 //! # let url = redis.url();
-//! let manager = redlease::LockManager::builder(&url).build()?;
+//! let manager = redlease::LockManager::builder(url.as_str()).build()?;
 //! let lock = manager.lock("payments:7731");
 //! if let Some(guard) = lock.try_lock_for(std::time::Duration::from_secs(5))? {
 //!     // ... only one thread in all processes runs this at a time ...

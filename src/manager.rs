@@ -11,6 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::{ConnectionInfo, IntoConnectionInfo};
+
 use crate::client::{Client, Settings};
 use crate::error::{Error, Result};
 use crate::fence::FencedStore;
@@ -39,7 +41,7 @@ const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 /// # let url = redis.url();
 /// use std::time::Duration;
 ///
-/// let manager = redlease::LockManager::builder(&url)
+/// let manager = redlease::LockManager::builder(url.as_str())
 ///     .response_timeout(Duration::from_secs(1))
 ///     .watchdog_timeout(Duration::from_secs(10))
 ///     .build()?;
@@ -60,7 +62,8 @@ pub struct LockManager {
 /// Configures and builds a [`LockManager`]; see [`LockManager::builder`].
 #[must_use]
 pub struct LockManagerBuilder {
-    url: String,
+    /// The connection info, or why it could not be read (reported by `build`).
+    info: std::result::Result<ConnectionInfo, String>,
     connect_timeout: Duration,
     response_timeout: Duration,
     watchdog_timeout: Duration,
@@ -70,11 +73,28 @@ pub struct LockManagerBuilder {
 }
 
 impl LockManager {
-    /// Starts configuring a manager for the Redis server at `url` (`redis://[user:pass@]host:port[/db]`
-    /// or `redis+unix:///path`).
-    pub fn builder(url: impl Into<String>) -> LockManagerBuilder {
+    /// Starts configuring a manager for the Redis server at `info`: anything redis-rs takes
+    /// as connection info, so an application's existing settings pass through unchanged. A
+    /// URL (`redis://[user:pass@]host:port[/db]` or `redis+unix:///path`, as `&str` or
+    /// `String`), a [`redis::ConnectionInfo`] (database, user and password included), or a
+    /// `(host, port)` pair.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let port = redis.port();
+    /// use redlease::redis::IntoConnectionInfo;
+    ///
+    /// // The application's own settings, made once for its other Redis work.
+    /// let info = ("127.0.0.1", port).into_connection_info()?;
+    /// let manager = redlease::LockManager::builder(info.clone()).build()?;
+    /// let same_server = redlease::LockManager::builder(("127.0.0.1", port)).build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(info: impl IntoConnectionInfo) -> LockManagerBuilder {
         LockManagerBuilder {
-            url: url.into(),
+            info: info.into_connection_info().map_err(|err| err.to_string()),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
@@ -234,10 +254,9 @@ impl LockManagerBuilder {
                 self.watchdog_timeout
             )));
         }
-        let info: redis::ConnectionInfo = self
-            .url
-            .parse()
-            .map_err(|err| Error::InvalidArgument(format!("bad redis url: {err}")))?;
+        let info = self
+            .info
+            .map_err(|err| Error::InvalidArgument(format!("bad redis connection info: {err}")))?;
         let client = Client::connect(Settings {
             info,
             connect_timeout: self.connect_timeout,

@@ -260,3 +260,51 @@ fn a_redlock_over_three_servers_with_the_user() {
     let rival_guard = rival.try_lock_for(PATIENCE).unwrap().expect("free again");
     rival_guard.unlock().unwrap();
 }
+
+/// The application's own `ConnectionInfo`, with the user and password in its settings rather
+/// than a URL, passes through to every connection: commands, and the pub/sub connection that
+/// wakes a waiter.
+#[test]
+fn a_connection_info_with_the_user_passes_through_to_every_connection() {
+    let (server, _url) = server_with_user();
+    use redis::IntoConnectionInfo;
+    let info = ("127.0.0.1", server.port())
+        .into_connection_info()
+        .unwrap()
+        .set_redis_settings(
+            redis::RedisConnectionInfo::default()
+                .set_username(USER)
+                .set_password(PASSWORD),
+        );
+    let manager = LockManager::builder(info)
+        .response_timeout(Duration::from_secs(1))
+        .watchdog_timeout(LONG_WATCHDOG)
+        .build()
+        .unwrap();
+    let lock = manager.lock("acl:info");
+    let held = lock.lock().unwrap();
+    let waiter = std::thread::spawn({
+        let lock = lock.clone();
+        move || {
+            let asked = Instant::now();
+            drop(lock.lock().unwrap());
+            asked.elapsed()
+        }
+    });
+    // The waiter is subscribed through the pub/sub connection, which logged in as the user.
+    assert!(eventually(PATIENCE, || subscribers(
+        &server,
+        "redisson_lock__channel:{acl:info}"
+    ) == 1));
+    held.unlock().unwrap();
+    let waited = waiter.join().unwrap();
+    assert!(waited < PATIENCE, "{waited:?}");
+    // Logged in as the restricted user, not as the default one: a name outside its keys is
+    // refused.
+    let refused = manager.lock("outside").try_lock();
+    assert!(
+        matches!(&refused, Err(Error::Redis(err)) if err.to_string().contains("permission")),
+        "{:?}",
+        refused.map(|guard| guard.is_some())
+    );
+}

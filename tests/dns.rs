@@ -103,7 +103,7 @@ fn silent_dns_child() {
     let redis = RedisServer::start().expect("start redis-server");
     let url = format!("redis://{TEST_NAME}:{}/", redis.port());
     let build = || {
-        LockManager::builder(&url)
+        LockManager::builder(url.as_str())
             .connect_timeout(CONNECT_TIMEOUT)
             .response_timeout(Duration::from_secs(1))
             .build()

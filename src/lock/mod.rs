@@ -37,7 +37,7 @@ use crate::watchdog::{Grant, Holding, LevelsLeft};
 /// # fn main() -> redlease::Result<()> {
 /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
 /// # let url = redis.url();
-/// let manager = redlease::LockManager::builder(&url).build()?;
+/// let manager = redlease::LockManager::builder(url.as_str()).build()?;
 /// let lock = manager.lock("invoice:42");
 /// {
 ///     let _outer = lock.lock()?;
