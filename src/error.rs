@@ -110,6 +110,11 @@ pub enum Error {
     #[error("cannot start a redlease thread: {0}")]
     ThreadSpawn(#[source] std::io::Error),
 
+    /// The wait was cancelled through the [`CancelToken`](crate::CancelToken) its handle is
+    /// bound to.
+    #[error("the wait was cancelled")]
+    Cancelled,
+
     /// The manager was shut down; no new locks can be taken through it.
     #[error("the lock manager has been shut down")]
     ShutDown,

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cancel::CancelToken;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lock::deadline_after;
@@ -64,6 +65,8 @@ const MAX_COUNT: u64 = i64::MAX as u64;
 pub struct CountDownLatch {
     client: Arc<Client>,
     keys: Arc<LatchKeys>,
+    /// Ends this handle's waits when cancelled.
+    cancel: Option<CancelToken>,
 }
 
 impl CountDownLatch {
@@ -71,6 +74,16 @@ impl CountDownLatch {
         CountDownLatch {
             client,
             keys: Arc::new(LatchKeys::new(name)),
+            cancel: None,
+        }
+    }
+
+    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
+    /// cancelled, they return [`Error::Cancelled`] promptly, leaving no subscription behind.
+    pub fn with_cancel(&self, token: &CancelToken) -> CountDownLatch {
+        CountDownLatch {
+            cancel: Some(token.clone()),
+            ..self.clone()
         }
     }
 
@@ -206,6 +219,7 @@ impl CountDownLatch {
                 })
             },
             ensure_running: || self.client.ensure_running(),
+            cancel: self.cancel.as_ref(),
         })
     }
 

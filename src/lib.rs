@@ -69,6 +69,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod cancel;
 mod client;
 mod error;
 mod fanout;
@@ -93,6 +94,7 @@ mod watchdog;
 
 /// The channels whose receivers [`LockGuard::lost_signal`] and [`GroupGuard::lost_signal`]
 /// hand out (for `select!`).
+pub use cancel::CancelToken;
 pub use crossbeam_channel;
 pub use error::{Error, LostReason, Result};
 pub use fence::FencedStore;

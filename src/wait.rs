@@ -7,12 +7,17 @@
 //! between the two is never missed; it sleeps until a wake on any channel, the hint of the
 //! last try (the holder's remaining lease), or the deadline; while a subscription is not live
 //! (the pub/sub connection is down) it polls. A wake it took and did not use (the next try
-//! failed with an error) is passed on to another waiter of the same lock. It does no I/O of
-//! its own beyond the subscriptions it is handed.
+//! failed with an error) is passed on to another waiter of the same lock. A cancel token, when
+//! the handle has one, is checked before every try and wakes every sleep, and ends the wait
+//! with [`Error::Cancelled`]. It does no I/O of its own beyond the subscriptions it is
+//! handed.
 
 use std::time::{Duration, Instant};
 
-use crate::error::Result;
+use crossbeam_channel::{Receiver, Select};
+
+use crate::cancel::CancelToken;
+use crate::error::{Error, Result};
 use crate::pubsub::Subscription;
 
 /// While a release channel is not subscribed (the pub/sub connection is down), a waiter
@@ -40,7 +45,7 @@ enum Pause {
 }
 
 /// The loop's settings.
-pub(crate) struct WaitFor<S, A, R> {
+pub(crate) struct WaitFor<'a, S, A, R> {
     /// When to give up (`None`: never).
     pub(crate) deadline: Option<Instant>,
     /// How long to sleep when a try gave no hint.
@@ -51,10 +56,12 @@ pub(crate) struct WaitFor<S, A, R> {
     pub(crate) attempt: A,
     /// Fails once the client is shut down.
     pub(crate) ensure_running: R,
+    /// Ends the wait when cancelled.
+    pub(crate) cancel: Option<&'a CancelToken>,
 }
 
 /// Runs the loop; `Ok(None)` when the deadline passed.
-pub(crate) fn wait_until<T, S, A, R>(settings: WaitFor<S, A, R>) -> Result<Option<T>>
+pub(crate) fn wait_until<T, S, A, R>(settings: WaitFor<'_, S, A, R>) -> Result<Option<T>>
 where
     S: FnOnce() -> Result<Vec<Subscription>>,
     A: FnMut() -> Result<Attempt<T>>,
@@ -66,12 +73,22 @@ where
         subscribe,
         mut attempt,
         ensure_running,
+        cancel,
     } = settings;
+    let cancelled = || match cancel {
+        Some(token) if token.is_cancelled() => Err(Error::Cancelled),
+        _ => Ok(()),
+    };
+    let cancel = cancel.map(CancelToken::receiver);
     let mut subscribe = Some(subscribe);
     let mut subscriptions: Vec<Subscription> = Vec::new();
     // The subscriptions whose wake the last sleep took.
     let mut woken: Vec<usize> = Vec::new();
     loop {
+        if let Err(err) = cancelled() {
+            pass_wakes_on(&subscriptions, &woken);
+            return Err(err);
+        }
         let pause = match attempt() {
             Ok(Attempt::Taken(taken)) => return Ok(Some(taken)),
             Ok(Attempt::Again) => {
@@ -84,10 +101,7 @@ where
             Ok(Attempt::Held { hint }) => Pause::Listen { hint },
             Ok(Attempt::BackOff { delay }) => Pause::BackOff { delay },
             Err(err) => {
-                for &index in &woken {
-                    // The release that woke us goes unused: let another waiter have it.
-                    subscriptions[index].pass_wake_on();
-                }
+                pass_wakes_on(&subscriptions, &woken);
                 return Err(err);
             }
         };
@@ -107,7 +121,7 @@ where
         woken.clear();
         match pause {
             Pause::BackOff { delay } => {
-                std::thread::sleep(until_deadline(delay));
+                sleep(until_deadline(delay), cancel);
                 for subscription in &subscriptions {
                     while subscription.woken().try_recv().is_ok() {}
                 }
@@ -122,6 +136,7 @@ where
                 }
                 woken = wait_for_any(
                     &subscriptions,
+                    cancel,
                     until_deadline(sleep).max(Duration::from_millis(1)),
                 );
             }
@@ -140,22 +155,47 @@ pub(crate) fn without_deadline<T>(mut acquire: impl FnMut() -> Result<Option<T>>
     }
 }
 
-/// Blocks until any of `subscriptions` is woken or `timeout` passes; takes the wakes that are
-/// there then and answers whose they were.
-fn wait_for_any(subscriptions: &[Subscription], timeout: Duration) -> Vec<usize> {
-    match subscriptions {
-        [] => std::thread::sleep(timeout),
-        [only] => {
+/// Gives the wakes a wait took and will not use back to their subscriptions, for other
+/// waiters of the same lock.
+fn pass_wakes_on(subscriptions: &[Subscription], woken: &[usize]) {
+    for &index in woken {
+        subscriptions[index].pass_wake_on();
+    }
+}
+
+/// Sleeps `timeout`, or less when `cancel` turns ready.
+fn sleep(timeout: Duration, cancel: Option<&Receiver<()>>) {
+    match cancel {
+        Some(cancel) => {
+            let _ = cancel.recv_timeout(timeout);
+        }
+        None => std::thread::sleep(timeout),
+    }
+}
+
+/// Blocks until any of `subscriptions` is woken, `cancel` turns ready, or `timeout` passes;
+/// takes the wakes that are there then and answers whose they were.
+fn wait_for_any(
+    subscriptions: &[Subscription],
+    cancel: Option<&Receiver<()>>,
+    timeout: Duration,
+) -> Vec<usize> {
+    match (subscriptions, cancel) {
+        ([], cancel) => sleep(timeout, cancel),
+        ([only], None) => {
             return if only.wait(timeout) {
                 vec![0]
             } else {
                 Vec::new()
             };
         }
-        several => {
-            let mut select = crossbeam_channel::Select::new();
+        (several, cancel) => {
+            let mut select = Select::new();
             for subscription in several {
                 select.recv(subscription.woken());
+            }
+            if let Some(cancel) = cancel {
+                select.recv(cancel);
             }
             let _ = select.ready_timeout(timeout);
         }

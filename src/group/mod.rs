@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use guard::Chain;
 pub use guard::GroupGuard;
 
+use crate::cancel::CancelToken;
 use crate::error::{Error, LostReason, Result};
 use crate::fanout::{self, Request};
 use crate::lease::clock_drift;
@@ -38,6 +39,13 @@ use crate::protocol::group as group_protocol;
 use crate::protocol::lock as protocol;
 use crate::protocol::names;
 use crate::wait::{self, WaitFor};
+
+/// Runs `work` with `guard`, then releases it (also when `work` panics: the guard's drop does).
+fn run_holding<R>(guard: GroupGuard, work: impl FnOnce(&GroupGuard) -> R) -> Result<R> {
+    let result = work(&guard);
+    guard.unlock()?;
+    Ok(result)
+}
 use crate::watchdog::LevelsLeft;
 
 /// The delay between two attempts after a split vote, before jitter.
@@ -75,6 +83,8 @@ const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 #[derive(Clone)]
 pub struct RedLock {
     group: Arc<Group>,
+    /// Ends this handle's waits when cancelled.
+    cancel: Option<CancelToken>,
 }
 
 /// Several locks taken together, all or nothing: for work that needs several resources at
@@ -101,6 +111,8 @@ pub struct RedLock {
 #[derive(Clone)]
 pub struct MultiLock {
     group: Arc<Group>,
+    /// Ends this handle's waits when cancelled.
+    cancel: Option<CancelToken>,
 }
 
 /// Configures a [`RedLock`] or a [`MultiLock`]; see [`RedLock::builder`] and
@@ -198,25 +210,24 @@ macro_rules! group_lock_api {
             /// while the guard lives. Fails when too few servers answer
             /// ([`Error::NoQuorum`]), or on a Redis error.
             pub fn lock(&self) -> Result<GroupGuard> {
-                wait::without_deadline(|| self.group.acquire(None, Lease::Watchdog))
+                wait::without_deadline(|| self.acquire(None, Lease::Watchdog))
             }
 
             /// Takes the lock for a fixed `lease`, waiting as long as it takes.
             pub fn lock_with_lease(&self, lease: Duration) -> Result<GroupGuard> {
                 names::lease_millis("lease", lease)?;
-                wait::without_deadline(|| self.group.acquire(None, Lease::Fixed(lease)))
+                wait::without_deadline(|| self.acquire(None, Lease::Fixed(lease)))
             }
 
             /// Makes one attempt (one round trip to every server); `Ok(None)` when the lock
             /// is held elsewhere.
             pub fn try_lock(&self) -> Result<Option<GroupGuard>> {
-                self.group.acquire(Some(Instant::now()), Lease::Watchdog)
+                self.acquire(Some(Instant::now()), Lease::Watchdog)
             }
 
             /// Takes the lock, waiting at most `wait`; `Ok(None)` when the wait ran out.
             pub fn try_lock_for(&self, wait: Duration) -> Result<Option<GroupGuard>> {
-                self.group
-                    .acquire(Some(deadline_after(wait)?), Lease::Watchdog)
+                self.acquire(Some(deadline_after(wait)?), Lease::Watchdog)
             }
 
             /// Like `try_lock_for`, with a fixed `lease` and no watchdog.
@@ -226,8 +237,70 @@ macro_rules! group_lock_api {
                 lease: Duration,
             ) -> Result<Option<GroupGuard>> {
                 names::lease_millis("lease", lease)?;
-                self.group
-                    .acquire(Some(deadline_after(wait)?), Lease::Fixed(lease))
+                self.acquire(Some(deadline_after(wait)?), Lease::Fixed(lease))
+            }
+
+            /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
+            /// deadline in the past makes one attempt.
+            pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<GroupGuard>> {
+                self.acquire(Some(deadline), Lease::Watchdog)
+            }
+
+            /// Like `try_lock_until`, with a fixed `lease` and no watchdog.
+            pub fn try_lock_until_with_lease(
+                &self,
+                deadline: Instant,
+                lease: Duration,
+            ) -> Result<Option<GroupGuard>> {
+                names::lease_millis("lease", lease)?;
+                self.acquire(Some(deadline), Lease::Fixed(lease))
+            }
+
+            /// Runs `work` holding the lock, taken as by `lock`, and releases it on every
+            /// way out, a panic included. Answers what `work` returned, or the error of the
+            /// release when it failed (the lock was lost before `work` ended).
+            pub fn with_lock<R>(&self, work: impl FnOnce(&GroupGuard) -> R) -> Result<R> {
+                run_holding(self.lock()?, work)
+            }
+
+            /// Like `with_lock`, waiting at most `wait`: `Ok(None)`, without running `work`,
+            /// when the wait ran out.
+            pub fn with_lock_for<R>(
+                &self,
+                wait: Duration,
+                work: impl FnOnce(&GroupGuard) -> R,
+            ) -> Result<Option<R>> {
+                match self.try_lock_for(wait)? {
+                    Some(guard) => run_holding(guard, work).map(Some),
+                    None => Ok(None),
+                }
+            }
+
+            /// Like `with_lock`, with a fixed `lease` and no watchdog.
+            pub fn with_lock_with_lease<R>(
+                &self,
+                lease: Duration,
+                work: impl FnOnce(&GroupGuard) -> R,
+            ) -> Result<R> {
+                run_holding(self.lock_with_lease(lease)?, work)
+            }
+
+            /// This handle, with its waits (and those of its clones) ended by `token`: once
+            /// it is cancelled, they return [`Error::Cancelled`] promptly, leaving no
+            /// subscription behind.
+            pub fn with_cancel(&self, token: &CancelToken) -> Self {
+                Self {
+                    group: Arc::clone(&self.group),
+                    cancel: Some(token.clone()),
+                }
+            }
+
+            fn acquire(
+                &self,
+                deadline: Option<Instant>,
+                lease: Lease,
+            ) -> Result<Option<GroupGuard>> {
+                self.group.acquire(deadline, lease, self.cancel.as_ref())
             }
 
             /// Whether the calling thread holds the lock, as this process knows it: taken,
@@ -276,13 +349,19 @@ mod sealed {
 
     impl Sealed for super::RedLock {
         fn from_group(group: Arc<super::Group>) -> Self {
-            super::RedLock { group }
+            super::RedLock {
+                group,
+                cancel: None,
+            }
         }
     }
 
     impl Sealed for super::MultiLock {
         fn from_group(group: Arc<super::Group>) -> Self {
-            super::MultiLock { group }
+            super::MultiLock {
+                group,
+                cancel: None,
+            }
         }
     }
 }
@@ -394,6 +473,7 @@ impl Group {
         self: &Arc<Self>,
         deadline: Option<Instant>,
         lease: Lease,
+        cancel: Option<&CancelToken>,
     ) -> Result<Option<GroupGuard>> {
         for member in &self.members {
             member.client().ensure_running()?;
@@ -443,6 +523,7 @@ impl Group {
                     .iter()
                     .try_for_each(|member| member.client().ensure_running())
             },
+            cancel,
         })
     }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
 
+use crate::cancel::CancelToken;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::lock::{self as protocol, Acquired};
@@ -52,6 +53,8 @@ use crate::watchdog::{Grant, Holding, LevelsLeft};
 pub struct Lock {
     client: Arc<Client>,
     keys: Arc<LockKeys>,
+    /// Ends this handle's waits when cancelled.
+    cancel: Option<CancelToken>,
 }
 
 /// How long an acquisition keeps the lock.
@@ -81,6 +84,17 @@ impl Lock {
         Lock {
             client,
             keys: Arc::new(LockKeys::of_kind(name, kind)),
+            cancel: None,
+        }
+    }
+
+    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
+    /// cancelled, they return [`Error::Cancelled`] promptly, leaving no subscription and no
+    /// place in a fair lock's queue behind.
+    pub fn with_cancel(&self, token: &CancelToken) -> Lock {
+        Lock {
+            cancel: Some(token.clone()),
+            ..self.clone()
         }
     }
 
@@ -124,6 +138,66 @@ impl Lock {
     ) -> Result<Option<LockGuard>> {
         let lease = Lease::fixed(lease)?;
         self.acquire(Some(deadline_after(wait)?), lease)
+    }
+
+    /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
+    /// deadline in the past tries once.
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
+        self.acquire(Some(deadline), Lease::Watchdog)
+    }
+
+    /// Like [`try_lock_until`](Lock::try_lock_until), with a fixed `lease` and no watchdog.
+    pub fn try_lock_until_with_lease(
+        &self,
+        deadline: Instant,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire(Some(deadline), Lease::fixed(lease)?)
+    }
+
+    /// Runs `work` holding the lock, taken as by [`lock`](Lock::lock), and releases it on
+    /// every way out, a panic included (the guard's drop releases it while unwinding).
+    ///
+    /// Answers what `work` returned, or the error of the release when it failed: the lock
+    /// was lost before `work` ended (see [`Error::NotHeld`]), so whatever it did may have
+    /// overlapped with another holder.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let total = manager.lock("invoice:42").with_lock(|guard| {
+    ///     // ... only one thread in all processes runs this at a time ...
+    ///     guard.fencing_token()
+    /// })?;
+    /// # assert!(total > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_lock<R>(&self, work: impl FnOnce(&LockGuard) -> R) -> Result<R> {
+        run_holding(self.lock()?, work)
+    }
+
+    /// Like [`with_lock`](Lock::with_lock), waiting at most `wait`: `Ok(None)`, without
+    /// running `work`, when the wait ran out.
+    pub fn with_lock_for<R>(
+        &self,
+        wait: Duration,
+        work: impl FnOnce(&LockGuard) -> R,
+    ) -> Result<Option<R>> {
+        match self.try_lock_for(wait)? {
+            Some(guard) => run_holding(guard, work).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`with_lock`](Lock::with_lock), with a fixed `lease` and no watchdog.
+    pub fn with_lock_with_lease<R>(
+        &self,
+        lease: Duration,
+        work: impl FnOnce(&LockGuard) -> R,
+    ) -> Result<R> {
+        run_holding(self.lock_with_lease(lease)?, work)
     }
 
     /// Whether anyone holds the lock (for the read or write lock of a read-write lock:
@@ -307,6 +381,7 @@ impl Lock {
                 })
             },
             ensure_running: || self.client.ensure_running(),
+            cancel: self.cancel.as_ref(),
         });
         if queued.get() && !matches!(outcome, Ok(Some(_))) {
             if let LockKind::Fair { .. } = self.keys.kind {
@@ -490,6 +565,13 @@ impl std::fmt::Debug for Lock {
             .field("name", &self.keys.name)
             .finish()
     }
+}
+
+/// Runs `work` with `guard`, then releases it (also when `work` panics: the guard's drop does).
+fn run_holding<R>(guard: LockGuard, work: impl FnOnce(&LockGuard) -> R) -> Result<R> {
+    let result = work(&guard);
+    guard.unlock()?;
+    Ok(result)
 }
 
 pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
