@@ -16,6 +16,7 @@ use crate::pool::Pool;
 use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
 use crate::pubsub::{Notices, PubSubHub};
 use crate::resolve::Resolver;
+use crate::stats::{Stats, WaitRecorder};
 use crate::watchdog::{LostCallback, Watchdog};
 
 /// What a client is built from; checked by the builder before.
@@ -37,6 +38,7 @@ pub(crate) struct Client {
     release_latch_ms: u64,
     next_request: AtomicU64,
     shut_down: AtomicBool,
+    waits: WaitRecorder,
 }
 
 impl Client {
@@ -100,7 +102,31 @@ impl Client {
             release_latch_ms,
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
+            waits: WaitRecorder::new(),
         }))
+    }
+
+    /// Where the wait loop counts this client's waits and acquisitions.
+    pub(crate) fn wait_recorder(&self) -> &WaitRecorder {
+        &self.waits
+    }
+
+    /// A snapshot of the counters of the client's waits, watchdog and pub/sub hub.
+    pub(crate) fn stats(&self) -> Stats {
+        let watchdog = self.watchdog.counts();
+        let mut stats = Stats::default();
+        stats.held = watchdog.held;
+        stats.waiting = self.waits.waiting();
+        stats.acquisitions = self.waits.acquisitions();
+        stats.renewals_sent = watchdog.renewals_sent;
+        stats.renewals_failed = watchdog.renewals_failed;
+        stats.renewal_batches = watchdog.renewal_batches;
+        stats.lost_not_held_anymore = watchdog.lost[0];
+        stats.lost_lease_expired = watchdog.lost[1];
+        stats.lost_force_released = watchdog.lost[2];
+        stats.pubsub_reconnects = self.hub.reconnects();
+        stats.wait_times = self.waits.wait_times();
+        stats
     }
 
     /// The client id: the first half of every holder id.

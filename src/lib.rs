@@ -86,6 +86,7 @@ mod pubsub;
 mod resolve;
 mod rwlock;
 mod script;
+mod stats;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
 pub mod testing;
@@ -107,3 +108,4 @@ pub use manager::{LockManager, LockManagerBuilder};
 /// ([`Error::Redis`]) and connection settings.
 pub use redis;
 pub use rwlock::ReadWriteLock;
+pub use stats::{Stats, WaitTimes};

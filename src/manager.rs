@@ -21,6 +21,7 @@ use crate::lease::LostLock;
 use crate::lock::Lock;
 use crate::protocol::names::{self, LockKind};
 use crate::rwlock::ReadWriteLock;
+use crate::stats::Stats;
 use crate::watchdog::LostCallback;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -176,6 +177,25 @@ impl LockManager {
     /// or unsubscribing) for waiting threads now.
     pub fn subscribed_channels(&self) -> usize {
         self.client.hub().channel_count()
+    }
+
+    /// A snapshot of what this manager's primitives have been doing: holds, waiting threads,
+    /// acquisitions and their wait times, renewals, losses by reason, pub/sub reconnects.
+    /// No I/O; cheap enough to read every second.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// manager.lock("report").with_lock(|_| ())?;
+    /// let stats = manager.stats();
+    /// assert_eq!((stats.acquisitions, stats.held), (1, 0));
+    /// println!("p99 wait {:?}", stats.wait_times.p99);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.client.stats()
     }
 
     /// Stops the watchdog and the pub/sub listener and joins their threads. Later

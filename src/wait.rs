@@ -19,6 +19,7 @@ use crossbeam_channel::{Receiver, Select};
 use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::pubsub::Subscription;
+use crate::stats::WaitRecorder;
 
 /// While a release channel is not subscribed (the pub/sub connection is down), a waiter
 /// tries at least this often instead of trusting a wake-up that may never come.
@@ -58,6 +59,8 @@ pub(crate) struct WaitFor<'a, S, A, R> {
     pub(crate) ensure_running: R,
     /// Ends the wait when cancelled.
     pub(crate) cancel: Option<&'a CancelToken>,
+    /// Counts the waiting threads, the acquisitions and their wait times.
+    pub(crate) recorder: &'a WaitRecorder,
 }
 
 /// Runs the loop; `Ok(None)` when the deadline passed.
@@ -74,7 +77,11 @@ where
         mut attempt,
         ensure_running,
         cancel,
+        recorder,
     } = settings;
+    let started = Instant::now();
+    // Set once the thread first sleeps: a try that succeeds at once never waited.
+    let mut waiting = None;
     let cancelled = || match cancel {
         Some(token) if token.is_cancelled() => Err(Error::Cancelled),
         _ => Ok(()),
@@ -90,7 +97,10 @@ where
             return Err(err);
         }
         let pause = match attempt() {
-            Ok(Attempt::Taken(taken)) => return Ok(Some(taken)),
+            Ok(Attempt::Taken(taken)) => {
+                recorder.acquired(started.elapsed());
+                return Ok(Some(taken));
+            }
             Ok(Attempt::Again) => {
                 if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                     return Ok(None);
@@ -119,6 +129,7 @@ where
             None => sleep,
         };
         woken.clear();
+        waiting.get_or_insert_with(|| recorder.start_waiting());
         match pause {
             Pause::BackOff { delay } => {
                 sleep(until_deadline(delay), cancel);

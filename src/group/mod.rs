@@ -524,6 +524,8 @@ impl Group {
                     .try_for_each(|member| member.client().ensure_running())
             },
             cancel,
+            // A group's waits count on its first member's manager.
+            recorder: self.members[0].client().wait_recorder(),
         })
     }
 

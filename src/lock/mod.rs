@@ -382,6 +382,7 @@ impl Lock {
             },
             ensure_running: || self.client.ensure_running(),
             cancel: self.cancel.as_ref(),
+            recorder: self.client.wait_recorder(),
         });
         if queued.get() && !matches!(outcome, Ok(Some(_))) {
             if let LockKind::Fair { .. } = self.keys.kind {

@@ -29,6 +29,8 @@ pub(super) struct State {
     /// this connection.
     notices_answered: bool,
     stopping: bool,
+    /// Connections made so far.
+    connections: u64,
 }
 
 /// The subscription to one channel.
@@ -98,6 +100,11 @@ impl State {
         self.notices_answered
     }
 
+    /// How many times a connection was made after the first.
+    pub(super) fn reconnects(&self) -> u64 {
+        self.connections.saturating_sub(1)
+    }
+
     pub(super) fn channel_count(&self) -> usize {
         self.channels.len()
     }
@@ -157,6 +164,7 @@ impl State {
     /// channel with waiters (anything queued for the previous connection is dropped with
     /// it), and wakes every waiter.
     pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
+        self.connections += 1;
         let mut names = Vec::new();
         self.channels.retain(|name, channel| {
             channel.confirmed = false;

@@ -201,6 +201,11 @@ impl PubSubHub {
         })
     }
 
+    /// How many times the listener connected again after its first connection.
+    pub(crate) fn reconnects(&self) -> u64 {
+        self.shared.state.lock().reconnects()
+    }
+
     /// How many channels the hub is subscribed to, or busy subscribing or unsubscribing.
     pub(crate) fn channel_count(&self) -> usize {
         self.shared.state.lock().channel_count()

@@ -17,6 +17,8 @@ use super::LostCallback;
 #[derive(Default)]
 pub(super) struct LossReports {
     pending: Vec<LostLock>,
+    /// Chains lost so far, by reason (in the order of [`counts`](LossReports::counts)).
+    lost: [u64; 3],
 }
 
 impl LossReports {
@@ -27,6 +29,11 @@ impl LossReports {
             return;
         };
         if entry.lease.mark_lost(reason) {
+            self.lost[match reason {
+                LostReason::NotHeldAnymore => 0,
+                LostReason::LeaseExpired => 1,
+                LostReason::ForceReleased => 2,
+            }] += 1;
             self.pending.push(LostLock {
                 name: entry.name.to_string(),
                 holder: entry.holder.to_string(),
@@ -36,6 +43,11 @@ impl LossReports {
         if !entry.renewing {
             registry.remove(key);
         }
+    }
+
+    /// Chains lost so far: not held anymore, lease expired, force-released.
+    pub(super) fn counts(&self) -> [u64; 3] {
+        self.lost
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -112,7 +112,27 @@ struct State {
     registry: Registry,
     schedule: Schedule,
     losses: LossReports,
+    renewals: RenewalCounts,
     stopping: bool,
+}
+
+/// How the renewals have gone so far.
+#[derive(Clone, Copy, Default)]
+struct RenewalCounts {
+    sent: u64,
+    failed: u64,
+    batches: u64,
+}
+
+/// The watchdog's counters, for the stats.
+pub(crate) struct WatchdogCounts {
+    /// Chains watched now.
+    pub(crate) held: usize,
+    pub(crate) renewals_sent: u64,
+    pub(crate) renewals_failed: u64,
+    pub(crate) renewal_batches: u64,
+    /// Chains lost, by reason: not held anymore, lease expired, force-released.
+    pub(crate) lost: [u64; 3],
 }
 
 /// What the watchdog thread does next.
@@ -162,6 +182,7 @@ impl Watchdog {
                 registry: Registry::default(),
                 schedule: Schedule::new(Instant::now(), interval),
                 losses: LossReports::default(),
+                renewals: RenewalCounts::default(),
                 stopping: false,
             }),
             latches: Mutex::new(LatchQueue::new(interval)),
@@ -408,6 +429,18 @@ impl Watchdog {
         self.shared.state.lock().registry.len()
     }
 
+    /// The counters, read under the state lock once.
+    pub(crate) fn counts(&self) -> WatchdogCounts {
+        let state = self.shared.state.lock();
+        WatchdogCounts {
+            held: state.registry.len(),
+            renewals_sent: state.renewals.sent,
+            renewals_failed: state.renewals.failed,
+            renewal_batches: state.renewals.batches,
+            lost: state.losses.counts(),
+        }
+    }
+
     /// Stops and joins the thread. Held locks are no longer renewed and run out by their
     /// lease; queued latches are left to their TTL.
     pub(crate) fn stop(&self) {
@@ -541,6 +574,14 @@ impl Shared {
             (self.interval / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let mut state = self.state.lock();
         let now = Instant::now();
+        if !batch.is_empty() {
+            state.renewals.batches += 1;
+            state.renewals.sent += batch.len() as u64;
+            state.renewals.failed += outcomes
+                .iter()
+                .filter(|outcome| matches!(outcome, Outcome::Failed))
+                .count() as u64;
+        }
         for (renewal, outcome) in batch.iter().zip(outcomes) {
             let State {
                 registry, schedule, ..
