@@ -23,6 +23,7 @@
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
+//! - **Semaphores.** A [`Semaphore`] counts permits that anyone may take and give back.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -49,7 +50,8 @@
 //! ```text
 //! manager                 LockManager: the public facade; builds the client, hands out handles
 //!   |
-//! lock, group, fence      the primitives: thin handles and guards over the layers below
+//! lock, group, fence,     the primitives: thin handles and guards over the layers below
+//! semaphore
 //!   |   guard, wait       shared by every primitive: the guard core and the wait loop
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
@@ -78,6 +80,7 @@ mod protocol;
 mod pubsub;
 mod resolve;
 mod script;
+mod semaphore;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
 pub mod testing;
@@ -96,3 +99,4 @@ pub use manager::{LockManager, LockManagerBuilder};
 /// The Redis client this crate is built on, whose types appear in its errors
 /// ([`Error::Redis`]) and connection settings.
 pub use redis;
+pub use semaphore::Semaphore;

@@ -17,6 +17,7 @@ use crate::fence::FencedStore;
 use crate::lease::LostLock;
 use crate::lock::Lock;
 use crate::protocol::names;
+use crate::semaphore::Semaphore;
 use crate::watchdog::LostCallback;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -87,6 +88,13 @@ impl LockManager {
     /// as any it has seen (see [`FencedStore`]). Making the handle does no I/O.
     pub fn fenced_store(&self, key: &str) -> FencedStore {
         FencedStore::new(Arc::clone(&self.client), key)
+    }
+
+    /// A handle to the counting semaphore called `name` (see [`Semaphore`]): any non-empty
+    /// string; it is the Redis key of the permit count. Making a handle does no I/O; every
+    /// call on a handle with an empty name fails with [`Error::InvalidArgument`].
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.client), name)
     }
 
     /// The client id: the first half of every holder id of this manager.
