@@ -23,7 +23,9 @@
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
-//! - **Semaphores.** A [`Semaphore`] counts permits that anyone may take and give back.
+//! - **Semaphores.** A [`Semaphore`] counts permits that anyone may take and give back; a
+//!   [`PermitSemaphore`] gives each permit an id and a lease, and a [`PermitGuard`] that the
+//!   watchdog keeps alive like a lock's, so a holder that dies gives its permit back.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -51,7 +53,8 @@
 //! manager                 LockManager: the public facade; builds the client, hands out handles
 //!   |
 //! lock, group, fence,     the primitives: thin handles and guards over the layers below
-//! semaphore
+//! semaphore,
+//! permit_semaphore
 //!   |   guard, wait       shared by every primitive: the guard core and the wait loop
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
@@ -75,6 +78,7 @@ mod guard;
 mod lease;
 mod lock;
 mod manager;
+mod permit_semaphore;
 mod pool;
 mod protocol;
 mod pubsub;
@@ -96,6 +100,7 @@ pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
 pub use lease::LostLock;
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};
+pub use permit_semaphore::{PermitGuard, PermitSemaphore};
 /// The Redis client this crate is built on, whose types appear in its errors
 /// ([`Error::Redis`]) and connection settings.
 pub use redis;

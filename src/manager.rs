@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::fence::FencedStore;
 use crate::lease::LostLock;
 use crate::lock::Lock;
+use crate::permit_semaphore::PermitSemaphore;
 use crate::protocol::names;
 use crate::semaphore::Semaphore;
 use crate::watchdog::LostCallback;
@@ -97,6 +98,13 @@ impl LockManager {
         Semaphore::new(Arc::clone(&self.client), name)
     }
 
+    /// A handle to the semaphore called `name` whose permits have ids and leases (see
+    /// [`PermitSemaphore`]); named as for [`semaphore`](LockManager::semaphore), and it shares
+    /// the permit count of a [`Semaphore`] of the same name.
+    pub fn permit_semaphore(&self, name: &str) -> PermitSemaphore {
+        PermitSemaphore::new(self.semaphore(name))
+    }
+
     /// The client id: the first half of every holder id of this manager.
     pub fn client_id(&self) -> &str {
         self.client.id()
@@ -107,8 +115,9 @@ impl LockManager {
         self.client.watchdog_timeout()
     }
 
-    /// How many locks held through this manager the watchdog tracks now: those it renews,
-    /// and those with a fixed lease whose deadline it watches.
+    /// How many locks (and permits of a [`PermitSemaphore`]) held through this manager the
+    /// watchdog tracks now: those it renews, and those with a fixed lease whose deadline it
+    /// watches.
     pub fn watched_locks(&self) -> usize {
         self.client.watchdog().len()
     }

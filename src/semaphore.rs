@@ -5,7 +5,8 @@
 //! and no lease: taking them returns nothing to guard. A waiter sleeps in the shared wait loop,
 //! woken by every message on the semaphore's channel (each one may let several waiters
 //! through); without a message it looks again only once per watchdog interval. The handle talks to Redis only
-//! through its [`Client`]: the pool and the pub/sub hub.
+//! through its [`Client`]: the pool and the pub/sub hub. The permit-expirable semaphore
+//! (`crate::permit_semaphore`) runs its calls and subscribes through the same helpers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
