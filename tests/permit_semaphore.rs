@@ -375,3 +375,72 @@ fn redis_down_or_a_manager_shut_down_is_an_error_not_a_hang() {
     manager.shutdown();
     assert!(matches!(semaphore.acquire(), Err(Error::ShutDown)));
 }
+
+/// The permissions the semaphores need, as `ACL SETUSER` rules: the commands the crate sends,
+/// those its scripts run (the watchdog's renewal of a permit included), the keys under the
+/// names used (`acl:*`, its permit zsets `{acl:*`, and the channel, which the scripts take as
+/// a key) and the channels.
+const SEMAPHORE_ACL: &[&str] = &[
+    "+ping",
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+subscribe",
+    "+unsubscribe",
+    "+get",
+    "+set",
+    "+incrby",
+    "+decrby",
+    "+publish",
+    "+time",
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zrangebyscore",
+    "+zscore",
+    "~acl:*",
+    "~{acl:*",
+    "~redisson_sc:*",
+    "&redisson_sc*",
+    "&redlease_lock__force_release",
+];
+
+#[test]
+fn a_user_with_only_the_listed_permissions_uses_both_semaphores() {
+    let redis = server();
+    let mut words = vec!["ACL", "SETUSER", "sem", "reset", "on", ">sem-secret"];
+    words.extend(SEMAPHORE_ACL);
+    assert!(redis.command(&words).unwrap().starts_with("+OK"));
+    let url = format!("redis://sem:sem-secret@127.0.0.1:{}/", redis.port());
+    let manager = manager_for_url(&url, SHORT_WATCHDOG);
+
+    let counted = manager.semaphore("acl:counted");
+    assert!(counted.try_set_permits(0).unwrap());
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| counted.try_acquire_for(2, PATIENCE).unwrap());
+        assert!(eventually(PATIENCE, || manager.subscribed_channels() == 1));
+        counted.release(1).unwrap();
+        assert_eq!(counted.add_permits(1).unwrap(), 2);
+        assert!(waiter.join().unwrap());
+    });
+    counted.release(3).unwrap();
+    assert_eq!(counted.drain_permits().unwrap(), 3);
+
+    let expiring = manager.permit_semaphore("acl:expiring");
+    assert!(expiring.try_set_permits(2).unwrap());
+    let kept = expiring.acquire().unwrap();
+    let brief = expiring
+        .acquire_with_lease(Duration::from_millis(200))
+        .unwrap();
+    // The brief permit comes back by itself; the kept one is renewed past its lease.
+    let rival = manager_for_url(&url, LONG_WATCHDOG).permit_semaphore("acl:expiring");
+    let back = rival.try_acquire_for(PATIENCE).unwrap().expect("expired");
+    assert!(matches!(brief.release(), Err(Error::NotHeld { .. })));
+    assert!(rival.try_acquire_for(SHORT_WATCHDOG * 2).unwrap().is_none());
+    assert!(kept.check().is_ok());
+    expiring.release_id(back.permit_id()).unwrap();
+    assert!(matches!(back.release(), Err(Error::NotHeld { .. })));
+    kept.release().unwrap();
+    assert_eq!(expiring.available_permits().unwrap(), 2);
+    assert_eq!(manager.watched_locks(), 0);
+}

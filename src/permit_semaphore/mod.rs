@@ -54,8 +54,8 @@ use crate::watchdog::{Grant, Holding};
 ///
 /// // A permit with a fixed lease comes back when the lease runs out, guard or not.
 /// let short = workers.acquire_with_lease(Duration::from_millis(100))?;
-/// std::mem::forget(short);
-/// assert!(workers.try_acquire_for(Duration::from_secs(5))?.is_some());
+/// let next = workers.try_acquire_for(Duration::from_secs(5))?;
+/// assert!(next.is_some() && short.is_lost());
 /// # Ok(())
 /// # }
 /// ```
