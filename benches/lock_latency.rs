@@ -1,7 +1,8 @@
 //! Lock latency against the raw Redis round trip, all measured in one run on one server.
 //!
 //! `cargo bench --bench lock_latency [-- redis-url]`: without a URL it starts a throwaway
-//! `redis-server`. Prints the PING round trip, the uncontended lock+unlock pair, the handoff
+//! `redis-server`. Prints the PING round trip, the uncontended lock+unlock pair, the
+//! uncontended semaphore acquire+release pair (and its two scripts alone), the handoff
 //! latency between 8 contending threads (release started -> next holder has it), each as a
 //! ratio to the round trip; the fair lock's handoff and its contenders' waits, and the read
 //! lock's pair; and how the watchdog copes with 100 000 held locks. Then, on five
@@ -41,6 +42,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{:<36} {}",
         "lock+unlock pair, uncontended",
         pair.describe(Some(&round_trip))
+    );
+
+    let semaphore_pair = Samples::new(measure_semaphore_pairs(&manager)?);
+    println!(
+        "{:<36} {}",
+        "semaphore acquire+release, 1 permit",
+        semaphore_pair.describe(Some(&round_trip))
+    );
+    let semaphore_floor = Samples::new(measure_semaphore_scripts(&url)?);
+    println!(
+        "{:<36} {}",
+        "  its two scripts alone, no library",
+        semaphore_floor.describe(Some(&round_trip))
     );
 
     let handoff = Samples::new(measure_handoffs(&manager)?);
@@ -213,6 +227,58 @@ fn measure_lock_pairs(lock: &Lock) -> redlease::Result<Vec<Duration>> {
             Ok(started.elapsed())
         })
         .collect()
+}
+
+/// An uncontended semaphore acquire(1)+release(1) pair, on a semaphore of one permit.
+fn measure_semaphore_pairs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
+    let semaphore = manager.semaphore("bench:semaphore");
+    semaphore.try_set_permits(1)?;
+    for _ in 0..1_000 {
+        semaphore.acquire(1)?;
+        semaphore.release(1)?;
+    }
+    (0..PAIRS)
+        .map(|_| {
+            let started = Instant::now();
+            semaphore.acquire(1)?;
+            semaphore.release(1)?;
+            Ok(started.elapsed())
+        })
+        .collect()
+}
+
+/// The floor of a semaphore pair: its take and add scripts sent on a plain connection, with
+/// nothing around them (what is left is the round trips and the scripts' run time).
+fn measure_semaphore_scripts(url: &str) -> redis::RedisResult<Vec<Duration>> {
+    let count = include_str!("../src/protocol/semaphore_count.lua");
+    let take = redis::Script::new(&format!(
+        "{count}{}",
+        include_str!("../src/protocol/semaphore_take.lua")
+    ));
+    let add = redis::Script::new(&format!(
+        "{count}{}",
+        include_str!("../src/protocol/semaphore_add.lua")
+    ));
+    let mut connection = redis::Client::open(url)?.get_connection()?;
+    redis::cmd("SET")
+        .arg("bench:semaphore-floor")
+        .arg(1)
+        .query::<()>(&mut connection)?;
+    let mut pair = || -> redis::RedisResult<Duration> {
+        let started = Instant::now();
+        take.key("bench:semaphore-floor")
+            .arg(1)
+            .invoke::<i64>(&mut connection)?;
+        add.key("bench:semaphore-floor")
+            .key("redisson_sc:{bench:semaphore-floor}")
+            .arg(1)
+            .invoke::<(i64, i64)>(&mut connection)?;
+        Ok(started.elapsed())
+    };
+    for _ in 0..1_000 {
+        pair()?;
+    }
+    (0..PAIRS).map(|_| pair()).collect()
 }
 
 /// The physical floor of a fan-out: PING written to every server, then every answer read.

@@ -114,19 +114,19 @@ impl Client {
     /// A snapshot of the counters of the client's waits, watchdog and pub/sub hub.
     pub(crate) fn stats(&self) -> Stats {
         let watchdog = self.watchdog.counts();
-        let mut stats = Stats::default();
-        stats.held = watchdog.held;
-        stats.waiting = self.waits.waiting();
-        stats.acquisitions = self.waits.acquisitions();
-        stats.renewals_sent = watchdog.renewals_sent;
-        stats.renewals_failed = watchdog.renewals_failed;
-        stats.renewal_batches = watchdog.renewal_batches;
-        stats.lost_not_held_anymore = watchdog.lost[0];
-        stats.lost_lease_expired = watchdog.lost[1];
-        stats.lost_force_released = watchdog.lost[2];
-        stats.pubsub_reconnects = self.hub.reconnects();
-        stats.wait_times = self.waits.wait_times();
-        stats
+        Stats {
+            held: watchdog.held,
+            waiting: self.waits.waiting(),
+            acquisitions: self.waits.acquisitions(),
+            renewals_sent: watchdog.renewals_sent,
+            renewals_failed: watchdog.renewals_failed,
+            renewal_batches: watchdog.renewal_batches,
+            lost_not_held_anymore: watchdog.lost[0],
+            lost_lease_expired: watchdog.lost[1],
+            lost_force_released: watchdog.lost[2],
+            pubsub_reconnects: self.hub.reconnects(),
+            wait_times: self.waits.wait_times(),
+        }
     }
 
     /// The client id: the first half of every holder id.

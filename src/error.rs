@@ -29,15 +29,6 @@ pub enum Error {
     #[error("redis answered with an error: {0}")]
     Redis(#[source] redis::RedisError),
 
-    /// The key of a primitive holds a value it cannot be (a key of another Redis type, or a
-    /// string that is no count): the name is taken by something else, which was left as it
-    /// was.
-    #[error("key {key:?} holds a value of another type")]
-    WrongType {
-        /// The key.
-        key: String,
-    },
-
     /// The calling thread does not hold the lock: it never took it, another thread or process
     /// holds it, or its lease ran out before the release.
     #[error("lock {name:?} is not held by the calling thread")]
@@ -102,7 +93,17 @@ pub enum Error {
         elapsed: Duration,
     },
 
-    /// An argument is out of range: an empty lock name, a zero or too long duration.
+    /// A key of the primitive called `name` holds something it cannot use: a key of another
+    /// Redis type (Redis answered `WRONGTYPE`), or a string that is not a count. Nothing was
+    /// changed.
+    #[error("{name:?} is taken by a redis key of another kind")]
+    WrongType {
+        /// The name of the primitive.
+        name: String,
+    },
+
+    /// An argument is out of range: an empty lock name, a zero or too long duration, a zero
+    /// permit count, a change that would leave a semaphore with fewer than no permits.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
@@ -130,6 +131,17 @@ impl Error {
             Error::Unreachable(err)
         } else {
             Error::Redis(err)
+        }
+    }
+
+    /// Turns Redis's `WRONGTYPE` answer about a key of the primitive called `name` into
+    /// [`Error::WrongType`]; any other error stays as it is.
+    pub(crate) fn about_keys_of(self, name: &str) -> Self {
+        match &self {
+            Error::Redis(err) if err.code() == Some("WRONGTYPE") => Error::WrongType {
+                name: name.to_owned(),
+            },
+            _ => self,
         }
     }
 

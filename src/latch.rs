@@ -147,7 +147,7 @@ impl CountDownLatch {
             .client
             .pool()
             .run(|connection| redis::cmd("GET").arg(name).query(connection))
-            .map_err(|err| self.typed(err))?;
+            .map_err(|err| err.about_keys_of(&self.keys.name))?;
         protocol::count_from(value.as_deref()).ok_or_else(|| self.wrong_type())
     }
 
@@ -238,20 +238,12 @@ impl CountDownLatch {
         self.client
             .pool()
             .run(|connection| script::run(connection, call))
-            .map_err(|err| self.typed(err))
-    }
-
-    /// [`Error::WrongType`] for Redis's (or a latch script's) `WRONGTYPE` answer.
-    fn typed(&self, err: Error) -> Error {
-        match err {
-            Error::Redis(err) if err.code() == Some("WRONGTYPE") => self.wrong_type(),
-            err => err,
-        }
+            .map_err(|err| err.about_keys_of(&self.keys.name))
     }
 
     fn wrong_type(&self) -> Error {
         Error::WrongType {
-            key: self.keys.name.clone(),
+            name: self.keys.name.clone(),
         }
     }
 }

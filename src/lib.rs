@@ -24,9 +24,11 @@
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
 //! - **More synchronizers.** A fair lock ([`LockManager::fair_lock`]) taken in the order of
-//!   asking; a [`ReadWriteLock`] for many readers or one writer; a [`CountDownLatch`] that
-//!   opens when its count, counted down from any thread of any process, reaches zero, and
-//!   wakes every waiter in every process.
+//!   asking; a [`ReadWriteLock`] for many readers or one writer; a [`Semaphore`] of permits
+//!   anyone may take and give back; a [`PermitSemaphore`] whose permits have ids and leases,
+//!   with a [`PermitGuard`] the watchdog keeps alive like a lock's, so a holder that dies gives
+//!   its permit back; a [`CountDownLatch`] that opens when its count, counted down from any
+//!   thread of any process, reaches zero, and wakes every waiter in every process.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -54,7 +56,9 @@
 //! manager                 LockManager: the public facade; builds the client, hands out handles
 //!   |
 //! lock, rwlock, group,    the primitives: thin handles and guards over the layers below
-//! fence, latch            (the fair, read and write locks are kinds of `lock`)
+//! fence, latch,           (the fair, read and write locks are kinds of `lock`)
+//! semaphore,
+//! permit_semaphore
 //!   |   guard, wait       shared by every primitive: the guard core and the wait loop
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
@@ -80,12 +84,14 @@ mod latch;
 mod lease;
 mod lock;
 mod manager;
+mod permit_semaphore;
 mod pool;
 mod protocol;
 mod pubsub;
 mod resolve;
 mod rwlock;
 mod script;
+mod semaphore;
 mod stats;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
@@ -104,8 +110,10 @@ pub use latch::CountDownLatch;
 pub use lease::LostLock;
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};
+pub use permit_semaphore::{PermitGuard, PermitSemaphore};
 /// The Redis client this crate is built on, whose types appear in its errors
 /// ([`Error::Redis`]) and connection settings.
 pub use redis;
 pub use rwlock::ReadWriteLock;
+pub use semaphore::Semaphore;
 pub use stats::{Stats, WaitTimes};

@@ -19,8 +19,10 @@ use crate::fence::FencedStore;
 use crate::latch::CountDownLatch;
 use crate::lease::LostLock;
 use crate::lock::Lock;
+use crate::permit_semaphore::PermitSemaphore;
 use crate::protocol::names::{self, LockKind};
 use crate::rwlock::ReadWriteLock;
+use crate::semaphore::Semaphore;
 use crate::stats::Stats;
 use crate::watchdog::LostCallback;
 
@@ -81,7 +83,7 @@ impl LockManager {
     /// `(host, port)` pair.
     ///
     /// ```
-    /// # fn main() -> redlease::Result<()> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
     /// # let port = redis.port();
     /// use redlease::redis::IntoConnectionInfo;
@@ -157,6 +159,20 @@ impl LockManager {
         CountDownLatch::new(Arc::clone(&self.client), name)
     }
 
+    /// A handle to the counting semaphore called `name` (see [`Semaphore`]): any non-empty
+    /// string; it is the Redis key of the permit count. Making a handle does no I/O; every
+    /// call on a handle with an empty name fails with [`Error::InvalidArgument`].
+    pub fn semaphore(&self, name: &str) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.client), name)
+    }
+
+    /// A handle to the semaphore called `name` whose permits have ids and leases (see
+    /// [`PermitSemaphore`]); named as for [`semaphore`](LockManager::semaphore), and it shares
+    /// the permit count of a [`Semaphore`] of the same name.
+    pub fn permit_semaphore(&self, name: &str) -> PermitSemaphore {
+        PermitSemaphore::new(self.semaphore(name))
+    }
+
     /// The client id: the first half of every holder id of this manager.
     pub fn client_id(&self) -> &str {
         self.client.id()
@@ -167,8 +183,9 @@ impl LockManager {
         self.client.watchdog_timeout()
     }
 
-    /// How many locks held through this manager the watchdog tracks now: those it renews,
-    /// and those with a fixed lease whose deadline it watches.
+    /// How many locks (and permits of a [`PermitSemaphore`]) held through this manager the
+    /// watchdog tracks now: those it renews, and those with a fixed lease whose deadline it
+    /// watches.
     pub fn watched_locks(&self) -> usize {
         self.client.watchdog().len()
     }

@@ -437,7 +437,7 @@ fn a_key_of_another_type_is_a_typed_error_and_stays_as_it_was() {
     let _: () = raw.set("a-word", "hello").unwrap();
     for name in ["a-hash", "a-word"] {
         let latch = manager.count_down_latch(name);
-        let is_wrong_type = |result: Result<(), Error>| matches!(result, Err(Error::WrongType { ref key }) if key == name);
+        let is_wrong_type = |result: Result<(), Error>| matches!(result, Err(Error::WrongType { name: ref named }) if named == name);
         assert!(is_wrong_type(latch.try_set_count(1).map(drop)), "{name}");
         assert!(is_wrong_type(latch.count_down()), "{name}");
         assert!(is_wrong_type(latch.count().map(drop)), "{name}");
@@ -452,7 +452,7 @@ fn a_key_of_another_type_is_a_typed_error_and_stays_as_it_was() {
     let error = manager.count_down_latch("a-hash").count().unwrap_err();
     assert_eq!(
         error.to_string(),
-        "key \"a-hash\" holds a value of another type"
+        "\"a-hash\" is taken by a redis key of another kind"
     );
     assert!(!error.is_transient());
     assert_no_subscription_left(&manager, &redis);

@@ -13,5 +13,6 @@ pub(crate) mod lock;
 pub(crate) mod names;
 pub(crate) mod renew;
 pub(crate) mod script;
+pub(crate) mod semaphore;
 
 pub(crate) use script::ScriptCall;

@@ -4,6 +4,7 @@ use redis::Value;
 
 use super::names;
 use super::script::{lua_script, ScriptCall};
+use super::semaphore::PermitId;
 
 lua_script!(RENEW = "renew.lua");
 
@@ -47,7 +48,12 @@ pub(crate) fn renew(lease_ms: u64, holds: &[(HoldKind, &str, &str)]) -> ScriptCa
         call = match kind {
             HoldKind::WriteLock => call.arg(names::writer_field(holder)).arg(""),
             HoldKind::ReadLock => call.arg(holder).arg(names::read_level_prefix(name, holder)),
-            HoldKind::Lock | HoldKind::Permit => call.arg(holder).arg(""),
+            HoldKind::Lock => call.arg(holder).arg(""),
+            // The zset holds a permit's id as raw bytes; the watchdog knows it by its hex.
+            HoldKind::Permit => match PermitId::from_hex(holder) {
+                Some(id) => call.arg(&id.as_bytes()[..]).arg(""),
+                None => call.arg(holder).arg(""),
+            },
         };
     }
     call

@@ -30,14 +30,21 @@ impl LuaScript {
     }
 }
 
-/// Declares a `static` [`LuaScript`] from a `.lua` file next to this module.
+/// Declares a `static` [`LuaScript`] from a `.lua` file next to this module, or from several
+/// joined in order (`"shared.lua" + "body.lua"`: scripts cannot call each other, so code that
+/// several scripts run is a file they all start with).
 macro_rules! lua_script {
-    ($(#[$doc:meta])* $name:ident = $file:literal) => {
+    ($(#[$doc:meta])* $name:ident = $first:literal $(+ $more:literal)*) => {
         $(#[$doc])*
         pub(crate) static $name: $crate::protocol::script::LuaScript =
-            $crate::protocol::script::LuaScript::new(include_str!($file), || {
-                redis::Script::new(include_str!($file)).get_hash().to_owned()
-            });
+            $crate::protocol::script::LuaScript::new(
+                concat!(include_str!($first) $(, include_str!($more))*),
+                || {
+                    redis::Script::new(concat!(include_str!($first) $(, include_str!($more))*))
+                        .get_hash()
+                        .to_owned()
+                },
+            );
     };
 }
 pub(crate) use lua_script;

@@ -1,0 +1,160 @@
+//! [`PermitGuard`]: one permit of a [`PermitSemaphore`], given back when dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+
+use super::PermitSemaphore;
+use crate::error::{Error, LostReason, Result};
+use crate::guard::{GuardCore, Hold};
+use crate::lease::LeaseState;
+use crate::protocol::semaphore::PermitId;
+
+/// One permit of a [`PermitSemaphore`], taken by the current thread.
+///
+/// Dropping the guard gives the permit back and wakes the waiters;
+/// [`release`](PermitGuard::release) does the same and says how it went, where `Drop` can
+/// only log a failure. While it lives, the watchdog renews the permit's lease, unless it was
+/// taken with a fixed lease. Like a [`LockGuard`](crate::LockGuard) it tells when the permit
+/// is known to be lost, is `Sync` but not `Send`, and owns a clone of its handle.
+///
+/// ```compile_fail
+/// fn moves_to_another_thread<T: Send>() {}
+/// moves_to_another_thread::<redlease::PermitGuard>();
+/// ```
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// let uploads = manager.permit_semaphore("uploads");
+/// uploads.add_permits(3)?;
+/// let permit = uploads.acquire()?;
+/// assert_eq!(uploads.available_permits()?, 2);
+/// permit.check()?; // Err(Error::LockLost { .. }) once the permit is known to be lost
+/// permit.release()?;
+/// assert_eq!(uploads.available_permits()?, 3);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "the permit is given back as soon as the guard is dropped"]
+pub struct PermitGuard {
+    core: GuardCore<PermitHold>,
+}
+
+/// What a [`PermitGuard`] holds.
+struct PermitHold {
+    semaphore: PermitSemaphore,
+    id: PermitId,
+    /// The id as users and the watchdog know it.
+    hex: String,
+    /// The permit's key in the watchdog.
+    watch_key: String,
+    /// `None` when the watchdog renews the lease.
+    fixed_lease: Option<Duration>,
+    lease: Arc<LeaseState>,
+}
+
+impl Hold for PermitHold {
+    fn label(&self) -> String {
+        self.semaphore.name().to_owned()
+    }
+
+    fn lost(&self) -> Option<LostReason> {
+        self.lease.lost()
+    }
+
+    fn lost_signal(&self) -> Receiver<LostReason> {
+        self.lease.signal()
+    }
+
+    fn release(&self) -> Result<()> {
+        let watchdog = self.semaphore.semaphore.client().watchdog();
+        watchdog.unwatch(&self.watch_key, &self.lease, self.fixed_lease.is_some());
+        match self.semaphore.release(&self.id) {
+            Err(err) if err.is_transient() => {
+                log::debug!(
+                    "semaphore {:?}: retrying release of permit {} after: {err}",
+                    self.semaphore.name(),
+                    self.hex
+                );
+                match self.semaphore.release(&self.id) {
+                    // The first send may have given it back before its connection broke.
+                    Err(Error::NotHeld { .. }) => Ok(()),
+                    answer => answer,
+                }
+            }
+            answer => answer,
+        }
+    }
+}
+
+impl PermitGuard {
+    pub(super) fn new(
+        semaphore: PermitSemaphore,
+        id: PermitId,
+        hex: String,
+        watch_key: String,
+        fixed_lease: Option<Duration>,
+        lease: Arc<LeaseState>,
+    ) -> Self {
+        PermitGuard {
+            core: GuardCore::new(PermitHold {
+                semaphore,
+                id,
+                hex,
+                watch_key,
+                fixed_lease,
+                lease,
+            }),
+        }
+    }
+
+    /// The semaphore this permit belongs to.
+    pub fn semaphore(&self) -> &PermitSemaphore {
+        &self.core.hold().semaphore
+    }
+
+    /// The permit's id: 32 lowercase hex digits, as Redisson shows its permit ids. Another
+    /// process may give the permit back with [`PermitSemaphore::release_id`].
+    pub fn permit_id(&self) -> &str {
+        &self.core.hold().hex
+    }
+
+    /// Whether the permit is known to be lost (see [`LostReason`]): a renewal found it given
+    /// back already, or its lease ran out by the local clock before a renewal succeeded (or,
+    /// for a fixed lease, at all). Cheap: no I/O.
+    pub fn is_lost(&self) -> bool {
+        self.core.is_lost()
+    }
+
+    /// `Err(Error::LockLost)` once the permit is known to be lost, else `Ok(())`.
+    pub fn check(&self) -> Result<()> {
+        self.core.check()
+    }
+
+    /// A receiver that gets one message, the reason, once the permit is found lost (at once
+    /// if it already is); as [`LockGuard::lost_signal`](crate::LockGuard::lost_signal).
+    pub fn lost_signal(&self) -> Receiver<LostReason> {
+        self.core.lost_signal()
+    }
+
+    /// Gives the permit back now and reports the outcome: [`Error::NotHeld`] when it was
+    /// given back before (its lease ran out, or someone released its id).
+    pub fn release(self) -> Result<()> {
+        self.core.unlock()
+    }
+}
+
+impl std::fmt::Debug for PermitGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hold = self.core.hold();
+        f.debug_struct("PermitGuard")
+            .field("name", &hold.semaphore.name())
+            .field("permit_id", &hold.hex)
+            .field("fixed_lease", &hold.fixed_lease)
+            .field("lost", &hold.lease.lost())
+            .finish()
+    }
+}

@@ -1,0 +1,292 @@
+//! The permit-expirable semaphore: the [`PermitSemaphore`] handle and its RAII
+//! [`PermitGuard`].
+//!
+//! Redisson's `RPermitExpirableSemaphore` layout: the count of a [`Semaphore`] plus a zset of
+//! the permits taken, each with an id and the end of its lease, so the permit of a holder that
+//! died comes back by itself. Every script gives expired permits back first, by the server's
+//! clock. Beyond Redisson, a permit taken without a lease is kept by the client's watchdog
+//! while its guard lives (as a lock is) and reported lost like one. The handle waits and runs
+//! its calls through the [`Semaphore`] of the same name (the shared wait loop, the pub/sub
+//! hub, the pool) and tracks its guards' leases with the client's watchdog.
+
+mod guard;
+
+use std::time::{Duration, Instant};
+
+use redis::RedisError;
+
+pub use guard::PermitGuard;
+
+use crate::cancel::CancelToken;
+use crate::error::{Error, Result};
+use crate::lock::deadline_after;
+use crate::protocol::names;
+use crate::protocol::renew::HoldKind;
+use crate::protocol::semaphore::{self as protocol, PermitId, PermitTaken};
+use crate::script;
+use crate::semaphore::Semaphore;
+use crate::wait::{self, Attempt};
+use crate::watchdog::{Grant, Holding};
+
+/// A handle to one named semaphore whose permits each have an id and a lease. Cheap to
+/// clone; `Send` and `Sync`.
+///
+/// Taking a permit returns a [`PermitGuard`] that gives it back when dropped. Taken without a
+/// lease ([`acquire`](PermitSemaphore::acquire)), the permit gets the watchdog timeout as its
+/// lease and is renewed while its guard lives; taken with one
+/// ([`acquire_with_lease`](PermitSemaphore::acquire_with_lease)), it comes back when the lease
+/// runs out, guard or not. Either way a holder that dies gives its permit back within its
+/// lease. The permits available are set as for a [`Semaphore`]
+/// ([`try_set_permits`](PermitSemaphore::try_set_permits),
+/// [`add_permits`](PermitSemaphore::add_permits)).
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// use std::time::Duration;
+///
+/// let workers = manager.permit_semaphore("render-workers");
+/// workers.try_set_permits(1)?;
+/// let permit = workers.acquire()?; // renewed by the watchdog while it lives
+/// assert!(workers.try_acquire()?.is_none());
+/// println!("rendering under permit {}", permit.permit_id());
+/// drop(permit);
+///
+/// // A permit with a fixed lease comes back when the lease runs out, guard or not.
+/// let short = workers.acquire_with_lease(Duration::from_millis(100))?;
+/// let next = workers.try_acquire_for(Duration::from_secs(5))?;
+/// assert!(next.is_some() && short.is_lost());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct PermitSemaphore {
+    /// The count, and the client it runs calls and waits through.
+    semaphore: Semaphore,
+}
+
+impl PermitSemaphore {
+    pub(crate) fn new(semaphore: Semaphore) -> Self {
+        PermitSemaphore { semaphore }
+    }
+
+    /// The semaphore name: the Redis key of its count.
+    pub fn name(&self) -> &str {
+        self.semaphore.name()
+    }
+
+    /// Takes a permit, waiting as long as it takes; the watchdog keeps it while the guard
+    /// lives.
+    ///
+    /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
+    /// down.
+    pub fn acquire(&self) -> Result<PermitGuard> {
+        wait::without_deadline(|| self.acquire_until(None, None))
+    }
+
+    /// Takes a permit for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
+    /// comes back after `lease` even if the guard still lives.
+    pub fn acquire_with_lease(&self, lease: Duration) -> Result<PermitGuard> {
+        names::lease_millis("lease", lease)?;
+        wait::without_deadline(|| self.acquire_until(None, Some(lease)))
+    }
+
+    /// Takes a permit if one is available now, without waiting.
+    pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
+        self.acquire_until(Some(Instant::now()), None)
+    }
+
+    /// Takes a permit, waiting at most `wait` for one; `Ok(None)` when the wait ran out. A
+    /// zero `wait` tries once.
+    pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
+        self.acquire_until(Some(deadline_after(wait)?), None)
+    }
+
+    /// Takes a permit, waiting until `deadline` at most; `Ok(None)` when it passed. A deadline
+    /// in the past tries once.
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
+        self.acquire_until(Some(deadline), None)
+    }
+
+    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
+    /// cancelled, they return [`Error::Cancelled`](crate::Error::Cancelled) promptly, leaving
+    /// no subscription behind.
+    pub fn with_cancel(&self, token: &CancelToken) -> PermitSemaphore {
+        PermitSemaphore {
+            semaphore: self.semaphore.with_cancel(token),
+        }
+    }
+
+    /// Like [`try_acquire_for`](PermitSemaphore::try_acquire_for), with a fixed `lease` and no
+    /// watchdog.
+    pub fn try_acquire_for_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<PermitGuard>> {
+        names::lease_millis("lease", lease)?;
+        self.acquire_until(Some(deadline_after(wait)?), Some(lease))
+    }
+
+    /// Gives back the permit with this id (its [`PermitGuard::permit_id`]), whoever took it:
+    /// for permits whose id was handed to another process, or whose guard was leaked with
+    /// [`std::mem::forget`]. A guard that still holds the permit finds it lost at its next
+    /// renewal ([`LostReason::NotHeldAnymore`](crate::LostReason::NotHeldAnymore)), or, with a
+    /// fixed lease, when the lease ends.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an id that is not 32 hex digits; [`Error::NotHeld`] when
+    /// no permit with this id is taken (it was given back already, or its lease ran out).
+    pub fn release_id(&self, id: &str) -> Result<()> {
+        let permit = PermitId::from_hex(id).ok_or_else(|| {
+            Error::InvalidArgument(format!("{id:?} is not a permit id (32 hex digits)"))
+        })?;
+        self.release(&permit)
+    }
+
+    /// How many permits are available now, after giving back those whose lease ran out (a
+    /// count another client drove below zero reads as 0).
+    pub fn available_permits(&self) -> Result<u64> {
+        let keys = self.semaphore.keys()?;
+        let count: i64 = self.semaphore.run(&protocol::available_reclaiming(keys))?;
+        Ok(count.max(0) as u64)
+    }
+
+    /// Sets the number of permits available if the semaphore does not exist yet, and wakes
+    /// its waiters; answers whether it was set. As [`Semaphore::try_set_permits`].
+    pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        self.semaphore.try_set_permits(permits)
+    }
+
+    /// Adds `change` permits (a negative change takes available ones away), after giving
+    /// back those whose lease ran out, and answers how many are available now. As
+    /// [`Semaphore::add_permits`].
+    pub fn add_permits(&self, change: i64) -> Result<u64> {
+        self.semaphore.change(protocol::add_reclaiming, change)
+    }
+
+    /// Tries until `deadline` (forever with `None`) in the semaphore's wait loop, sleeping
+    /// until a message or the end of the first lease of a permit taken.
+    fn acquire_until(
+        &self,
+        deadline: Option<Instant>,
+        fixed_lease: Option<Duration>,
+    ) -> Result<Option<PermitGuard>> {
+        let client = self.semaphore.client();
+        let lease_ms = match fixed_lease {
+            Some(lease) => names::lease_millis("lease", lease)?,
+            None => client.watchdog_timeout_ms(),
+        };
+        self.semaphore.wait_until(deadline, || {
+            let id = PermitId::random();
+            let sent_at = Instant::now();
+            Ok(match self.attempt(&id, lease_ms)? {
+                PermitTaken::Taken => match self.guard(id, fixed_lease, sent_at) {
+                    Some(guard) => Attempt::Taken(guard),
+                    None => Attempt::Again,
+                },
+                PermitTaken::Held { first_expiry } => Attempt::Held { hint: first_expiry },
+            })
+        })
+    }
+
+    /// One attempt to take a permit under `id`. When its answer does not come, a release of
+    /// `id` is queued right behind it on the same connection: a late grant is given back at
+    /// once instead of at the end of its lease.
+    fn attempt(&self, id: &PermitId, lease_ms: u64) -> Result<PermitTaken> {
+        let keys = self.semaphore.keys()?;
+        let call = protocol::take_permit(keys, id, lease_ms);
+        self.semaphore
+            .client()
+            .pool()
+            .run(|connection| {
+                let answer = script::run::<PermitTaken>(connection, &call);
+                if answer.as_ref().is_err_and(RedisError::is_timeout) {
+                    let undo = protocol::release_permit(keys, id).as_eval();
+                    let _ = connection.send_packed_command(&undo.get_packed_command());
+                }
+                answer
+            })
+            .map_err(|err| err.about_keys_of(self.name()))
+    }
+
+    /// The guard of the permit `id`, granted by a request sent at `sent_at`, now tracked by
+    /// the watchdog; `None` (and the permit given back) should the watchdog refuse it.
+    fn guard(
+        &self,
+        id: PermitId,
+        fixed_lease: Option<Duration>,
+        sent_at: Instant,
+    ) -> Option<PermitGuard> {
+        let hex = id.to_hex();
+        let watch_key = names::permit_watch_key(self.name(), &hex);
+        let holding = Holding {
+            key: &watch_key,
+            name: self.name(),
+            holder: &hex,
+            kind: HoldKind::Permit,
+            thread: names::thread_number(),
+        };
+        // A permit is a chain of its own (no reentrant levels) and has no fencing token.
+        let grant = Grant {
+            token: 0,
+            joins: false,
+        };
+        let watchdog = self.semaphore.client().watchdog();
+        match watchdog.watch(holding, grant, sent_at, fixed_lease) {
+            Some((lease, _)) => Some(PermitGuard::new(
+                self.clone(),
+                id,
+                hex,
+                watch_key,
+                fixed_lease,
+                lease,
+            )),
+            None => {
+                // Only a level joining a chain is refused; give the permit back regardless.
+                if let Err(err) = self.release(&id) {
+                    log::debug!(
+                        "semaphore {:?}: release of a refused permit: {err}",
+                        self.name()
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Gives the permit `id` back; [`Error::NotHeld`] when it is not taken.
+    fn release(&self, id: &PermitId) -> Result<()> {
+        let keys = self.semaphore.keys()?;
+        let released: i64 = self.semaphore.run(&protocol::release_permit(keys, id))?;
+        if released == 1 {
+            Ok(())
+        } else {
+            Err(Error::NotHeld {
+                name: keys.name.clone(),
+            })
+        }
+    }
+}
+
+impl std::fmt::Debug for PermitSemaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermitSemaphore")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handles_are_shared_freely_and_guards_stay_on_their_thread() {
+        fn shared_and_sent<T: Send + Sync + Clone>() {}
+        fn shared<T: Sync>() {}
+        shared_and_sent::<crate::Semaphore>();
+        shared_and_sent::<crate::PermitSemaphore>();
+        shared::<crate::PermitGuard>();
+        // Not `Send`: see the `compile_fail` example on `PermitGuard`.
+    }
+}

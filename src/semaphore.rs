@@ -1,0 +1,249 @@
+//! The counting semaphore: the [`Semaphore`] handle.
+//!
+//! A semaphore is a number of permits under its name in Redis (Redisson's `RSemaphore`
+//! layout), taken and given back with the protocol's semaphore scripts. Permits have no owner
+//! and no lease: taking them returns nothing to guard. A waiter sleeps in the shared wait loop,
+//! woken by every message on the semaphore's channel (each one may let several waiters
+//! through); without a message it looks again only once per watchdog interval. The handle talks to Redis only
+//! through its [`Client`]: the pool and the pub/sub hub. The permit-expirable semaphore
+//! (`crate::permit_semaphore`) runs its calls and subscribes through the same helpers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::FromRedisValue;
+
+use crate::cancel::CancelToken;
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lock::deadline_after;
+use crate::protocol::semaphore::{self as protocol, Changed, SemaphoreKeys, MAX_COUNT};
+use crate::protocol::ScriptCall;
+use crate::pubsub::Subscription;
+use crate::script;
+use crate::wait::{self, Attempt, WaitFor};
+
+/// A handle to one named counting semaphore, shared by every process that uses the name.
+/// Cheap to clone; `Send` and `Sync`.
+///
+/// Permits are plain counts, as in Redisson's `RSemaphore`: any thread or process may release
+/// permits it never took, and [`acquire`](Semaphore::acquire) returns nothing that gives them
+/// back by itself. A holder that dies keeps its permits forever; when that matters, use a
+/// [`PermitSemaphore`](crate::PermitSemaphore), whose permits have a lease and a guard.
+///
+/// The semaphore does not exist until its permits are set: [`try_set_permits`](Semaphore::try_set_permits)
+/// sets them once, [`add_permits`](Semaphore::add_permits) and [`release`](Semaphore::release)
+/// add to them (creating it). A semaphore that does not exist has no permits available.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// use std::time::Duration;
+///
+/// let connections = manager.semaphore("db:connections");
+/// connections.try_set_permits(2)?;
+/// connections.acquire(2)?;
+/// assert!(!connections.try_acquire_for(1, Duration::from_millis(50))?);
+/// connections.release(2)?;
+/// assert_eq!(connections.available_permits()?, 2);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Arc<Client>,
+    keys: Arc<SemaphoreKeys>,
+    /// Ends this handle's waits when cancelled.
+    cancel: Option<CancelToken>,
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
+        Semaphore {
+            client,
+            keys: Arc::new(SemaphoreKeys::new(name)),
+            cancel: None,
+        }
+    }
+
+    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
+    /// cancelled, they return [`Error::Cancelled`] promptly, leaving no subscription behind.
+    pub fn with_cancel(&self, token: &CancelToken) -> Semaphore {
+        Semaphore {
+            cancel: Some(token.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// The semaphore name: the Redis key of its count.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// Sets the number of permits if the semaphore does not exist yet, and wakes its waiters;
+    /// answers whether it was set (`false`: it existed, and nothing changed).
+    ///
+    /// # Errors
+    /// [`Error::WrongType`] when the name holds a key of another kind.
+    pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        let set: i64 = self.run(&protocol::try_set(self.keys()?, permits))?;
+        Ok(set == 1)
+    }
+
+    /// Adds `change` permits (a negative change takes them away) and answers how many are
+    /// available now. A rise wakes the waiters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`], and nothing changes, for a zero change or one that would
+    /// leave fewer than no permits available (or more than 2^53 - 1).
+    pub fn add_permits(&self, change: i64) -> Result<u64> {
+        self.change(protocol::add, change)
+    }
+
+    /// Takes `permits`, waiting as long as it takes for that many to be available at once.
+    ///
+    /// Fails only for zero permits, when Redis cannot be reached or answers an error, or the
+    /// manager is shut down. An acquisition whose answer does not come may have taken the
+    /// permits nevertheless (as in Redisson): there is no owner to take them back from.
+    pub fn acquire(&self, permits: u32) -> Result<()> {
+        wait::without_deadline(|| self.acquire_until(permits, None))
+    }
+
+    /// Takes `permits` if that many are available now, without waiting.
+    pub fn try_acquire(&self, permits: u32) -> Result<bool> {
+        self.try_acquire_for(permits, Duration::ZERO)
+    }
+
+    /// Takes `permits`, waiting at most `wait` for that many to be available at once;
+    /// `false` when the wait ran out. A zero `wait` tries once.
+    pub fn try_acquire_for(&self, permits: u32, wait: Duration) -> Result<bool> {
+        let deadline = deadline_after(wait)?;
+        Ok(self.acquire_until(permits, Some(deadline))?.is_some())
+    }
+
+    /// Takes `permits`, waiting until `deadline` at most; `false` when it passed. A deadline
+    /// in the past tries once.
+    pub fn try_acquire_until(&self, permits: u32, deadline: Instant) -> Result<bool> {
+        Ok(self.acquire_until(permits, Some(deadline))?.is_some())
+    }
+
+    /// Gives `permits` back (or adds them: they need not have been taken) and wakes the
+    /// waiters.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits, or when the count would pass 2^53 - 1.
+    pub fn release(&self, permits: u32) -> Result<()> {
+        checked_permits(permits)?;
+        self.add_permits(i64::from(permits)).map(drop)
+    }
+
+    /// How many permits are available now (a count another client drove below zero reads
+    /// as 0).
+    pub fn available_permits(&self) -> Result<u64> {
+        let count: i64 = self.run(&protocol::available(self.keys()?))?;
+        Ok(count.max(0) as u64)
+    }
+
+    /// Takes every available permit and answers how many that was.
+    pub fn drain_permits(&self) -> Result<u64> {
+        let drained: i64 = self.run(&protocol::drain(self.keys()?))?;
+        Ok(drained.max(0) as u64)
+    }
+
+    pub(crate) fn keys(&self) -> Result<&SemaphoreKeys> {
+        self.keys.checked()
+    }
+
+    /// The client the semaphore talks to Redis through.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs one protocol call, telling a key of another kind by [`Error::WrongType`].
+    pub(crate) fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
+        self.client
+            .pool()
+            .run(|connection| script::run(connection, call))
+            .map_err(|err| err.about_keys_of(&self.keys.name))
+    }
+
+    /// Changes the count by `change` with the `call` made by `script`; answers the count.
+    pub(crate) fn change(
+        &self,
+        script: fn(&SemaphoreKeys, i64) -> ScriptCall,
+        change: i64,
+    ) -> Result<u64> {
+        let keys = self.keys()?;
+        if change == 0 || change.unsigned_abs() > MAX_COUNT {
+            return Err(Error::InvalidArgument(format!(
+                "a change of {change} permits is out of range (1 ..= {MAX_COUNT} either way)"
+            )));
+        }
+        match self.run(&script(keys, change))? {
+            Changed::Done { count } => Ok(count.max(0) as u64),
+            Changed::OutOfRange { count } => Err(Error::InvalidArgument(format!(
+                "semaphore {:?} has {count} permits available: a change of {change} would \
+                 take it out of range (0 ..= {MAX_COUNT})",
+                keys.name
+            ))),
+        }
+    }
+
+    /// Waits in the shared wait loop until `attempt` takes what it is after or `deadline`
+    /// passes, woken by every message on the semaphore's channel. Without a message, it looks
+    /// again after the hint of the last attempt, or once per watchdog interval (a count
+    /// changed by hand announces nothing).
+    pub(crate) fn wait_until<T>(
+        &self,
+        deadline: Option<Instant>,
+        attempt: impl FnMut() -> Result<Attempt<T>>,
+    ) -> Result<Option<T>> {
+        self.client.ensure_running()?;
+        let keys = self.keys()?;
+        wait::wait_until(WaitFor {
+            deadline,
+            default_hint: self.client.watchdog_timeout() / 3,
+            subscribe: || -> Result<Vec<Subscription>> {
+                let hub = self.client.hub();
+                Ok(vec![hub.subscribe_to_every_message(&keys.channel)?])
+            },
+            attempt,
+            ensure_running: || self.client.ensure_running(),
+            cancel: self.cancel.as_ref(),
+            recorder: self.client.wait_recorder(),
+        })
+    }
+
+    fn acquire_until(&self, permits: u32, deadline: Option<Instant>) -> Result<Option<()>> {
+        checked_permits(permits)?;
+        let call = protocol::take(self.keys()?, permits);
+        self.wait_until(deadline, || {
+            let taken: i64 = self.run(&call)?;
+            Ok(match taken {
+                1 => Attempt::Taken(()),
+                // No lease runs out here: only a release (or the fallback look) helps.
+                _ => Attempt::Held { hint: None },
+            })
+        })
+    }
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.keys.name)
+            .finish()
+    }
+}
+
+/// [`Error::InvalidArgument`] for zero permits: taking or giving back none is surely a
+/// mistake.
+fn checked_permits(permits: u32) -> Result<()> {
+    if permits == 0 {
+        return Err(Error::InvalidArgument(
+            "the number of permits must not be zero".into(),
+        ));
+    }
+    Ok(())
+}
