@@ -42,6 +42,21 @@ const COMMANDS: &[&str] = &[
     "+hkeys",
     "+pexpire",
     "+publish",
+    // The fair lock's scripts.
+    "+time",
+    "+lindex",
+    "+lpop",
+    "+rpush",
+    "+lrange",
+    "+lrem",
+    "+zscore",
+    "+zadd",
+    "+zrem",
+    "+zrange",
+    "+zincrby",
+    // The read-write lock's scripts.
+    "+hdel",
+    "+hgetall",
 ];
 
 /// The keys: the lock names and fenced store keys of these tests (all under `acl:`), and the
@@ -53,10 +68,18 @@ const KEYS: &[&str] = &[
     "~redisson_unlock_latch:*",
     "~redisson_lock__channel:*",
     "~redlease_fence:*",
+    "~redisson_lock_queue:*",
+    "~redisson_lock_timeout:*",
+    "~{acl:*",
+    "~redisson_rwlock:*",
 ];
 
 /// The release channels and the force-release notice channel.
-const CHANNELS: &[&str] = &["&redisson_lock__channel*", "&redlease_lock__force_release"];
+const CHANNELS: &[&str] = &[
+    "&redisson_lock__channel*",
+    "&redlease_lock__force_release",
+    "&redisson_rwlock*",
+];
 
 /// How long the tests give a "no hang" condition.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -307,4 +330,34 @@ fn a_connection_info_with_the_user_passes_through_to_every_connection() {
         "{:?}",
         refused.map(|guard| guard.is_some())
     );
+}
+
+/// The fair lock (a waiter queued and woken in turn) and the read-write lock (read levels
+/// renewed, a writer woken by the last reader) with the README's additions for them.
+#[test]
+fn fair_and_read_write_locks_with_the_listed_additions() {
+    let (_server, url) = server_with_user();
+    let manager = manager_for_url(&url, Duration::from_millis(600));
+    let fair = manager.fair_lock("acl:fair");
+    let held = fair.lock().unwrap();
+    let waiter = std::thread::spawn({
+        let fair = fair.clone();
+        move || fair.try_lock_for(PATIENCE).unwrap().is_some()
+    });
+    std::thread::sleep(Duration::from_millis(1_000)); // past the watchdog timeout, renewed
+    assert!(!held.is_lost());
+    held.unlock().unwrap();
+    assert!(waiter.join().unwrap());
+
+    let rw = manager.read_write_lock("acl:rw");
+    let read = rw.read().lock().unwrap();
+    let writer = std::thread::spawn({
+        let rw = rw.clone();
+        move || rw.write().try_lock_for(PATIENCE).unwrap().is_some()
+    });
+    std::thread::sleep(Duration::from_millis(1_000)); // past the watchdog timeout, renewed
+    assert!(!read.is_lost());
+    read.unlock().unwrap();
+    assert!(writer.join().unwrap());
+    assert_eq!(manager.watched_locks(), 0);
 }
