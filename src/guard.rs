@@ -90,6 +90,22 @@ mod tests {
         fn shared<T: Sync>() {}
         shared::<crate::LockGuard>();
         shared::<crate::GroupGuard>();
-        // Not `Send`: see the `compile_fail` example on `LockGuard`.
+        shared::<crate::PermitGuard>();
+        // Not `Send`: see the `compile_fail` examples on `LockGuard` and `PermitGuard`.
+    }
+
+    #[test]
+    fn handles_go_anywhere() {
+        fn handle<T: Send + Sync + Clone>() {}
+        handle::<crate::LockManager>();
+        handle::<crate::Lock>();
+        handle::<crate::ReadWriteLock>();
+        handle::<crate::RedLock>();
+        handle::<crate::MultiLock>();
+        handle::<crate::FencedStore>();
+        handle::<crate::Semaphore>();
+        handle::<crate::PermitSemaphore>();
+        handle::<crate::CountDownLatch>();
+        handle::<crate::CancelToken>();
     }
 }

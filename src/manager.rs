@@ -122,7 +122,9 @@ impl LockManager {
     /// release wakes only the next in line, on its own channel. A waiter that gives up (its
     /// wait ran out, or it failed) leaves the queue; a waiter that died keeps its place until
     /// the place expires, [`fair_lock_place_timeout`](LockManagerBuilder::fair_lock_place_timeout)
-    /// after the place ahead of it, and is skipped then.
+    /// after the place ahead of it, and is skipped then. A try that finds the lock taken
+    /// ([`try_lock`](Lock::try_lock), or a wait that runs out) leaves the queue again: one
+    /// more round trip.
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
