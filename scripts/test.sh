@@ -6,3 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 cargo test --lib --tests --examples
 cargo test --doc
+# The operator tool, behind its feature, and its tests that run it as a process.
+cargo test --features inspect --bin redlease-inspect --test inspect

@@ -1,0 +1,96 @@
+//! The command line: commands, their arguments and the options every command shares.
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// Shows who holds the redlease (or Redisson) locks, semaphores and latches on a Redis
+/// server, for how long, and who waits for them; frees a lock by force.
+#[derive(Debug, Parser)]
+#[command(name = "redlease-inspect", version)]
+pub struct Cli {
+    /// The Redis server: redis://[user:password@]host:port[/db] or redis+unix:///path.
+    #[arg(
+        long,
+        global = true,
+        env = "REDLEASE_URL",
+        // The URL may carry a password: help does not print the variable's value.
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379/"
+    )]
+    pub url: String,
+
+    /// Print one JSON object instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// How long connecting (name lookup included) may take, in seconds.
+    #[arg(long, global = true, default_value = "3", value_name = "SECONDS", value_parser = seconds)]
+    pub connect_timeout: Duration,
+
+    /// How long each answer of the server may take, in seconds.
+    #[arg(long, global = true, default_value = "3", value_name = "SECONDS", value_parser = seconds)]
+    pub response_timeout: Duration,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the primitive on NAME: its kind, holders, lease, fencing token and waiters.
+    Inspect {
+        /// The name of the lock, semaphore or latch (its Redis key).
+        name: String,
+    },
+    /// List the held locks whose names match PATTERN (a Redis glob: * ? [..]).
+    List {
+        /// The glob the names must match, as for SCAN MATCH; quote it in the shell.
+        pattern: String,
+        /// Stop after this many locks.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+        /// How many keys each SCAN call looks at (its COUNT hint).
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+        scan_count: u64,
+    },
+    /// Free the lock on NAME whoever holds it; its holders hear that they lost it.
+    ForceUnlock {
+        /// The name of the lock (a lock, fair lock or read-write lock).
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+}
+
+/// A positive number of seconds, fractions allowed ("0.5").
+fn seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(seconds > 0.0 && seconds <= 3600.0) {
+        return Err(format!("{text} s is not within (0, 3600] seconds"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn timeouts_are_positive_seconds() {
+        assert_eq!(seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(seconds("3"), Ok(Duration::from_secs(3)));
+        for bad in ["0", "-1", "x", "NaN", "inf", "99999"] {
+            assert!(seconds(bad).is_err(), "{bad}");
+        }
+    }
+}

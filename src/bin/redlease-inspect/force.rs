@@ -1,0 +1,106 @@
+//! `force-unlock`: frees a lock whoever holds it, after the operator confirms.
+//!
+//! The release goes through the library's own `force_unlock` for the lock's kind (lock,
+//! fair lock, or the write half of a read-write lock, which frees readers and writer), so
+//! that every holder that is a redlease manager hears the force-release notice at once and
+//! its guard reports `LostReason::ForceReleased`, and the next waiter is woken as the kind
+//! wakes its waiters.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use redlease::redis::Connection;
+use redlease::LockManager;
+use serde::Serialize;
+
+use crate::connection::Failure;
+use crate::probe::{self, Holder, Kind};
+
+#[derive(Debug, Serialize)]
+pub struct Freed {
+    pub name: String,
+    pub kind: Kind,
+    /// Who held it just before (as read before asking).
+    pub holders: Vec<Holder>,
+    pub freed: bool,
+}
+
+pub struct Settings<'a> {
+    pub url: &'a str,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    /// Free it without asking.
+    pub yes: bool,
+}
+
+/// Frees the lock `name`, asking on stderr and reading the answer from stdin unless
+/// `settings.yes`.
+pub fn force_unlock(
+    redis: &mut Connection,
+    name: &str,
+    settings: &Settings,
+) -> Result<Freed, Failure> {
+    let report = probe::probe(redis, name)?;
+    if !report.kind.is_lock() {
+        return Err(Failure::Usage(format!(
+            "{name:?} is a {}: force-unlock frees locks only",
+            report.kind.describe()
+        )));
+    }
+    if !report.held {
+        return Err(Failure::NotFound(format!("{name:?} is not held")));
+    }
+    if !settings.yes && !confirmed(name, &report.holders)? {
+        return Err(Failure::Declined(format!("{name:?} left as it is")));
+    }
+    let manager = LockManager::builder(settings.url)
+        .connect_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .build()?;
+    let freed = match report.kind {
+        Kind::FairLock => manager.fair_lock(name).force_unlock(),
+        Kind::ReadWriteLock => manager.read_write_lock(name).write().force_unlock(),
+        _ => manager.lock(name).force_unlock(),
+    };
+    manager.shutdown();
+    if !freed? {
+        return Err(Failure::NotFound(format!(
+            "{name:?} was freed by someone else meanwhile"
+        )));
+    }
+    Ok(Freed {
+        name: name.to_owned(),
+        kind: report.kind,
+        holders: report.holders,
+        freed: true,
+    })
+}
+
+/// Asks `Free lock NAME held by ...? [y/N]` on stderr; only `y` or `yes` on stdin frees it
+/// (an empty line, anything else and the end of input do not).
+fn confirmed(name: &str, holders: &[Holder]) -> Result<bool, Failure> {
+    let holders: Vec<&str> = holders.iter().map(|holder| holder.id.as_str()).collect();
+    let mut stderr = std::io::stderr().lock();
+    // The question goes to stderr so that stdout keeps only the command's output.
+    let asked = write!(
+        stderr,
+        "Free lock {name:?} held by {}? [y/N] ",
+        holders.join(", ")
+    )
+    .and_then(|()| stderr.flush());
+    asked.map_err(|error| Failure::Usage(format!("cannot ask for confirmation: {error}")))?;
+    let mut answer = String::new();
+    let stdin = std::io::stdin();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|error| Failure::Usage(format!("cannot read the answer: {error}")))?;
+    if !stdin.is_terminal() {
+        // An answer piped in is not echoed: end the question's line here.
+        let _ = writeln!(stderr);
+    }
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}

@@ -1,0 +1,265 @@
+//! The plain-text output of each command (the JSON output is the reports' serde form).
+
+use std::fmt::Write;
+
+use crate::force::Freed;
+use crate::probe::{Holder, Report, Role};
+use crate::scan::Listing;
+
+/// A remaining time in ms, for people: `412 ms`, `29.412 s`.
+fn duration(ms: i64) -> String {
+    if ms.abs() < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!(
+            "{}{}.{:03} s",
+            if ms < 0 { "-" } else { "" },
+            ms.abs() / 1000,
+            ms.abs() % 1000
+        )
+    }
+}
+
+fn lease(lease_ms: Option<i64>) -> String {
+    lease_ms.map_or_else(|| "no expiry".to_owned(), duration)
+}
+
+/// `client <id>  chain/thread <n>`, or the whole id when it has no number.
+fn who(id: &str, client_id: &str, number: Option<u64>) -> String {
+    match number {
+        Some(number) => format!("client {client_id}  chain/thread {number}"),
+        None => format!("id {id}"),
+    }
+}
+
+fn holder_line(holder: &Holder) -> String {
+    let role = match holder.role {
+        Role::Holder => "holder",
+        Role::Reader => "reader",
+        Role::Writer => "writer",
+    };
+    let mut line = format!(
+        "  {role}  {}  count {}",
+        who(&holder.id, &holder.client_id, holder.chain_or_thread),
+        holder.count
+    );
+    if !holder.read_level_leases_ms.is_empty() {
+        let levels: Vec<String> = holder
+            .read_level_leases_ms
+            .iter()
+            .map(|level| level.map_or_else(|| "gone".to_owned(), duration))
+            .collect();
+        let _ = write!(line, "  read levels: {}", levels.join(", "));
+    }
+    line
+}
+
+pub fn report(report: &Report) -> String {
+    let mut out = String::new();
+    field(&mut out, "name", report.name.clone());
+    field(&mut out, "kind", report.kind.describe().to_owned());
+    if let Some(note) = &report.note {
+        field(&mut out, "note", note.clone());
+    }
+    if report.kind.is_lock() {
+        field(
+            &mut out,
+            "state",
+            if report.held { "held" } else { "free" }.to_owned(),
+        );
+    }
+    if let Some(mode) = &report.mode {
+        field(&mut out, "mode", mode.clone());
+    }
+    if report.kind.is_lock() && report.held {
+        field(&mut out, "lease left", lease(report.lease_ms));
+    } else if let Some(ms) = report.lease_ms {
+        field(&mut out, "expires in", duration(ms));
+    }
+    if let Some(token) = report.fencing_token {
+        field(&mut out, "fencing token", token.to_string());
+    }
+    match (report.count, report.permits) {
+        (Some(value), Some(_)) => field(
+            &mut out,
+            "value",
+            format!("{value} (a semaphore's available permits, or a latch's count)"),
+        ),
+        (Some(count), None) => field(&mut out, "count", count.to_string()),
+        (None, Some(permits)) => field(&mut out, "permits", format!("{permits} available")),
+        (None, None) => {}
+    }
+    if report.kind.is_lock() && report.held {
+        field(&mut out, "holders", report.holders.len().to_string());
+        for holder in &report.holders {
+            let _ = writeln!(out, "{}", holder_line(holder));
+        }
+    }
+    if let Some(permits) = &report.permits_out {
+        let _ = writeln!(out, "{:<15} {}", "permits out:", permits.len());
+        for permit in permits {
+            let _ = writeln!(
+                out,
+                "  {}  expires in {}",
+                permit.id,
+                duration(permit.expires_in_ms)
+            );
+        }
+    }
+    if let Some(queue) = &report.queue {
+        let _ = writeln!(out, "{:<15} {} waiting", "queue:", queue.length);
+        for (position, waiter) in queue.waiters.iter().enumerate() {
+            let place = waiter.place_expires_in_ms.map_or_else(
+                || "no place entry".to_owned(),
+                |ms| {
+                    if ms > 0 {
+                        format!("place kept {}", duration(ms))
+                    } else {
+                        "place expired".to_owned()
+                    }
+                },
+            );
+            let _ = writeln!(
+                out,
+                "  {}. {}  {place}{}",
+                position + 1,
+                who(&waiter.id, &waiter.client_id, waiter.chain_or_thread),
+                if waiter.listening { "  listening" } else { "" }
+            );
+        }
+        if (queue.waiters.len() as u64) < queue.length {
+            let _ = writeln!(
+                out,
+                "  ... and {} more",
+                queue.length - queue.waiters.len() as u64
+            );
+        }
+    }
+    let fair_suffix = if report.queue.is_some() {
+        ":<holder id>"
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        out,
+        "{:<15} {} listening on {}{fair_suffix}",
+        "waiting:",
+        plural(report.subscribers, "connection"),
+        report.channel
+    );
+    if report.kind.is_lock() && report.held {
+        let _ = writeln!(
+            out,
+            "(chain/thread: the number in the holder id; redlease numbers each chain of \
+             reentrant holds, Redisson each thread)"
+        );
+    }
+    out
+}
+
+/// One `label:   value` line, values aligned.
+fn field(out: &mut String, label: &str, value: String) {
+    let _ = writeln!(out, "{:<15} {value}", format!("{label}:"));
+}
+
+fn plural(count: u64, what: &str) -> String {
+    if count == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{count} {what}s")
+    }
+}
+
+pub fn listing(listing: &Listing) -> String {
+    let mut out = String::new();
+    if listing.locks.is_empty() {
+        let _ = writeln!(out, "no held locks match {:?}", listing.pattern);
+        return out;
+    }
+    let rows: Vec<[String; 4]> = listing
+        .locks
+        .iter()
+        .map(|lock| {
+            let mut kind = lock.kind.describe().to_owned();
+            if let Some(mode) = &lock.mode {
+                let _ = write!(kind, " ({mode})");
+            }
+            let holders: Vec<String> = lock
+                .holders
+                .iter()
+                .map(|holder| {
+                    let writer = if holder.role == Role::Writer {
+                        " writer"
+                    } else {
+                        ""
+                    };
+                    format!("{} x{}{writer}", holder.id, holder.count)
+                })
+                .collect();
+            [
+                lock.name.clone(),
+                kind,
+                lease(lock.lease_ms),
+                holders.join(", "),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "KIND", "LEASE", "HOLDERS"].map(str::to_owned);
+    let widths: Vec<usize> = (0..3)
+        .map(|column| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(&rows) {
+        let _ = writeln!(
+            out,
+            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+    }
+    if !listing.complete {
+        let _ = writeln!(
+            out,
+            "(stopped at {}: raise --limit or narrow the pattern)",
+            plural(listing.locks.len() as u64, "lock")
+        );
+    }
+    out
+}
+
+pub fn freed(freed: &Freed) -> String {
+    let holders: Vec<&str> = freed
+        .holders
+        .iter()
+        .map(|holder| holder.id.as_str())
+        .collect();
+    format!(
+        "freed {} {:?} (held by {})\n",
+        freed.kind.describe(),
+        freed.name,
+        holders.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_seconds_or_milliseconds() {
+        assert_eq!(duration(412), "412 ms");
+        assert_eq!(duration(29_412), "29.412 s");
+        assert_eq!(duration(-1_500), "-1.500 s");
+        assert_eq!(lease(None), "no expiry");
+    }
+}
