@@ -293,3 +293,45 @@ fn a_hand_written_client_of_the_layout_excludes_and_wakes_and_is_woken() {
     assert_queue_clean(&redis);
     assert_nothing_left(&manager, &redis);
 }
+
+/// A waiter that keeps asking keeps its place, however long the holds ahead of it last: only
+/// waiters that stopped asking expire (Redisson's places expire on a fixed schedule, so live
+/// waiters behind a long hold lose their turn).
+#[test]
+fn live_waiters_keep_their_places_behind_a_hold_longer_than_the_place_timeout() {
+    const WAITERS: usize = 4;
+    let redis = server();
+    // Leases of 600 ms (the waiters' longest sleep), places kept 200 ms.
+    let manager = LockManager::builder(redis.url())
+        .response_timeout(Duration::from_secs(1))
+        .watchdog_timeout(Duration::from_millis(600))
+        .fair_lock_place_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let lock = manager.fair_lock("fair");
+    let held = lock.lock().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for index in 0..WAITERS {
+        let lock = lock.clone();
+        let order = Arc::clone(&order);
+        threads.push(std::thread::spawn(move || {
+            let guard = lock.lock().unwrap();
+            order.lock().unwrap().push(index);
+            drop(guard);
+        }));
+        assert!(
+            eventually(Duration::from_secs(5), || queue_length(&redis) == index + 1),
+            "waiter {index} did not queue"
+        );
+    }
+    // Held for many place timeouts, renewed by the watchdog.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!held.is_lost());
+    held.unlock().unwrap();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    assert_queue_clean(&redis);
+}

@@ -429,3 +429,28 @@ fn too_short_a_lease_is_refused() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// A group lock is made of plain locks: a fair, read or write lock as a member is refused at
+/// once, rather than taken with the wrong renewal, channel or queue.
+#[test]
+fn a_group_refuses_members_that_are_not_plain_locks() {
+    let servers = masters(2);
+    let managers = managers(&urls(&servers), Duration::from_secs(5));
+    let members = [
+        managers[0].fair_lock("group"),
+        managers[0].read_write_lock("group").read().clone(),
+        managers[0].read_write_lock("group").write().clone(),
+    ];
+    for odd in members {
+        let locks = vec![odd.clone(), managers[1].lock("group")];
+        assert!(
+            matches!(RedLock::new(locks), Err(Error::InvalidArgument(_))),
+            "{odd:?}"
+        );
+        let locks = vec![managers[1].lock("group"), odd];
+        assert!(matches!(
+            MultiLock::new(locks),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}

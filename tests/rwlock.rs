@@ -367,3 +367,22 @@ fn a_force_release_frees_readers_and_writer_and_tells_them() {
         .is_some());
     assert_nothing_left(&manager, &redis);
 }
+
+/// A writer that lets go of the write lock and keeps a short read level hands the lock to
+/// readers for as long as that level lasts, not for what was left of the write lease.
+#[test]
+fn a_writer_turned_reader_keeps_the_lock_only_as_long_as_its_read_level() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(30));
+    let rw = manager.read_write_lock("handover");
+    let write = rw.write().lock().unwrap();
+    let read = rw.read().lock_with_lease(Duration::from_secs(1)).unwrap();
+    write.unlock().unwrap();
+    let left: i64 = connection(&redis).pttl("handover").unwrap();
+    assert!(left > 0 && left <= 1_000, "the lock lives {left} ms more");
+    let mode: String = connection(&redis).hget("handover", "mode").unwrap();
+    assert_eq!(mode, "read");
+    drop(read);
+    assert_rwlock_clean(&redis, "handover");
+    assert_nothing_left(&manager, &redis);
+}

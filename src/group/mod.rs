@@ -396,8 +396,9 @@ impl<T: FromGroup> GroupBuilder<T> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] with no member, two members on the same server (a
-    /// Redlock) or the same lock twice (a multi-lock), an empty lock name, or a zero or too
-    /// long timeout or delay.
+    /// Redlock) or the same lock twice (a multi-lock), a member that is not a plain lock (a
+    /// fair lock, or a read or write lock), an empty lock name, or a zero or too long timeout
+    /// or delay.
     pub fn build(self) -> Result<T> {
         let GroupBuilder {
             kind,
@@ -414,6 +415,12 @@ impl<T: FromGroup> GroupBuilder<T> {
         let mut seen = HashSet::new();
         for member in &members {
             member.keys()?;
+            if !member.is_plain() {
+                return Err(Error::InvalidArgument(format!(
+                    "a {kind:?} is made of plain locks; {:?} is a fair, read or write lock",
+                    member.name()
+                )));
+            }
             let server = member.client().pool().server();
             let identity = match kind {
                 Kind::RedLock => server.clone(),

@@ -286,6 +286,11 @@ impl Lock {
         &self.keys
     }
 
+    /// Whether this is the plain reentrant lock (not a fair, read or write lock).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.keys.kind == LockKind::Plain
+    }
+
     /// The client the lock talks to Redis through.
     pub(crate) fn client(&self) -> &Client {
         &self.client

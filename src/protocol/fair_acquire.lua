@@ -9,23 +9,12 @@
 -- ARGV[4]: how long a place is kept after the place ahead of it expires, in ms
 -- Answers as the lock's acquire script: {1, token} taken, {2, token} entered once more,
 -- {0, ms to wait at most} queued behind others, {3, 0} the chain's hold is gone.
--- Places whose waiter stopped asking (it died) expire one after the other and are dropped
--- from the head; an acquisition shortens every place still queued by its own wait, as the
--- queue moved up by one.
-local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  local expiry = redis.call('zscore', KEYS[3], head)
-  if not expiry or tonumber(expiry) > now then
-    break
-  end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], head)
-end
+-- Places whose waiter stopped asking (it died), or that lost their expiry, are dropped from
+-- the head; an acquisition shortens every place still queued by its own wait, as the queue
+-- moved up by one. Unlike Redisson, a waiter that asks again keeps its place alive: it is
+-- pushed back to at least ARGV[4] per place up to its own after the wait it is told, so only
+-- waiters that stopped asking expire, however long the holds ahead of them last.
+-- Runs after fair_queue.lua, which sets `now` and drops expired places at the head.
 
 local function token()
   return tonumber(redis.call('get', KEYS[4])) or redis.call('incr', KEYS[4])
@@ -67,7 +56,9 @@ elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
 end
 
 -- Not our turn. Wait until the lock's lease ends, or, while it is free, until the place of
--- the waiter at the head expires (a release wakes us before).
+-- the waiter at the head expires, but no longer than a lease: should the head take the lock
+-- and its hold end without a release (its holder died), we look again. A release wakes us
+-- before.
 local function wait_hint()
   local ttl = redis.call('pttl', KEYS[1])
   if ttl > 0 then
@@ -76,13 +67,25 @@ local function wait_hint()
   local head = redis.call('lindex', KEYS[2], 0)
   local expiry = head and redis.call('zscore', KEYS[3], head)
   if expiry then
-    return math.max(1, tonumber(expiry) - now)
+    return math.max(1, math.min(tonumber(expiry) - now, tonumber(ARGV[1])))
   end
   return 1
 end
 
-if redis.call('zscore', KEYS[3], ARGV[2]) then
-  return {0, wait_hint()}
+local place = redis.call('zscore', KEYS[3], ARGV[2])
+if place then
+  local hint = wait_hint()
+  local queue = redis.call('lrange', KEYS[2], 0, -1)
+  for position, waiter in ipairs(queue) do
+    if waiter == ARGV[2] then
+      local kept = now + hint + position * tonumber(ARGV[4])
+      if kept > tonumber(place) then
+        redis.call('zadd', KEYS[3], kept, ARGV[2])
+      end
+      break
+    end
+  end
+  return {0, hint}
 end
 -- Join the queue: the place expires ARGV[4] after the one ahead (or after the lock's lease).
 local last = redis.call('lindex', KEYS[2], -1)

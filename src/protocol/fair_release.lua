@@ -11,23 +11,10 @@
 -- ARGV[5]: how many levels the holder's process keeps after this release
 -- ARGV[6]: the prefix of the waiters' channels ('<prefix>:<holder id>')
 -- Answers nil when the holder does not hold the lock, 0 when levels remain, 1 when freed.
+-- Runs after fair_queue.lua, which sets `now` and drops expired places at the head.
 local answered = redis.call('get', KEYS[4])
 if answered then
   return tonumber(answered)
-end
-local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    break
-  end
-  local expiry = redis.call('zscore', KEYS[3], head)
-  if not expiry or tonumber(expiry) > now then
-    break
-  end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], head)
 end
 local function wake_next()
   local head = redis.call('lindex', KEYS[2], 0)

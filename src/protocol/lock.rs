@@ -20,14 +20,14 @@ lua_script!(ACQUIRE = "acquire.lua");
 lua_script!(RELEASE = "release.lua");
 lua_script!(UNDO = "undo.lua");
 lua_script!(FORCE_RELEASE = "force_release.lua");
-lua_script!(FAIR_ACQUIRE = "fair_acquire.lua");
-lua_script!(FAIR_RELEASE = "fair_release.lua");
+lua_script!(FAIR_ACQUIRE = "fair_queue.lua" + "fair_acquire.lua");
+lua_script!(FAIR_RELEASE = "fair_queue.lua" + "fair_release.lua");
 lua_script!(FAIR_UNDO = "fair_undo.lua");
 lua_script!(FAIR_FORCE_RELEASE = "fair_force_release.lua");
 lua_script!(READ_ACQUIRE = "read_acquire.lua");
-lua_script!(READ_RELEASE = "read_release.lua");
+lua_script!(READ_RELEASE = "rwlock_longest_read.lua" + "read_release.lua");
 lua_script!(WRITE_ACQUIRE = "write_acquire.lua");
-lua_script!(WRITE_RELEASE = "write_release.lua");
+lua_script!(WRITE_RELEASE = "rwlock_longest_read.lua" + "write_release.lua");
 lua_script!(RWLOCK_UNDO = "rwlock_undo.lua");
 lua_script!(RWLOCK_FORCE_RELEASE = "rwlock_force_release.lua");
 
@@ -130,7 +130,8 @@ pub(crate) fn release(
             .arg(lease_ms)
             .arg(latch_ms)
             .arg(WAKE_ALL_MESSAGE)
-            .arg(levels_left),
+            .arg(levels_left)
+            .arg(names::suffixed(&keys.name, "")),
     }
 }
 

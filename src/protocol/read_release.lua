@@ -48,18 +48,8 @@ if redis.call('hlen', KEYS[1]) > 1 then
     redis.call('set', KEYS[3], 0, 'px', ARGV[3])
     return 0
   end
-  -- Other readers: the lock lives as long as their longest level. Readers whose levels all
-  -- ran out (they died) do not count.
-  local longest = 0
-  local fields = redis.call('hgetall', KEYS[1])
-  for i = 1, #fields, 2 do
-    local count = tonumber(fields[i + 1])
-    if fields[i] ~= 'mode' and count then
-      for level = 1, count do
-        longest = math.max(longest, redis.call('pttl', level_key(fields[i], level)))
-      end
-    end
-  end
+  -- Other readers: the lock lives as long as their longest level.
+  local longest = longest_read_level(ARGV[6])
   if longest > 0 then
     redis.call('pexpire', KEYS[1], longest)
     redis.call('set', KEYS[3], 0, 'px', ARGV[3])

@@ -9,6 +9,9 @@
 -- ARGV[3]: how long the latch keeps the answer, in ms
 -- ARGV[4]: the message that wakes every waiter
 -- ARGV[5]: how many levels the holder's process keeps after this release
+-- ARGV[6]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
+--          timeout key '<prefix><r>:rwlock_timeout:<n>'
+-- When the writer keeps read levels, the lock then lives as long as the longest of them.
 -- Answers nil when the holder does not hold the write lock, 0 when levels remain, 1 when
 -- released.
 local answered = redis.call('get', KEYS[3])
@@ -32,6 +35,10 @@ if redis.call('hlen', KEYS[1]) == 1 then
   redis.call('del', KEYS[1])
 else
   redis.call('hset', KEYS[1], 'mode', 'read')
+  local longest = longest_read_level(ARGV[6])
+  if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+  end
 end
 redis.call('publish', KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], 1, 'px', ARGV[3])

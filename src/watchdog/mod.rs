@@ -465,20 +465,20 @@ impl NoticeSink {
     pub(crate) fn force_released(&self, name: &str, holder: &str, token: u64) {
         let shared = &*self.0;
         let mut state = shared.state.lock();
-        // Held once per process, the name is the key; else (a read level) look for it.
-        let key = match state.registry.get(name) {
-            Some(entry) if &*entry.holder == holder => Arc::from(name),
-            _ => match state.registry.find(name, holder) {
-                Some(key) => key,
-                None => return,
-            },
-        };
-        let ours = state
-            .registry
-            .get(&key)
-            .is_some_and(|entry| token == 0 || token >= entry.lease.token());
-        if ours {
-            state.lose(&key, LostReason::ForceReleased);
+        // Held once per process, the name is the key; a thread's read levels (which share
+        // the holder id of its write chain, if any) are keyed otherwise: look for all.
+        let keys = state.registry.find_all(name, holder);
+        let mut lost_any = false;
+        for key in keys {
+            let ours = state.registry.get(&key).is_some_and(|entry| {
+                !entry.lease.is_marked_lost() && (token == 0 || token >= entry.lease.token())
+            });
+            if ours {
+                state.lose(&key, LostReason::ForceReleased);
+                lost_any = true;
+            }
+        }
+        if lost_any {
             shared.work_arrived.notify_one();
         }
     }

@@ -75,13 +75,14 @@ impl Registry {
         self.entries.remove(key);
     }
 
-    /// The key of the entry of `name` held by `holder`, if there is one (looked for among all
-    /// entries: for rare events only).
-    pub(super) fn find(&self, name: &str, holder: &str) -> Option<Arc<str>> {
+    /// The keys of the entries of `name` held by `holder` (a writer's chain and its read
+    /// levels' share one), looked for among all entries: for rare events only.
+    pub(super) fn find_all(&self, name: &str, holder: &str) -> Vec<Arc<str>> {
         self.entries
             .iter()
-            .find(|(_, entry)| &*entry.name == name && &*entry.holder == holder)
+            .filter(|(_, entry)| &*entry.name == name && &*entry.holder == holder)
             .map(|(key, _)| Arc::clone(key))
+            .collect()
     }
 
     /// Starts a new chain under `key` with its first level, replacing any entry of the key
