@@ -60,6 +60,7 @@
 //! semaphore,
 //! permit_semaphore
 //!   |   guard, wait       shared by every primitive: the guard core and the wait loop
+//!   |   cancel, stats     the wait loop's cancel token and its counters (read by `stats()`)
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
 //!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
