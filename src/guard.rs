@@ -83,6 +83,19 @@ impl<H: Hold> Drop for GuardCore<H> {
     }
 }
 
+/// Runs `work` with `guard`, then releases it with `unlock`, whose failure (the lock was lost
+/// before `work` ended) is the answer. When `work` panics, the guard's drop releases it while
+/// unwinding.
+pub(crate) fn run_holding<G, R>(
+    guard: G,
+    work: impl FnOnce(&G) -> R,
+    unlock: impl FnOnce(G) -> Result<()>,
+) -> Result<R> {
+    let result = work(&guard);
+    unlock(guard)?;
+    Ok(result)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

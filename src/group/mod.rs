@@ -32,6 +32,7 @@ pub use guard::GroupGuard;
 use crate::cancel::CancelToken;
 use crate::error::{Error, LostReason, Result};
 use crate::fanout::{self, Request};
+use crate::guard::run_holding;
 use crate::lease::clock_drift;
 use crate::lock::{deadline_after, Lock};
 use crate::manager::LockManager;
@@ -40,12 +41,6 @@ use crate::protocol::lock as protocol;
 use crate::protocol::names;
 use crate::wait::{self, WaitFor};
 
-/// Runs `work` with `guard`, then releases it (also when `work` panics: the guard's drop does).
-fn run_holding<R>(guard: GroupGuard, work: impl FnOnce(&GroupGuard) -> R) -> Result<R> {
-    let result = work(&guard);
-    guard.unlock()?;
-    Ok(result)
-}
 use crate::watchdog::LevelsLeft;
 
 /// The delay between two attempts after a split vote, before jitter.
@@ -260,7 +255,7 @@ macro_rules! group_lock_api {
             /// way out, a panic included. Answers what `work` returned, or the error of the
             /// release when it failed (the lock was lost before `work` ended).
             pub fn with_lock<R>(&self, work: impl FnOnce(&GroupGuard) -> R) -> Result<R> {
-                run_holding(self.lock()?, work)
+                run_holding(self.lock()?, work, GroupGuard::unlock)
             }
 
             /// Like `with_lock`, waiting at most `wait`: `Ok(None)`, without running `work`,
@@ -271,7 +266,7 @@ macro_rules! group_lock_api {
                 work: impl FnOnce(&GroupGuard) -> R,
             ) -> Result<Option<R>> {
                 match self.try_lock_for(wait)? {
-                    Some(guard) => run_holding(guard, work).map(Some),
+                    Some(guard) => run_holding(guard, work, GroupGuard::unlock).map(Some),
                     None => Ok(None),
                 }
             }
@@ -282,7 +277,7 @@ macro_rules! group_lock_api {
                 lease: Duration,
                 work: impl FnOnce(&GroupGuard) -> R,
             ) -> Result<R> {
-                run_holding(self.lock_with_lease(lease)?, work)
+                run_holding(self.lock_with_lease(lease)?, work, GroupGuard::unlock)
             }
 
             /// This handle, with its waits (and those of its clones) ended by `token`: once

@@ -21,6 +21,7 @@ pub use guard::LockGuard;
 use crate::cancel::CancelToken;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::guard::run_holding;
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
@@ -175,7 +176,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn with_lock<R>(&self, work: impl FnOnce(&LockGuard) -> R) -> Result<R> {
-        run_holding(self.lock()?, work)
+        run_holding(self.lock()?, work, LockGuard::unlock)
     }
 
     /// Like [`with_lock`](Lock::with_lock), waiting at most `wait`: `Ok(None)`, without
@@ -186,7 +187,7 @@ impl Lock {
         work: impl FnOnce(&LockGuard) -> R,
     ) -> Result<Option<R>> {
         match self.try_lock_for(wait)? {
-            Some(guard) => run_holding(guard, work).map(Some),
+            Some(guard) => run_holding(guard, work, LockGuard::unlock).map(Some),
             None => Ok(None),
         }
     }
@@ -197,7 +198,7 @@ impl Lock {
         lease: Duration,
         work: impl FnOnce(&LockGuard) -> R,
     ) -> Result<R> {
-        run_holding(self.lock_with_lease(lease)?, work)
+        run_holding(self.lock_with_lease(lease)?, work, LockGuard::unlock)
     }
 
     /// Whether anyone holds the lock (for the read or write lock of a read-write lock:
@@ -571,13 +572,6 @@ impl std::fmt::Debug for Lock {
             .field("name", &self.keys.name)
             .finish()
     }
-}
-
-/// Runs `work` with `guard`, then releases it (also when `work` panics: the guard's drop does).
-fn run_holding<R>(guard: LockGuard, work: impl FnOnce(&LockGuard) -> R) -> Result<R> {
-    let result = work(&guard);
-    guard.unlock()?;
-    Ok(result)
 }
 
 pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {

@@ -12,9 +12,9 @@
 -- ARGV[6]: the prefix of the waiters' channels ('<prefix>:<holder id>')
 -- Answers nil when the holder does not hold the lock, 0 when levels remain, 1 when freed.
 -- Runs after fair_queue.lua, which sets `now` and drops expired places at the head.
-local answered = redis.call('get', KEYS[4])
+local answered = earlier_answer(KEYS[4])
 if answered then
-  return tonumber(answered)
+  return answered
 end
 local function wake_next()
   local head = redis.call('lindex', KEYS[2], 0)
@@ -30,12 +30,7 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
 end
 if tonumber(ARGV[5]) > 0 then
-  redis.call('hset', KEYS[1], ARGV[1], ARGV[5])
-  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('pexpire', KEYS[1], ARGV[2])
-  end
-  redis.call('set', KEYS[4], 0, 'px', ARGV[3])
-  return 0
+  return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[4], ARGV[3])
 end
 redis.call('del', KEYS[1])
 wake_next()

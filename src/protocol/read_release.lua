@@ -13,9 +13,9 @@
 --          timeout key '<prefix><r>:rwlock_timeout:<n>'
 -- Answers nil when the holder does not hold a read lock, 0 when the lock stays held (by
 -- this holder's remaining levels or by others), 1 when it was freed.
-local answered = redis.call('get', KEYS[3])
+local answered = earlier_answer(KEYS[3])
 if answered then
-  return tonumber(answered)
+  return answered
 end
 local held = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not held then

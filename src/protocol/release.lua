@@ -11,21 +11,15 @@
 -- Answers nil when the holder does not hold the lock, 0 when levels remain, 1 when freed.
 -- The count is set to the levels the process keeps rather than decremented, so that a level
 -- an unanswered acquisition added behind its back cannot keep the lock alive.
-local answered = redis.call('get', KEYS[3])
+local answered = earlier_answer(KEYS[3])
 if answered then
-  return tonumber(answered)
+  return answered
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
 end
 if tonumber(ARGV[5]) > 0 then
-  redis.call('hset', KEYS[1], ARGV[1], ARGV[5])
-  -- The remaining levels keep at least the lease they had.
-  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('pexpire', KEYS[1], ARGV[2])
-  end
-  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
-  return 0
+  return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3], ARGV[3])
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[4])

@@ -14,21 +14,16 @@
 -- When the writer keeps read levels, the lock then lives as long as the longest of them.
 -- Answers nil when the holder does not hold the write lock, 0 when levels remain, 1 when
 -- released.
-local answered = redis.call('get', KEYS[3])
+local answered = earlier_answer(KEYS[3])
 if answered then
-  return tonumber(answered)
+  return answered
 end
 if redis.call('hget', KEYS[1], 'mode') ~= 'write'
     or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
 end
 if tonumber(ARGV[5]) > 0 then
-  redis.call('hset', KEYS[1], ARGV[1], ARGV[5])
-  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('pexpire', KEYS[1], ARGV[2])
-  end
-  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
-  return 0
+  return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3], ARGV[3])
 end
 redis.call('hdel', KEYS[1], ARGV[1])
 if redis.call('hlen', KEYS[1]) == 1 then
