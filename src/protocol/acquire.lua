@@ -22,19 +22,11 @@ if ARGV[3] == '0' then
   -- acquisition that ran (its connection broke and it was sent again): it is this one.
   -- (HEXISTS fails with WRONGTYPE when the name is taken by a key that is not a lock.)
   if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, tonumber(redis.call('get', KEYS[2])) or redis.call('incr', KEYS[2])}
+    return taken_before(ARGV[2], ARGV[1], KEYS[2])
   end
   return {0, redis.call('pttl', KEYS[1])}
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   return {3, 0}
 end
-local token = tonumber(redis.call('get', KEYS[2])) or redis.call('incr', KEYS[2])
-redis.call('hincrby', KEYS[1], ARGV[2], 1)
--- A reentrant level never shortens the lease the outer levels have.
-if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('pexpire', KEYS[1], ARGV[1])
-end
-return {2, token}
+return enter_again(ARGV[2], ARGV[1], KEYS[2])

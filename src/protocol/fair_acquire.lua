@@ -16,20 +16,11 @@
 -- waiters that stopped asking expire, however long the holds ahead of them last.
 -- Runs after fair_queue.lua, which sets `now` and drops expired places at the head.
 
-local function token()
-  return tonumber(redis.call('get', KEYS[4])) or redis.call('incr', KEYS[4])
-end
-
 if ARGV[3] ~= '0' then
   if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {3, 0}
   end
-  local current = token()
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-    redis.call('pexpire', KEYS[1], ARGV[1])
-  end
-  return {2, current}
+  return enter_again(ARGV[2], ARGV[1], KEYS[4])
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
@@ -49,10 +40,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     return {1, taken}
   end
 elseif redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  -- An earlier send of this same acquisition ran (its connection broke): it is this one.
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, token()}
+  return taken_before(ARGV[2], ARGV[1], KEYS[4])
 end
 
 -- Not our turn. Wait until the lock's lease ends, or, while it is free, until the place of

@@ -16,17 +16,17 @@ use super::names::{
 };
 use super::script::{lua_script, ScriptCall};
 
-lua_script!(ACQUIRE = "acquire.lua");
+lua_script!(ACQUIRE = "acquire_levels.lua" + "acquire.lua");
 lua_script!(RELEASE = "release_levels.lua" + "release.lua");
 lua_script!(UNDO = "undo.lua");
 lua_script!(FORCE_RELEASE = "force_release.lua");
-lua_script!(FAIR_ACQUIRE = "fair_queue.lua" + "fair_acquire.lua");
+lua_script!(FAIR_ACQUIRE = "fair_queue.lua" + "acquire_levels.lua" + "fair_acquire.lua");
 lua_script!(FAIR_RELEASE = "fair_queue.lua" + "release_levels.lua" + "fair_release.lua");
 lua_script!(FAIR_UNDO = "fair_undo.lua");
 lua_script!(FAIR_FORCE_RELEASE = "fair_force_release.lua");
-lua_script!(READ_ACQUIRE = "read_acquire.lua");
+lua_script!(READ_ACQUIRE = "acquire_levels.lua" + "read_acquire.lua");
 lua_script!(READ_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "read_release.lua");
-lua_script!(WRITE_ACQUIRE = "write_acquire.lua");
+lua_script!(WRITE_ACQUIRE = "acquire_levels.lua" + "write_acquire.lua");
 lua_script!(WRITE_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "write_release.lua");
 lua_script!(RWLOCK_UNDO = "rwlock_undo.lua");
 lua_script!(RWLOCK_FORCE_RELEASE = "rwlock_force_release.lua");

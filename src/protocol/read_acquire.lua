@@ -11,9 +11,6 @@
 -- Answers as the lock's acquire script: {1, token}, {2, token}, {0, PTTL} or {3, 0}.
 local mode = redis.call('hget', KEYS[1], 'mode')
 local lease = tonumber(ARGV[1])
-local function token()
-  return tonumber(redis.call('get', KEYS[2])) or redis.call('incr', KEYS[2])
-end
 -- Sets the lease of level n, and makes the hash live at least as long.
 local function lease_level(level)
   redis.call('set', ARGV[4] .. ':' .. level, 1, 'px', lease)
@@ -32,7 +29,7 @@ if ARGV[3] == '0' then
       end
       redis.call('hset', KEYS[1], ARGV[2], 1)
       lease_level(1)
-      return {1, token()}
+      return {1, current_token(KEYS[2])}
     end
     local taken = redis.call('incr', KEYS[2])
     if not mode then
@@ -46,6 +43,6 @@ end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   return {3, 0}
 end
-local current = token()
+local current = current_token(KEYS[2])
 lease_level(redis.call('hincrby', KEYS[1], ARGV[2], 1))
 return {2, current}

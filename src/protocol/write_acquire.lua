@@ -7,9 +7,6 @@
 -- ARGV[3]: how many levels of the chain the holder's process holds ('0': a new chain)
 -- Answers as the lock's acquire script: {1, token}, {2, token}, {0, PTTL} or {3, 0}.
 local mode = redis.call('hget', KEYS[1], 'mode')
-local function token()
-  return tonumber(redis.call('get', KEYS[2])) or redis.call('incr', KEYS[2])
-end
 if ARGV[3] == '0' then
   if not mode then
     local taken = redis.call('incr', KEYS[2])
@@ -18,19 +15,11 @@ if ARGV[3] == '0' then
     return {1, taken}
   end
   if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    -- An earlier send of this same acquisition ran (its connection broke): it is this one.
-    redis.call('hset', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, token()}
+    return taken_before(ARGV[2], ARGV[1], KEYS[2])
   end
   return {0, redis.call('pttl', KEYS[1])}
 end
 if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   return {3, 0}
 end
-local current = token()
-redis.call('hincrby', KEYS[1], ARGV[2], 1)
-if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('pexpire', KEYS[1], ARGV[1])
-end
-return {2, current}
+return enter_again(ARGV[2], ARGV[1], KEYS[2])
