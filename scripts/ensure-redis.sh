@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# Installs redis-server from the OS packages (Debian/Ubuntu) when it is not on PATH.
+# Installs from the OS packages (Debian/Ubuntu) what the demo and the tests run that is not on
+# PATH: redis-server, redis-sentinel (the failover tests) and openssl (the TLS tests make their
+# certificates with it).
 set -euo pipefail
-if command -v redis-server >/dev/null 2>&1; then
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ "${#missing[@]}" -eq 0 ]; then
   exit 0
 fi
-echo "redis-server not found: installing it from the OS packages" >&2
+echo "not found: ${missing[*]}: installing from the OS packages" >&2
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   sudo="sudo"
 fi
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
-# The package may start a system service; the library never uses it (tests and the demo run
-# their own throwaway servers on free ports).
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+# The packages may start system services; the library never uses them (tests and the demo
+# run their own throwaway servers on free ports).
 command -v redis-server >/dev/null
+command -v redis-sentinel >/dev/null
+command -v openssl >/dev/null
