@@ -4,24 +4,32 @@
 //! id) with its command connection pool, its watchdog thread, its pub/sub listener thread,
 //! its timeouts and its request ids. [`LockManager`](crate::LockManager) builds it and hands
 //! an `Arc` of it to every handle it makes; the last `Arc` dropped stops and joins the
-//! threads. It knows nothing of the primitives above it: it may use the pool, the watchdog,
-//! the pub/sub hub, the resolver and the naming rules, nothing else.
+//! threads. In sentinel mode it also owns the master locator and the thread that hears
+//! failovers, and moves the pool and the pub/sub listener to a new master. It knows nothing
+//! of the primitives above it: it may use the pool, the watchdog, the pub/sub hub, the
+//! resolver, the sentinel locator and the naming rules, nothing else.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::pool::Pool;
+use crate::pool::{Pool, Target};
 use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
 use crate::pubsub::{Notices, PubSubHub};
 use crate::resolve::Resolver;
+use crate::sentinel::{MasterLocator, SwitchWatcher};
 use crate::stats::{Stats, WaitRecorder};
 use crate::watchdog::{LostCallback, Watchdog};
 
 /// What a client is built from; checked by the builder before.
 pub(crate) struct Settings {
+    /// The server; in sentinel mode only the credentials, database and TLS of the master.
     pub(crate) info: redis::ConnectionInfo,
+    /// Sentinel mode: where the sentinels are and their name of the master.
+    pub(crate) sentinel: Option<SentinelSettings>,
+    /// How long a wait rides out a failover (see [`Client::outage_grace`]).
+    pub(crate) failover_grace: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
@@ -29,11 +37,21 @@ pub(crate) struct Settings {
     pub(crate) on_lost: Option<LostCallback>,
 }
 
+/// The sentinels of a master and its name.
+pub(crate) struct SentinelSettings {
+    pub(crate) sentinels: Vec<redis::ConnectionInfo>,
+    pub(crate) master_name: String,
+}
+
 pub(crate) struct Client {
     id: String,
     pool: Arc<Pool>,
     watchdog: Watchdog,
-    hub: PubSubHub,
+    hub: Arc<PubSubHub>,
+    /// Hears failovers, in sentinel mode.
+    switch_watcher: Option<SwitchWatcher>,
+    /// How long a wait rides out errors that a failover causes; zero on a single server.
+    outage_grace: Duration,
     /// How long a release answer is kept for a retry of the same request.
     release_latch_ms: u64,
     next_request: AtomicU64,
@@ -46,6 +64,8 @@ impl Client {
     pub(crate) fn connect(settings: Settings) -> Result<Arc<Client>> {
         let Settings {
             info,
+            sentinel,
+            failover_grace,
             connect_timeout,
             response_timeout,
             watchdog_timeout,
@@ -66,9 +86,28 @@ impl Client {
             redis::ConnectionAddr::Tcp(host, port) => Some(Arc::new(Resolver::new(host, *port))),
             _ => None,
         };
+        let locator = match sentinel {
+            Some(SentinelSettings {
+                sentinels,
+                master_name,
+            }) => Some(MasterLocator::discover(
+                sentinels,
+                &master_name,
+                info.clone(),
+                connect_timeout,
+                response_timeout,
+            )?),
+            None => None,
+        };
+        let target = match &locator {
+            Some(locator) => Target::Sentinel(Arc::clone(locator)),
+            None => Target::Fixed {
+                client: redis_client,
+                resolver: resolver.clone(),
+            },
+        };
         let pool = Arc::new(Pool::new(
-            redis_client,
-            resolver.clone(),
+            target,
             connect_timeout,
             response_timeout,
             max_idle_connections,
@@ -83,14 +122,42 @@ impl Client {
                 None => log::debug!("ignoring a malformed force-release notice"),
             }),
         };
-        let hub =
-            match PubSubHub::start(&info, resolver, connect_timeout, response_timeout, notices) {
-                Ok(hub) => hub,
-                Err(err) => {
-                    watchdog.stop();
-                    return Err(err);
+        let hub = match PubSubHub::start(
+            &info,
+            resolver,
+            locator.clone(),
+            connect_timeout,
+            response_timeout,
+            notices,
+        ) {
+            Ok(hub) => Arc::new(hub),
+            Err(err) => {
+                watchdog.stop();
+                return Err(err);
+            }
+        };
+        let switch_watcher = match locator {
+            Some(locator) => {
+                // A new master: connections to the old one go, the listener moves.
+                let on_switch = {
+                    let pool = Arc::clone(&pool);
+                    let hub = Arc::clone(&hub);
+                    Box::new(move || {
+                        pool.forget_idle();
+                        hub.reconnect();
+                    })
+                };
+                match SwitchWatcher::start(locator, on_switch) {
+                    Ok(watcher) => Some(watcher),
+                    Err(err) => {
+                        watchdog.stop();
+                        hub.stop();
+                        return Err(err);
+                    }
                 }
-            };
+            }
+            None => None,
+        };
         let release_latch_ms = (response_timeout * 4)
             .max(Duration::from_secs(10))
             .as_millis() as u64;
@@ -99,6 +166,11 @@ impl Client {
             pool,
             watchdog,
             hub,
+            outage_grace: match switch_watcher {
+                Some(_) => failover_grace,
+                None => Duration::ZERO,
+            },
+            switch_watcher,
             release_latch_ms,
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
@@ -149,6 +221,13 @@ impl Client {
         &self.hub
     }
 
+    /// How long a wait goes on through errors a failover causes (Redis unreachable, slow, or
+    /// refusing writes), trying again, before it gives up with the error: the failover grace
+    /// in sentinel mode, zero on a single server, whose outage no one resolves for us.
+    pub(crate) fn outage_grace(&self) -> Duration {
+        self.outage_grace
+    }
+
     /// The lease of watched locks.
     pub(crate) fn watchdog_timeout(&self) -> Duration {
         self.watchdog.timeout()
@@ -188,6 +267,9 @@ impl Client {
     /// Stops the watchdog and the pub/sub listener and joins their threads (once).
     pub(crate) fn shutdown(&self) {
         if !self.shut_down.swap(true, Ordering::AcqRel) {
+            if let Some(watcher) = &self.switch_watcher {
+                watcher.stop();
+            }
             self.watchdog.stop();
             self.hub.stop();
         }

@@ -102,6 +102,14 @@ pub enum Error {
         name: String,
     },
 
+    /// Sentinel mode: the sentinels that answered know no master by this name (`SENTINEL
+    /// get-master-addr-by-name` answered nothing).
+    #[error("the sentinels know no master called {name:?}")]
+    UnknownMaster {
+        /// The master's name, as given to the builder.
+        name: String,
+    },
+
     /// An argument is out of range: an empty lock name, a zero or too long duration, a zero
     /// permit count, a change that would leave a semaphore with fewer than no permits.
     #[error("invalid argument: {0}")]

@@ -220,6 +220,7 @@ impl CountDownLatch {
             },
             ensure_running: || self.client.ensure_running(),
             cancel: self.cancel.as_ref(),
+            outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
         })
     }

@@ -93,6 +93,7 @@ mod resolve;
 mod rwlock;
 mod script;
 mod semaphore;
+mod sentinel;
 mod stats;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]

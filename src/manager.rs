@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use crate::client::{Client, Settings};
+use crate::client::{Client, SentinelSettings, Settings};
 use crate::error::{Error, Result};
 use crate::fence::FencedStore;
 use crate::latch::CountDownLatch;
@@ -32,6 +32,10 @@ const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
 /// As in Redisson (`fairLockWaitTimeout`).
 const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// How long waits go on through a failover in sentinel mode, by default.
+const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(30);
+/// The longest failover grace accepted: a longer outage is not a failover.
+const MAX_FAILOVER_GRACE: Duration = Duration::from_secs(3600);
 /// The shortest watchdog timeout accepted: renewals every 10 ms are the practical floor.
 const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
@@ -73,6 +77,9 @@ pub struct LockManagerBuilder {
     max_idle_connections: usize,
     fair_lock_place_timeout: Duration,
     on_lost: Option<LostCallback>,
+    /// Sentinel mode: the sentinels (or why they could not be read) and the master's name.
+    sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
+    failover_grace: Duration,
 }
 
 impl LockManager {
@@ -104,7 +111,63 @@ impl LockManager {
             max_idle_connections: DEFAULT_MAX_IDLE_CONNECTIONS,
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             on_lost: None,
+            sentinel: None,
+            failover_grace: DEFAULT_FAILOVER_GRACE,
         }
+    }
+
+    /// Starts configuring a manager for the master that the sentinels at `sentinels` know
+    /// as `master_name` (Redis Sentinel). The manager asks them where the master is, follows
+    /// every failover they announce (`+switch-master`) or that it meets (the master
+    /// unreachable, or answering `READONLY`), and moves its connections, the pub/sub listener
+    /// included, to the new master. Waits go on through a failover (see
+    /// [`failover_grace`](LockManagerBuilder::failover_grace)), and the watchdog renews on
+    /// the new master: a lock whose key reached the promoted replica stays held, one whose
+    /// key did not is reported lost. [`replica_acks`](LockManagerBuilder::replica_acks)
+    /// makes sure every acquisition reached the replicas.
+    ///
+    /// Each sentinel address is a URL (`redis://[user:pass@]host:26379`, the sentinel's own
+    /// credentials) or anything else redis-rs takes as connection info. The master's
+    /// credentials and database are set apart, with
+    /// [`master_auth`](LockManagerBuilder::master_auth) and
+    /// [`master_database`](LockManagerBuilder::master_database).
+    ///
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let manager = redlease::LockManager::builder_sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "locks",
+    /// )
+    /// .master_auth(Some("locker"), "s3cret")
+    /// .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder_sentinel<I>(sentinels: I, master_name: &str) -> LockManagerBuilder
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let sentinels: std::result::Result<Vec<ConnectionInfo>, String> = sentinels
+            .into_iter()
+            .map(|sentinel| sentinel.into_connection_info())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|err| err.to_string());
+        // The master's connection: plain or TLS as the sentinels' first address, no
+        // credentials until `master_auth`.
+        let master = match &sentinels {
+            Ok(sentinels) => match sentinels.first() {
+                Some(first) => Ok(first
+                    .clone()
+                    .set_redis_settings(redis::RedisConnectionInfo::default())),
+                None => Err("sentinel mode needs at least one sentinel address".to_owned()),
+            },
+            Err(err) => Err(err.clone()),
+        };
+        let mut builder = LockManager::builder(("127.0.0.1", 0));
+        builder.info = master;
+        builder.sentinel = Some((sentinels, master_name.to_owned()));
+        builder
     }
 
     /// A handle to the lock called `name`: any non-empty string (braces, spaces and unicode
@@ -276,6 +339,39 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Sentinel mode: the user (if any) and password of the master and its replicas (the
+    /// sentinels' own go in their URLs).
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.info = self.info.map(|info| {
+            let mut settings = info.redis_settings().clone().set_password(password);
+            if let Some(username) = username {
+                settings = settings.set_username(username);
+            }
+            info.set_redis_settings(settings)
+        });
+        self
+    }
+
+    /// Sentinel mode: the database of the master to keep the locks in (default 0).
+    pub fn master_database(mut self, db: i64) -> Self {
+        self.info = self.info.map(|info| {
+            let settings = info.redis_settings().clone().set_db(db);
+            info.set_redis_settings(settings)
+        });
+        self
+    }
+
+    /// Sentinel mode: how long a wait goes on through a failover (default 30 s). While the
+    /// master cannot be reached, answers late, or refuses writes (`READONLY`,
+    /// `MASTERDOWN`), waits try again every 100 ms instead of failing, until this long after
+    /// the first such error in a row, then fail with it. Allow for the sentinels'
+    /// `down-after-milliseconds` plus the failover itself. A single server has no grace: its
+    /// errors end waits at once.
+    pub fn failover_grace(mut self, grace: Duration) -> Self {
+        self.failover_grace = grace;
+        self
+    }
+
     /// Checks the settings, connects to Redis once to see it answers, and starts the threads.
     ///
     /// # Errors
@@ -296,8 +392,25 @@ impl LockManagerBuilder {
         let info = self
             .info
             .map_err(|err| Error::InvalidArgument(format!("bad redis connection info: {err}")))?;
+        let sentinel = match self.sentinel {
+            Some((sentinels, master_name)) => Some(SentinelSettings {
+                sentinels: sentinels.map_err(|err| {
+                    Error::InvalidArgument(format!("bad sentinel connection info: {err}"))
+                })?,
+                master_name,
+            }),
+            None => None,
+        };
+        if self.failover_grace > MAX_FAILOVER_GRACE {
+            return Err(Error::InvalidArgument(format!(
+                "a failover grace of {:?} is longer than the maximum of {MAX_FAILOVER_GRACE:?}",
+                self.failover_grace
+            )));
+        }
         let client = Client::connect(Settings {
             info,
+            sentinel,
+            failover_grace: self.failover_grace,
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             watchdog_timeout: self.watchdog_timeout,

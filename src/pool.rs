@@ -6,6 +6,11 @@
 //! of its own; connections are made on demand by the calling thread and kept idle up to a
 //! bound. A host name is looked up through the manager's [`Resolver`], within the connect
 //! timeout.
+//!
+//! In sentinel mode the pool connects to the master the [`MasterLocator`] names now. Idle
+//! connections made for an older master are dropped once the locator's generation moves on,
+//! and a call that cannot reach the master, or that the master refuses with `READONLY` (it
+//! was demoted), makes the locator ask the sentinels again.
 
 use std::io;
 use std::net::SocketAddr;
@@ -13,16 +18,31 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redis::{Connection, ConnectionAddr, ConnectionLike, RedisResult};
+use redis::{
+    Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisResult,
+    ServerErrorKind,
+};
 
 use crate::error::{Error, Result};
 use crate::resolve::Resolver;
+use crate::sentinel::MasterLocator;
+
+/// Where the pool's connections go.
+pub(crate) enum Target {
+    /// One server at a fixed address, its host looked up through `resolver` (`None` for a
+    /// Unix socket).
+    Fixed {
+        client: redis::Client,
+        resolver: Option<Arc<Resolver>>,
+    },
+    /// The master the sentinels name now.
+    Sentinel(Arc<MasterLocator>),
+}
 
 pub(crate) struct Pool {
-    client: redis::Client,
-    /// Looks up the host of a TCP address; `None` for a Unix socket.
-    resolver: Option<Arc<Resolver>>,
-    idle: Mutex<Vec<Connection>>,
+    target: Target,
+    /// Idle connections, and the master generation they were made for (sentinel mode).
+    idle: Mutex<Idle>,
     max_idle: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -30,23 +50,31 @@ pub(crate) struct Pool {
     setup_replies: u32,
 }
 
+#[derive(Default)]
+struct Idle {
+    connections: Vec<Connection>,
+    generation: u64,
+}
+
 impl Pool {
     pub(crate) fn new(
-        client: redis::Client,
-        resolver: Option<Arc<Resolver>>,
+        target: Target,
         connect_timeout: Duration,
         response_timeout: Duration,
         max_idle: usize,
     ) -> Self {
-        let settings = client.get_connection_info().redis_settings();
+        let info = match &target {
+            Target::Fixed { client, .. } => client.get_connection_info().clone(),
+            Target::Sentinel(locator) => locator.master().0,
+        };
+        let settings = info.redis_settings();
         let setup_replies =
             u32::from(settings.password().is_some() || settings.protocol().supports_resp3())
                 + u32::from(settings.db() != 0);
         Pool {
             setup_replies: setup_replies.max(1),
-            client,
-            resolver,
-            idle: Mutex::new(Vec::new()),
+            target,
+            idle: Mutex::new(Idle::default()),
             max_idle,
             connect_timeout,
             response_timeout,
@@ -59,8 +87,17 @@ impl Pool {
 
     /// Which server and database this pool talks to, to tell servers apart.
     pub(crate) fn server(&self) -> String {
-        let info = self.client.get_connection_info();
-        format!("{} db {}", info.addr(), info.redis_settings().db())
+        match &self.target {
+            Target::Fixed { client, .. } => {
+                let info = client.get_connection_info();
+                format!("{} db {}", info.addr(), info.redis_settings().db())
+            }
+            Target::Sentinel(locator) => format!(
+                "master {:?} db {}",
+                locator.master_name(),
+                locator.master().0.redis_settings().db()
+            ),
+        }
     }
 
     /// Runs `command` on a pooled connection with the configured response timeout (and, for
@@ -98,14 +135,15 @@ impl Pool {
         deadline: Option<Instant>,
         mut command: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        let pooled = self.idle.lock().pop();
+        let pooled = self.take_idle();
         if let Some(connection) = pooled {
             match self.run_on(connection, timeout, deadline, &mut command) {
                 Err(err) if is_stale_connection(&err) => {
                     log::debug!("dropping idle redis connections after: {err}");
-                    self.idle.lock().clear();
+                    self.idle.lock().connections.clear();
+                    self.failed(&err);
                 }
-                outcome => return outcome.map_err(|err| Error::from_redis(err, timeout)),
+                outcome => return self.sorted(outcome, timeout),
             }
         }
         let connect_timeout = match deadline {
@@ -121,8 +159,32 @@ impl Pool {
             }
         };
         let connection = self.connect(connect_timeout)?;
-        self.run_on(connection, timeout, deadline, &mut command)
-            .map_err(|err| Error::from_redis(err, timeout))
+        let outcome = self.run_on(connection, timeout, deadline, &mut command);
+        self.sorted(outcome, timeout)
+    }
+
+    /// The crate's error for a failed call; in sentinel mode a call that did not reach the
+    /// master, or that a demoted master refused, asks the sentinels again first.
+    fn sorted<T>(&self, outcome: RedisResult<T>, timeout: Duration) -> Result<T> {
+        outcome.map_err(|err| {
+            self.failed(&err);
+            Error::from_redis(err, timeout)
+        })
+    }
+
+    /// Tells the master locator, in sentinel mode, about a call that failed with `err`.
+    pub(crate) fn failed(&self, err: &redis::RedisError) {
+        if let Target::Sentinel(locator) = &self.target {
+            let demoted = matches!(err.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly));
+            if (demoted || is_unreachable(err)) && locator.ask_again() {
+                self.forget_idle();
+            }
+        }
+    }
+
+    /// Drops every idle connection (the master moved).
+    pub(crate) fn forget_idle(&self) {
+        self.idle.lock().connections.clear();
     }
 
     fn run_on<T>(
@@ -168,7 +230,16 @@ impl Pool {
     /// several servers). It may turn out to be dead. Give it back with [`Pool::give_back`]
     /// only when it is in step (every answer read).
     pub(crate) fn take_idle(&self) -> Option<Connection> {
-        self.idle.lock().pop()
+        let mut idle = self.idle.lock();
+        if let Target::Sentinel(locator) = &self.target {
+            // Connections made for an older master go: the master moved since.
+            let generation = locator.generation();
+            if idle.generation != generation {
+                idle.connections.clear();
+                idle.generation = generation;
+            }
+        }
+        idle.connections.pop()
     }
 
     /// A new connection, made within `budget` (set-up replies included).
@@ -190,18 +261,43 @@ impl Pool {
 
     fn put_back(&self, connection: Connection) {
         let mut idle = self.idle.lock();
-        if idle.len() < self.max_idle {
-            idle.push(connection);
+        if idle.connections.len() < self.max_idle {
+            idle.connections.push(connection);
         }
     }
 
     fn connect(&self, timeout: Duration) -> Result<Connection> {
-        let connection = match &self.resolver {
-            Some(resolver) => self.connect_resolved(resolver, timeout)?,
-            None => self
-                .client
+        let connection = match &self.target {
+            Target::Fixed {
+                resolver: Some(resolver),
+                client,
+            } => connect_resolved(client.get_connection_info(), resolver, timeout)?,
+            Target::Fixed {
+                resolver: None,
+                client,
+            } => client
                 .get_connection_with_timeout(timeout)
                 .map_err(|err| Error::from_redis(err, timeout))?,
+            Target::Sentinel(locator) => {
+                let (info, _) = locator.master();
+                let resolver = match info.addr() {
+                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                        Resolver::new(host, *port)
+                    }
+                    other => {
+                        return Err(Error::InvalidArgument(format!(
+                            "a sentinel named an address of an unexpected kind: {other}"
+                        )))
+                    }
+                };
+                connect_resolved(&info, &resolver, timeout).inspect_err(|err| {
+                    if let Error::Unreachable(_) | Error::Timeout(_) = err {
+                        if locator.ask_again() {
+                            self.forget_idle();
+                        }
+                    }
+                })?
+            }
         };
         for outcome in [
             connection.set_read_timeout(Some(self.response_timeout)),
@@ -211,48 +307,50 @@ impl Pool {
         }
         Ok(connection)
     }
+}
 
-    /// Looks the host up and connects to its addresses in turn until one takes the
-    /// connection. The lookup and the TCP connect share `timeout`; the set-up replies then
-    /// get what redis-rs gives them, as for any connection.
-    fn connect_resolved(&self, resolver: &Resolver, timeout: Duration) -> Result<Connection> {
-        let give_up_at = Instant::now() + timeout;
-        let addresses = resolver
-            .resolve(timeout)
-            .map_err(|err| err.into_error(timeout))?;
-        let mut last_error = None;
-        for address in addresses {
-            let left = give_up_at.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            // Every setting of the URL but the host, which is now an address.
-            let info = self
-                .client
-                .get_connection_info()
-                .clone()
-                .set_addr(ConnectionAddr::Tcp(numeric_host(&address), address.port()));
-            let outcome = redis::Client::open(info)
-                .and_then(|client| client.get_connection_with_timeout(left));
-            match outcome {
-                Ok(connection) => return Ok(connection),
-                // Another address may be reachable where this one is not.
-                Err(err) if is_unreachable(&err) => {
-                    log::debug!("cannot connect to {address}: {err}");
-                    last_error = Some(err);
-                }
-                // The server answered (refused a password, say): so would its other addresses.
-                Err(err) => return Err(Error::from_redis(err, timeout)),
-            }
+/// Looks the host up and connects to its addresses in turn until one takes the connection,
+/// with every setting of `info` but the host. The lookup and the TCP connect share `timeout`;
+/// the set-up replies then get what redis-rs gives them, as for any connection.
+fn connect_resolved(
+    info: &ConnectionInfo,
+    resolver: &Resolver,
+    timeout: Duration,
+) -> Result<Connection> {
+    let give_up_at = Instant::now() + timeout;
+    let addresses = resolver
+        .resolve(timeout)
+        .map_err(|err| err.into_error(timeout))?;
+    let mut last_error = None;
+    for address in addresses {
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
         }
-        match last_error {
-            Some(err) => {
-                // The name may have moved (a failover): look it up again next time.
-                resolver.distrust_cache();
-                Err(Error::from_redis(err, timeout))
+        // Every setting of the URL but the host, which is now an address.
+        let info = info
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(numeric_host(&address), address.port()));
+        let outcome =
+            redis::Client::open(info).and_then(|client| client.get_connection_with_timeout(left));
+        match outcome {
+            Ok(connection) => return Ok(connection),
+            // Another address may be reachable where this one is not.
+            Err(err) if is_unreachable(&err) => {
+                log::debug!("cannot connect to {address}: {err}");
+                last_error = Some(err);
             }
-            None => Err(Error::Timeout(timeout)),
+            // The server answered (refused a password, say): so would its other addresses.
+            Err(err) => return Err(Error::from_redis(err, timeout)),
         }
+    }
+    match last_error {
+        Some(err) => {
+            // The name may have moved (a failover): look it up again next time.
+            resolver.distrust_cache();
+            Err(Error::from_redis(err, timeout))
+        }
+        None => Err(Error::Timeout(timeout)),
     }
 }
 

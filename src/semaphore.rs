@@ -211,6 +211,7 @@ impl Semaphore {
             attempt,
             ensure_running: || self.client.ensure_running(),
             cancel: self.cancel.as_ref(),
+            outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
         })
     }

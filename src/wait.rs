@@ -9,8 +9,10 @@
 //! (the pub/sub connection is down) it polls. A wake it took and did not use (the next try
 //! failed with an error) is passed on to another waiter of the same lock. A cancel token, when
 //! the handle has one, is checked before every try and wakes every sleep, and ends the wait
-//! with [`Error::Cancelled`]. It does no I/O of its own beyond the subscriptions it is
-//! handed.
+//! with [`Error::Cancelled`]. Where a failover may resolve an outage (sentinel mode), a try
+//! that fails with a transient error is repeated every [`RETRY_DURING_OUTAGE`] for up to the
+//! outage grace before the error ends the wait. It does no I/O of its own beyond the
+//! subscriptions it is handed.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +26,9 @@ use crate::stats::WaitRecorder;
 /// While a release channel is not subscribed (the pub/sub connection is down), a waiter
 /// tries at least this often instead of trusting a wake-up that may never come.
 const POLL_WITHOUT_SUBSCRIPTION: Duration = Duration::from_millis(100);
+
+/// How often a wait tries again while Redis fails in a way a failover may resolve.
+pub(crate) const RETRY_DURING_OUTAGE: Duration = Duration::from_millis(100);
 
 /// What one try found.
 pub(crate) enum Attempt<T> {
@@ -59,6 +64,9 @@ pub(crate) struct WaitFor<'a, S, A, R> {
     pub(crate) ensure_running: R,
     /// Ends the wait when cancelled.
     pub(crate) cancel: Option<&'a CancelToken>,
+    /// How long transient errors in a row are tried through before the wait fails with the
+    /// last one (zero: at once).
+    pub(crate) outage_grace: Duration,
     /// Counts the waiting threads, the acquisitions and their wait times.
     pub(crate) recorder: &'a WaitRecorder,
 }
@@ -77,6 +85,7 @@ where
         mut attempt,
         ensure_running,
         cancel,
+        outage_grace,
         recorder,
     } = settings;
     let started = Instant::now();
@@ -91,12 +100,18 @@ where
     let mut subscriptions: Vec<Subscription> = Vec::new();
     // The subscriptions whose wake the last sleep took.
     let mut woken: Vec<usize> = Vec::new();
+    // Since when the tries fail with transient errors, if the last one did.
+    let mut outage_since: Option<Instant> = None;
     loop {
         if let Err(err) = cancelled() {
             pass_wakes_on(&subscriptions, &woken);
             return Err(err);
         }
-        let pause = match attempt() {
+        let tried = attempt();
+        if tried.is_ok() {
+            outage_since = None;
+        }
+        let pause = match tried {
             Ok(Attempt::Taken(taken)) => {
                 recorder.acquired(started.elapsed());
                 return Ok(Some(taken));
@@ -110,6 +125,15 @@ where
             }
             Ok(Attempt::Held { hint }) => Pause::Listen { hint },
             Ok(Attempt::BackOff { delay }) => Pause::BackOff { delay },
+            Err(err)
+                if err.is_transient()
+                    && outage_since.get_or_insert_with(Instant::now).elapsed() < outage_grace =>
+            {
+                log::debug!("trying again through an outage: {err}");
+                Pause::BackOff {
+                    delay: RETRY_DURING_OUTAGE,
+                }
+            }
             Err(err) => {
                 pass_wakes_on(&subscriptions, &woken);
                 return Err(err);

@@ -527,6 +527,8 @@ impl Group {
             },
             cancel,
             // A group's waits count on its first member's manager.
+            // Independent masters: an outage of some is what the quorum is for.
+            outage_grace: Duration::ZERO,
             recorder: self.members[0].client().wait_recorder(),
         })
     }

@@ -388,6 +388,7 @@ impl Lock {
             },
             ensure_running: || self.client.ensure_running(),
             cancel: self.cancel.as_ref(),
+            outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
         });
         if queued.get() && !matches!(outcome, Ok(Some(_))) {

@@ -1,8 +1,9 @@
 //! The transport of the subscribed connection: where it goes (a host and port looked up
-//! through the manager's resolver, or a Unix socket), connecting within the connect timeout,
-//! `AUTH`, and the socket handles with their timeouts.
+//! through the manager's resolver, a Unix socket, or the master the sentinels name now),
+//! connecting within the connect timeout, `AUTH`, and the socket handles with their timeouts.
 //!
-//! Knows nothing of channels or waiters; touches only sockets and the resolver.
+//! Knows nothing of channels or waiters; touches only sockets, the resolver and the master
+//! locator.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -18,6 +19,7 @@ use redis::{ConnectionAddr, ConnectionInfo};
 use super::frame::{self, Frame};
 use crate::error::{Error, Result};
 use crate::resolve::{ResolveError, Resolver};
+use crate::sentinel::MasterLocator;
 
 /// Where the subscribed connection goes, and how it authenticates.
 pub(super) struct Endpoint {
@@ -31,20 +33,26 @@ enum Address {
     Tcp(Arc<Resolver>),
     #[cfg(unix)]
     Unix(PathBuf),
+    /// The master the sentinels name at the time of connecting.
+    Master(Arc<MasterLocator>),
 }
 
 impl Endpoint {
+    /// The endpoint of `info`'s address, or of the master `located` names (then `info` gives
+    /// only the credentials).
     pub(super) fn from_info(
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
+        located: Option<Arc<MasterLocator>>,
     ) -> Result<Self> {
-        let address = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
+        let address = match (located, info.addr()) {
+            (Some(locator), _) => Address::Master(locator),
+            (None, ConnectionAddr::Tcp(host, port)) => {
                 Address::Tcp(resolver.unwrap_or_else(|| Arc::new(Resolver::new(host, *port))))
             }
             #[cfg(unix)]
-            ConnectionAddr::Unix(path) => Address::Unix(path.clone()),
-            other => {
+            (None, ConnectionAddr::Unix(path)) => Address::Unix(path.clone()),
+            (None, other) => {
                 return Err(Error::InvalidArgument(format!(
                     "unsupported redis address {other}: use redis:// or redis+unix://"
                 )))
@@ -65,6 +73,21 @@ impl Endpoint {
             Address::Tcp(resolver) => Stream::Tcp(connect_tcp(resolver, Instant::now() + timeout)?),
             #[cfg(unix)]
             Address::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+            Address::Master(locator) => {
+                let (info, _) = locator.master();
+                let resolver = match info.addr() {
+                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                        Resolver::new(host, *port)
+                    }
+                    other => return Err(io::Error::other(format!("unexpected address {other}"))),
+                };
+                let connected = connect_tcp(&resolver, Instant::now() + timeout);
+                if connected.is_err() {
+                    // The master may have moved: the next try goes where the sentinels say.
+                    locator.ask_again();
+                }
+                Stream::Tcp(connected?)
+            }
         };
         if let Some(password) = &self.password {
             let give_up_at = Instant::now() + timeout;

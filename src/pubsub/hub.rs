@@ -92,6 +92,11 @@ impl State {
         self.outbox.shut_down();
     }
 
+    /// Ends the connection (the listener's read returns and it connects again).
+    pub(super) fn drop_connection(&mut self) {
+        self.outbox.shut_down();
+    }
+
     pub(super) fn is_connected(&self) -> bool {
         self.outbox.is_open()
     }

@@ -40,6 +40,7 @@ use redis::ConnectionInfo;
 
 use crate::error::{Error, Result};
 use crate::resolve::Resolver;
+use crate::sentinel::MasterLocator;
 use connection::Endpoint;
 use hub::{State, Waiter};
 
@@ -122,6 +123,7 @@ impl PubSubHub {
     pub(crate) fn start(
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
+        located: Option<Arc<MasterLocator>>,
         connect_timeout: Duration,
         response_timeout: Duration,
         notices: Notices,
@@ -129,7 +131,7 @@ impl PubSubHub {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
-            endpoint: Endpoint::from_info(info, resolver)?,
+            endpoint: Endpoint::from_info(info, resolver, located)?,
             notices,
             connect_timeout,
             response_timeout,
@@ -209,6 +211,12 @@ impl PubSubHub {
     /// How many channels the hub is subscribed to, or busy subscribing or unsubscribing.
     pub(crate) fn channel_count(&self) -> usize {
         self.shared.state.lock().channel_count()
+    }
+
+    /// Ends the subscribed connection, so the listener connects again (to where the master
+    /// is now) and subscribes anew; waiters poll meanwhile.
+    pub(crate) fn reconnect(&self) {
+        self.shared.state.lock().drop_connection();
     }
 
     /// Stops and joins the listener thread; waiters fall back to their PTTL hints.

@@ -1,0 +1,250 @@
+//! A throwaway Sentinel deployment on loopback: a master, its replicas and three sentinels,
+//! with short timeouts, so a test can kill the master and watch the failover.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use redlease::redis;
+
+use crate::common::{eventually as wait_for, RedisServer};
+
+/// The sentinels' name of the master.
+pub const MASTER_NAME: &str = "locks";
+
+/// How long a master may be silent before the sentinels call it down.
+const DOWN_AFTER_MS: u32 = 1000;
+
+static NEXT_SENTINEL: AtomicU64 = AtomicU64::new(0);
+
+/// A `redis-sentinel` child process, killed when dropped.
+pub struct Sentinel {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Sentinel {
+    /// Starts a sentinel that monitors the master on `master_port` (quorum 2).
+    pub fn start(master_port: u16) -> io::Result<Sentinel> {
+        let dir = std::env::temp_dir().join(format!(
+            "redlease-sentinel-{}-{}",
+            std::process::id(),
+            NEXT_SENTINEL.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let mut last_error = io::Error::other("redis-sentinel did not start");
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            // Sentinel rewrites its configuration file: it must be its own.
+            let config = dir.join("sentinel.conf");
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {dir}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n\
+                     sentinel failover-timeout {MASTER_NAME} 4000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 2\n",
+                    dir = dir.display()
+                ),
+            )?;
+            let mut child = Command::new("redis-sentinel")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?;
+            let sentinel_up = wait_for(Duration::from_secs(10), || {
+                matches!(child.try_wait(), Ok(None)) && ping(port)
+            });
+            if sentinel_up {
+                return Ok(Sentinel { child, port, dir });
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_error = io::Error::other(format!("redis-sentinel on port {port} did not start"));
+        }
+        Err(last_error)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A connection to the sentinel with short timeouts.
+    fn connection(&self) -> redis::RedisResult<redis::Connection> {
+        connect(self.port)
+    }
+
+    /// The port of the master this sentinel names now.
+    pub fn master_port(&self) -> Option<u16> {
+        let mut connection = self.connection().ok()?;
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER_NAME)
+            .query(&mut connection)
+            .ok()?;
+        Some(port)
+    }
+
+    /// Whether this sentinel sees `replicas` replicas and `others` other sentinels.
+    fn sees(&self, replicas: u32, others: u32) -> bool {
+        let Ok(mut connection) = self.connection() else {
+            return false;
+        };
+        let Ok(fields) = redis::cmd("SENTINEL")
+            .arg("master")
+            .arg(MASTER_NAME)
+            .query::<Vec<String>>(&mut connection)
+        else {
+            return false;
+        };
+        let field = |name: &str| -> Option<u32> {
+            let at = fields.iter().position(|field| field == name)?;
+            fields.get(at + 1)?.parse().ok()
+        };
+        field("num-slaves") == Some(replicas) && field("num-other-sentinels") == Some(others)
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A master, its replicas and three sentinels.
+pub struct Deployment {
+    /// The servers; the first is the master at the start.
+    pub servers: Vec<RedisServer>,
+    pub sentinels: Vec<Sentinel>,
+}
+
+impl Deployment {
+    /// Starts a master with `replicas` replicas (linked up) and three sentinels that know
+    /// all of them and each other. Servers and sentinels start in parallel.
+    pub fn start(replicas: usize) -> Deployment {
+        let master = RedisServer::start().expect("master");
+        let master_port = master.port().to_string();
+        let replicas: Vec<RedisServer> = thread::scope(|scope| {
+            let starting: Vec<_> = (0..replicas)
+                .map(|_| {
+                    scope.spawn(|| {
+                        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master_port])
+                            .expect("replica")
+                    })
+                })
+                .collect();
+            starting
+                .into_iter()
+                .map(|replica| replica.join().expect("replica start"))
+                .collect()
+        });
+        for replica in &replicas {
+            assert!(
+                wait_for(Duration::from_secs(10), || replica
+                    .command(&["INFO", "replication"])
+                    .is_ok_and(|info| info.contains("master_link_status:up"))),
+                "replica on {} never linked up",
+                replica.port()
+            );
+        }
+        let sentinels: Vec<Sentinel> = thread::scope(|scope| {
+            let starting: Vec<_> = (0..3)
+                .map(|_| scope.spawn(|| Sentinel::start(master.port()).expect("sentinel")))
+                .collect();
+            starting
+                .into_iter()
+                .map(|sentinel| sentinel.join().expect("sentinel start"))
+                .collect()
+        });
+        let count = replicas.len() as u32;
+        // Sentinels find each other through hello messages every 2 s.
+        assert!(
+            wait_for(Duration::from_secs(20), || sentinels
+                .iter()
+                .all(|sentinel| sentinel.sees(count, 2))),
+            "the sentinels never saw the whole deployment"
+        );
+        let mut servers = vec![master];
+        servers.extend(replicas);
+        Deployment { servers, sentinels }
+    }
+
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(Sentinel::url).collect()
+    }
+
+    /// The server the sentinels name as master now (as the first sentinel that answers).
+    pub fn master(&self) -> &RedisServer {
+        let port = self
+            .sentinels
+            .iter()
+            .find_map(Sentinel::master_port)
+            .expect("a sentinel names the master");
+        self.server_on(port)
+    }
+
+    pub fn server_on(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|server| server.port() == port)
+            .expect("a server of the deployment")
+    }
+
+    /// Kills the master with SIGKILL; answers its port.
+    pub fn kill_master(&mut self) -> u16 {
+        let port = self.master().port();
+        let master = self
+            .servers
+            .iter_mut()
+            .find(|server| server.port() == port)
+            .expect("the master");
+        master.kill().expect("kill the master");
+        port
+    }
+
+    /// Waits until every sentinel names a master other than the one on `old_port`, and the
+    /// new master has taken the role; answers the new master's port.
+    pub fn wait_for_failover(&self, old_port: u16, within: Duration) -> u16 {
+        let mut promoted = None;
+        let done = wait_for(within, || {
+            let ports: Vec<Option<u16>> =
+                self.sentinels.iter().map(Sentinel::master_port).collect();
+            match ports[..] {
+                [Some(first), ..]
+                    if first != old_port && ports.iter().all(|port| *port == Some(first)) =>
+                {
+                    promoted = Some(first);
+                    self.server_on(first)
+                        .command(&["ROLE"])
+                        .is_ok_and(|role| role.contains("master"))
+                }
+                _ => false,
+            }
+        });
+        assert!(done, "no failover within {within:?}");
+        promoted.expect("a promoted replica")
+    }
+}
+
+fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+    let connection = client.get_connection_with_timeout(Duration::from_secs(1))?;
+    connection.set_read_timeout(Some(Duration::from_secs(1)))?;
+    connection.set_write_timeout(Some(Duration::from_secs(1)))?;
+    Ok(connection)
+}
+
+fn ping(port: u16) -> bool {
+    connect(port)
+        .is_ok_and(|mut connection| redis::cmd("PING").query::<String>(&mut connection).is_ok())
+}

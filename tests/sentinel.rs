@@ -1,0 +1,161 @@
+//! Sentinel mode against a real deployment on loopback: a master, two replicas and three
+//! sentinels with `down-after-milliseconds` 1000. The master is killed with SIGKILL while a
+//! lock is held and a waiter waits; the manager must follow the failover.
+
+mod common;
+#[path = "common/sentinel.rs"]
+mod sentinel;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::eventually;
+use redlease::{Error, LockManager};
+use sentinel::{Deployment, Sentinel, MASTER_NAME};
+
+/// A manager on the deployment's sentinels, with short timeouts.
+fn sentinel_manager(deployment: &Deployment, watchdog: Duration) -> LockManager {
+    LockManager::builder_sentinel(deployment.sentinel_urls(), MASTER_NAME)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(watchdog)
+        .failover_grace(Duration::from_secs(30))
+        .build()
+        .expect("manager in sentinel mode")
+}
+
+#[test]
+fn a_failover_moves_locks_waiters_and_renewals_to_the_new_master() {
+    let mut deployment = Deployment::start(2);
+    let watchdog = Duration::from_secs(9);
+    let holder = sentinel_manager(&deployment, watchdog);
+    let waiter = sentinel_manager(&deployment, watchdog);
+    let guard = holder.lock("job").lock().expect("lock before the failover");
+
+    let (acquired, woken) = mpsc::channel();
+    let waiting = thread::spawn({
+        let waiter = waiter.clone();
+        move || {
+            let guard = waiter.lock("job").lock();
+            let _ = acquired.send(Instant::now());
+            guard.map(drop)
+        }
+    });
+    assert!(eventually(Duration::from_secs(5), || waiter
+        .subscribed_channels()
+        == 1));
+
+    let old_port = deployment.kill_master();
+    let killed_at = Instant::now();
+    // An acquisition asked for while the master is down waits through the failover.
+    let during = thread::spawn({
+        let holder = holder.clone();
+        move || {
+            let guard = holder.lock("asked-during-the-failover").lock()?;
+            let taken_after = killed_at.elapsed();
+            guard.unlock()?;
+            Ok::<_, Error>(taken_after)
+        }
+    });
+    let new_port = deployment.wait_for_failover(old_port, Duration::from_secs(30));
+    assert_ne!(new_port, old_port);
+    println!("failover took {:?}", killed_at.elapsed());
+    let taken_after = during
+        .join()
+        .expect("thread")
+        .expect("a lock asked for during the failover is granted after it");
+    println!("lock asked for during the failover taken {taken_after:?} after the kill");
+
+    // The new master serves new acquisitions, through the manager that was there before.
+    let started = Instant::now();
+    let other = holder
+        .lock("other-job")
+        .try_lock_for(Duration::from_secs(20))
+        .expect("try_lock_for after the failover")
+        .expect("the new master grants a free lock");
+    println!(
+        "first acquisition after the failover: {:?}",
+        started.elapsed()
+    );
+    other.unlock().expect("unlock on the new master");
+    let new_master = deployment.server_on(new_port);
+
+    // The held lock is renewed on the new master (its key reached the promoted replica) or
+    // reported lost: never held by two.
+    let renewals_before = holder.stats().renewals_sent;
+    assert!(
+        eventually(Duration::from_secs(15), || guard.is_lost()
+            || holder.stats().renewals_sent >= renewals_before + 2),
+        "the held lock was neither renewed nor reported lost"
+    );
+    if guard.is_lost() {
+        println!("the held lock was reported lost: {:?}", guard.check());
+    } else {
+        let pttl = new_master.command(&["PTTL", "job"]).expect("PTTL");
+        let millis: i64 = pttl.trim_start_matches(':').trim().parse().expect("a PTTL");
+        assert!(
+            millis > 0,
+            "the held lock is kept but the new master has no key"
+        );
+        assert!(
+            woken.try_recv().is_err(),
+            "the waiter took a lock that is still held"
+        );
+    }
+
+    // The release on the new master wakes the waiter that waited through the failover.
+    let released_at = Instant::now();
+    let lost = guard.is_lost();
+    drop(guard);
+    let woken_at = woken
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the waiter takes the lock after the failover");
+    if !lost {
+        let wake = woken_at.saturating_duration_since(released_at);
+        println!("waiter woken {wake:?} after the release");
+        assert!(
+            wake < Duration::from_secs(4),
+            "the waiter slept {wake:?} past the release (lease {watchdog:?})"
+        );
+    }
+    waiting
+        .join()
+        .expect("waiter thread")
+        .expect("waiter's lock");
+}
+
+#[test]
+fn a_master_unknown_to_the_sentinels_is_a_typed_error() {
+    let server = common::server();
+    let sentinel = Sentinel::start(server.port()).expect("sentinel");
+    let refused = LockManager::builder_sentinel([sentinel.url()], "no-such-master")
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build();
+    assert!(
+        matches!(&refused, Err(Error::UnknownMaster { name }) if name == "no-such-master"),
+        "{refused:?}"
+    );
+    let no_sentinel = LockManager::builder_sentinel(Vec::<String>::new(), MASTER_NAME).build();
+    assert!(
+        matches!(no_sentinel, Err(Error::InvalidArgument(_))),
+        "{no_sentinel:?}"
+    );
+}
+
+#[test]
+fn a_sentinel_manager_finds_the_master_and_locks_on_it() {
+    let server = common::server();
+    let sentinel = Sentinel::start(server.port()).expect("sentinel");
+    let manager = LockManager::builder_sentinel([sentinel.url()], MASTER_NAME)
+        .build()
+        .expect("manager");
+    let guard = manager.lock("found").lock().expect("lock");
+    assert_eq!(
+        server.command(&["EXISTS", "found"]).expect("EXISTS"),
+        ":1\r\n"
+    );
+    drop(guard);
+    manager.shutdown();
+}
