@@ -174,9 +174,17 @@ impl Pool {
 
     /// Tells the master locator, in sentinel mode, about a call that failed with `err`.
     pub(crate) fn failed(&self, err: &redis::RedisError) {
+        let demoted = matches!(err.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly));
+        if demoted || is_unreachable(err) {
+            self.master_in_doubt();
+        }
+    }
+
+    /// In sentinel mode, asks the sentinels where the master is now (a call could not reach
+    /// it, or it refused a write as a replica), and drops idle connections if it moved.
+    pub(crate) fn master_in_doubt(&self) {
         if let Target::Sentinel(locator) = &self.target {
-            let demoted = matches!(err.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly));
-            if (demoted || is_unreachable(err)) && locator.ask_again() {
+            if locator.ask_again() {
                 self.forget_idle();
             }
         }

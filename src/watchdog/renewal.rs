@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use redis::{Cmd, Value};
+use redis::{Cmd, ServerErrorKind, Value};
 
 use crate::pool::Pool;
 use crate::protocol::renew::{self, HoldKind};
@@ -83,6 +83,13 @@ pub(super) fn renew(
             )
         });
     let (renewal_answers, deletion_answers) = answers.unwrap_or_default();
+    let refused_as_replica = renewal_answers.iter().any(|answer| {
+        matches!(answer, Value::ServerError(err) if err.kind() == Some(ServerErrorKind::ReadOnly))
+    });
+    if refused_as_replica {
+        // The master was demoted under a connection that stays open.
+        pool.master_in_doubt();
+    }
     for answer in deletion_answers {
         if let Value::ServerError(err) = answer {
             log::debug!("deletion of release latches refused: {err:?}");
