@@ -75,6 +75,7 @@ impl Pool {
         self.run_within(self.response_timeout, None, |connection| {
             command(connection)
         })
+        .map_err(|err| err.for_user(self.user()))
     }
 
     /// Like [`Pool::run`], but all of it, a new connection included, before `deadline`.
@@ -89,6 +90,7 @@ impl Pool {
             return Err(Error::Timeout(budget));
         }
         self.run_within(budget, Some(deadline), command)
+            .map_err(|err| err.for_user(self.user()))
     }
 
     /// Runs `command` with `timeout` per answer, and no later than `deadline` when given.
@@ -177,6 +179,15 @@ impl Pool {
             return Err(Error::Timeout(budget));
         }
         self.connect(self.connect_timeout.min(budget / self.setup_replies))
+            .map_err(|err| err.for_user(self.user()))
+    }
+
+    /// The user of the connection settings; `None` when they name none (Redis's default user).
+    pub(crate) fn user(&self) -> Option<&str> {
+        self.client
+            .get_connection_info()
+            .redis_settings()
+            .username()
     }
 
     /// Restores the pool's read timeout on `connection` and keeps it for reuse (its write
