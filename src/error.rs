@@ -5,12 +5,13 @@
 //! [`Error::from_redis`], into "could not reach Redis in time", "Redis refused the login",
 //! "Redis refused a permission" and "Redis answered with another error". The ACL refusals
 //! are recognized by their code and wording, as Redis 7.0 and later give them (see
-//! [`Permission`]).
+//! [`Permission`]); the subscribed connection, which redis-rs does not read, hands its error
+//! replies to [`Error::from_reply`] to be sorted the same way.
 
 use std::fmt;
 use std::time::Duration;
 
-use redis::{ErrorKind, ServerErrorKind};
+use redis::{ErrorKind, ServerErrorKind, Value};
 
 /// Shorthand for `std::result::Result<T, redlease::Error>`.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -192,6 +193,17 @@ impl Error {
             },
             None => Error::Redis(err),
         }
+    }
+
+    /// Sorts an error reply read off the subscribed connection (`reply` is its line without
+    /// the leading `-`), as redis-rs would have parsed it.
+    pub(crate) fn from_reply(reply: &str) -> Self {
+        let err = match redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()) {
+            Ok(Value::ServerError(err)) => err.into(),
+            // A line with a CR or LF of its own: keep it whole.
+            _ => redis::make_extension_error("ERR".to_owned(), Some(reply.to_owned())),
+        };
+        Error::from_server(err)
     }
 
     /// Names `user` (the user of the connection settings; `None` for the default user) in
@@ -395,10 +407,7 @@ mod tests {
 
     /// The error redis-rs makes of the error reply `line`.
     fn reply(line: &str) -> Error {
-        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
-            Ok(redis::Value::ServerError(err)) => Error::from_server(err.into()),
-            other => panic!("{line}: {other:?}"),
-        }
+        Error::from_reply(line)
     }
 
     fn denied(line: &str) -> Permission {
