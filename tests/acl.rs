@@ -8,8 +8,10 @@
 //! came, which these tests do not provoke.
 //!
 //! And what a user is refused comes back typed, at once: wrong credentials fail the build
-//! with `AuthenticationFailed`; a missing `EVALSHA`, a lock outside the user's keys fail the
-//! first call that needs them with `PermissionDenied`, naming what was refused.
+//! with `AuthenticationFailed`, so does a user without `SUBSCRIBE` with `PermissionDenied`;
+//! a missing `EVALSHA`, a lock outside the user's keys, a release channel outside its
+//! channels fail the first call that needs them with `PermissionDenied`, naming what was
+//! refused.
 
 mod common;
 
@@ -510,4 +512,76 @@ fn a_lock_outside_the_users_keys_is_refused_naming_keys() {
         .command(&["EXISTS", "elsewhere:acl"])
         .unwrap()
         .starts_with(":0"));
+}
+
+#[test]
+fn a_user_without_subscribe_fails_the_build() {
+    let server = common::server();
+    let url = create_user(&server, "no-subscribe", |rule| rule != "+subscribe", &[]);
+    let url_for_build = url.clone();
+    let (refused, took) = returns_in_time(move || build(&url_for_build).map(|_| "built"));
+    assert_denied((refused, took), |permission| {
+        *permission == Permission::Command("subscribe".into())
+    });
+}
+
+#[test]
+fn a_wait_on_a_channel_outside_the_users_channels_fails_at_once() {
+    let server = common::server();
+    // The release channels of the locks named `acl:open...` only, and the notice channel.
+    let url = create_user(
+        &server,
+        "few-channels",
+        |rule| !rule.starts_with('&'),
+        &[
+            "&redisson_lock__channel:{acl:open*",
+            "&redlease_lock__force_release",
+        ],
+    );
+    let manager = build(&url).expect("build");
+    // Held by a user that may do anything, so that only the waiters are refused.
+    let admin = common::manager(&server, LONG_WATCHDOG);
+    let closed = admin.lock("acl:closed").lock().unwrap();
+    let is_channel = |permission: &Permission| matches!(permission, Permission::Channel(_));
+    // Two waiters at once, with a deadline and without: each is told.
+    let with_deadline = manager.lock("acl:closed");
+    let without_deadline = manager.lock("acl:closed");
+    let waiters = [
+        std::thread::spawn(move || {
+            returns_in_time(move || with_deadline.try_lock_for(PATIENCE).map(|g| g.is_some()))
+        }),
+        std::thread::spawn(move || returns_in_time(move || without_deadline.lock().map(|_| true))),
+    ];
+    for waiter in waiters {
+        assert_denied(waiter.join().unwrap(), is_channel);
+    }
+    assert!(
+        eventually(PATIENCE, || manager.subscribed_channels() == 0),
+        "the refused channel was left: {}",
+        manager.subscribed_channels()
+    );
+    closed.unlock().unwrap();
+
+    // The refusal left the connection's answers in step: a channel the user may subscribe to
+    // still wakes its waiter at the release.
+    let open = admin.lock("acl:open").lock().unwrap();
+    let waiter_lock = manager.lock("acl:open");
+    let waiter = std::thread::spawn(move || {
+        let guard = waiter_lock
+            .try_lock_for(PATIENCE)
+            .unwrap()
+            .expect("woken by the release");
+        let taken_at = Instant::now();
+        guard.unlock().unwrap();
+        taken_at
+    });
+    assert!(eventually(PATIENCE, || subscribers(
+        &server,
+        "redisson_lock__channel:{acl:open}"
+    ) == 1));
+    let released_at = Instant::now();
+    open.unlock().unwrap();
+    // The holder's lease had 30 s left: only the release message wakes the waiter this soon.
+    let woken_after = waiter.join().unwrap().duration_since(released_at);
+    assert!(woken_after < Duration::from_secs(2), "{woken_after:?}");
 }
