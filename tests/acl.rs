@@ -585,3 +585,75 @@ fn a_wait_on_a_channel_outside_the_users_channels_fails_at_once() {
     let woken_after = waiter.join().unwrap().duration_since(released_at);
     assert!(woken_after < Duration::from_secs(2), "{woken_after:?}");
 }
+
+/// An ACL changed under a running manager: Redis drops the subscribed connection of a user
+/// that lost a channel, and the manager subscribes again, channel by channel, so the
+/// refused one does not take the others with it. Its waiter, subscribed before, polls.
+#[test]
+fn a_channel_refused_after_a_reconnect_leaves_the_others_subscribed() {
+    let server = common::server();
+    let url = create_user(&server, "changing", |_| true, &[]);
+    let manager = build(&url).expect("build");
+    let admin = common::manager(&server, LONG_WATCHDOG);
+    let kept = admin.lock("acl:kept").lock().unwrap();
+    let dropped = admin.lock("acl:dropped").lock().unwrap();
+    let waiter = |name: &str| {
+        let lock = manager.lock(name);
+        std::thread::spawn(move || {
+            let guard = lock.try_lock_for(PATIENCE).unwrap().expect("taken");
+            (Instant::now(), guard.unlock())
+        })
+    };
+    let (kept_waiter, dropped_waiter) = (waiter("acl:kept"), waiter("acl:dropped"));
+    let kept_channel = "redisson_lock__channel:{acl:kept}";
+    let dropped_channel = "redisson_lock__channel:{acl:dropped}";
+    assert!(eventually(PATIENCE, || subscribers(&server, kept_channel)
+        == 1
+        && subscribers(&server, dropped_channel) == 1));
+
+    let answer = server
+        .command(&[
+            "ACL",
+            "SETUSER",
+            "changing",
+            "resetchannels",
+            "&redisson_lock__channel:{acl:kept*",
+            "&redlease_lock__force_release",
+        ])
+        .unwrap();
+    assert!(answer.starts_with("+OK"), "{answer}");
+    assert!(
+        eventually(PATIENCE, || manager.stats().pubsub_reconnects >= 1
+            && subscribers(&server, kept_channel) == 1),
+        "the kept channel was not subscribed again"
+    );
+    assert_eq!(subscribers(&server, dropped_channel), 0);
+
+    let released_at = Instant::now();
+    kept.unlock().unwrap();
+    let (taken_at, unlocked) = kept_waiter.join().unwrap();
+    assert!(taken_at.duration_since(released_at) < Duration::from_secs(2));
+    unlocked.unwrap();
+
+    // The other waiter polls, and takes the lock soon after its release.
+    let released_at = Instant::now();
+    dropped.unlock().unwrap();
+    let (taken_at, unlocked) = dropped_waiter.join().unwrap();
+    assert!(taken_at.duration_since(released_at) < Duration::from_secs(2));
+    // Its release may not announce itself on the channel, but Redis kept what the script
+    // wrote before the refused PUBLISH: the lock is free.
+    assert!(
+        matches!(
+            &unlocked,
+            Err(Error::PermissionDenied {
+                permission: Permission::Channel(_),
+                ..
+            })
+        ),
+        "{unlocked:?}"
+    );
+    assert!(server
+        .command(&["EXISTS", "acl:dropped"])
+        .unwrap()
+        .starts_with(":0"));
+}

@@ -9,10 +9,11 @@
 //! by unseen.
 //!
 //! Refusals: Redis answers a refused command (an ACL without `SUBSCRIBE`, or without the
-//! channel) with one error reply for the whole command, which names no channel. Redis answers
-//! in order, so the hub keeps the commands whose answers are due, oldest first, and the
-//! oldest one is the command refused. A refused subscription is remembered on its channel
-//! until it is asked for again, for the waiters that wait for its answer to see.
+//! channel) with one error reply for the whole command, which names no channel. So each
+//! channel is subscribed by a command of its own, and the hub keeps the commands whose
+//! answers are due, oldest first: Redis answers in order, and the oldest is the one refused.
+//! A refused subscription is remembered on its channel until it is asked for again, for the
+//! waiters that wait for its answer to see.
 //!
 //! Everything here runs under the hub's lock and does no I/O: commands are only queued in
 //! the [`Outbox`], in the order decided, for a writer to send after the lock is released.
@@ -31,7 +32,7 @@ pub(super) struct State {
     /// The commands for the subscribed connection, and its writing handle while there is
     /// one: the hub is connected exactly while the outbox is open.
     pub(super) outbox: Outbox,
-    /// The commands queued for this connection whose answers have not all arrived, oldest
+    /// The commands queued for this connection whose answers have not arrived, oldest
     /// first.
     awaiting: VecDeque<Sent>,
     /// Redis has answered (confirmed or refused) the subscription to the notice channel on
@@ -51,12 +52,8 @@ pub(super) struct State {
 pub(super) enum Sent {
     /// `SUBSCRIBE` of the notice channel.
     Notices,
-    /// `SUBSCRIBE` of release channels: one confirmation per channel, or one error reply for
-    /// all of them.
-    Subscribe {
-        channels: Vec<String>,
-        confirmed: usize,
-    },
+    /// `SUBSCRIBE` of a release channel.
+    Subscribe(String),
     Unsubscribe(String),
     Ping,
 }
@@ -177,10 +174,7 @@ impl State {
             entry.subscribed = true;
             entry.unconfirmed += 1;
             entry.refusal = None;
-            self.awaiting.push_back(Sent::Subscribe {
-                channels: vec![channel.to_owned()],
-                confirmed: 0,
-            });
+            self.awaiting.push_back(Sent::Subscribe(channel.to_owned()));
             return true;
         }
         false
@@ -220,8 +214,8 @@ impl State {
     }
 
     /// A new connection: queues `SUBSCRIBE` for the notice channel and again for every
-    /// channel with waiters (anything queued for the previous connection is dropped with
-    /// it), and wakes every waiter.
+    /// channel with waiters, one command each (anything queued for the previous connection
+    /// is dropped with it), and wakes every waiter.
     pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
         self.connections += 1;
         let mut names = Vec::new();
@@ -240,15 +234,12 @@ impl State {
         self.login_refusal = None;
         self.outbox.open(writer);
         self.awaiting.clear();
-        // On its own: an ACL that refuses it must not refuse the release channels too.
+        // Each on its own: an ACL that refuses one channel must not refuse the others too.
         self.outbox.queue("SUBSCRIBE", notice_channel);
         self.awaiting.push_back(Sent::Notices);
-        if !names.is_empty() {
-            self.outbox.queue("SUBSCRIBE", &names);
-            self.awaiting.push_back(Sent::Subscribe {
-                channels: names,
-                confirmed: 0,
-            });
+        for name in names {
+            self.outbox.queue("SUBSCRIBE", &name);
+            self.awaiting.push_back(Sent::Subscribe(name));
         }
         self.wake_everyone();
     }
@@ -283,23 +274,13 @@ impl State {
         self.notices_answered = true;
     }
 
-    /// One answer that is no error arrived (a confirmation, a pong): the oldest command
-    /// awaiting answers has one less to come.
+    /// An answer that is no error arrived (a confirmation, a pong): the oldest command
+    /// awaiting its answer has it.
     pub(super) fn answer_arrived(&mut self) {
-        if let Some(Sent::Subscribe {
-            channels,
-            confirmed,
-        }) = self.awaiting.front_mut()
-        {
-            *confirmed += 1;
-            if *confirmed < channels.len() {
-                return;
-            }
-        }
         self.awaiting.pop_front();
     }
 
-    /// Redis answered the oldest command awaiting answers with the error `reply`: records
+    /// Redis answered the oldest command awaiting its answer with the error `reply`: records
     /// the refusal where waiters look for it, settles the command's counts as its answers
     /// would have, and answers which command it was (`None`: no command was awaiting one).
     pub(super) fn refused(&mut self, reply: &str) -> Option<Sent> {
@@ -309,14 +290,7 @@ impl State {
                 self.notices_answered = true;
                 self.notices_refusal = Some(reply.to_owned());
             }
-            Sent::Subscribe {
-                channels,
-                confirmed,
-            } => {
-                for channel in channels.iter().skip(*confirmed) {
-                    self.subscription_refused(channel, reply);
-                }
-            }
+            Sent::Subscribe(channel) => self.subscription_refused(channel, reply),
             // Redis keeps the channel subscribed; its messages find no waiters and are
             // dropped.
             Sent::Unsubscribe(channel) => {

@@ -245,9 +245,9 @@ fn refused(state: &mut State, reply: &str, notice_channel: &str) -> Handled {
             );
             Handled::Answered
         }
-        Some(Sent::Subscribe { channels, .. }) => {
+        Some(Sent::Subscribe(channel)) => {
             log::warn!(
-                "redis refused to subscribe to {channels:?}: {reply}; a thread waiting for \
+                "redis refused to subscribe to {channel:?}: {reply}; a thread waiting for \
                  the subscription fails with this, one subscribed before polls"
             );
             Handled::Answered
