@@ -2,12 +2,16 @@
 //!
 //! Every fallible call returns [`Result<T>`](crate::Result); its [`Error`] has one variant per
 //! situation a caller may want to handle differently. Redis client errors are sorted here, in
-//! [`Error::from_redis`], into "could not reach Redis in time" and "Redis answered with an error".
+//! [`Error::from_redis`], into "could not reach Redis in time", "Redis refused the login",
+//! "Redis refused a permission" and "Redis answered with another error". The ACL refusals
+//! are recognized by their code and wording, as Redis 7.0 and later give them (see
+//! [`Permission`]); the subscribed connection, which redis-rs does not read, hands its error
+//! replies to [`Error::from_reply`] to be sorted the same way.
 
 use std::fmt;
 use std::time::Duration;
 
-use redis::{ErrorKind, ServerErrorKind};
+use redis::{ErrorKind, ServerErrorKind, Value};
 
 /// Shorthand for `std::result::Result<T, redlease::Error>`.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -24,10 +28,42 @@ pub enum Error {
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
 
-    /// Redis answered with an error (for example `WRONGTYPE` when the lock name is used by a
-    /// key of another type, or `NOPERM`).
+    /// Redis answered with an error this enum has no variant of its own for (for example
+    /// `WRONGTYPE` where the call cannot name the primitive, or a script that failed).
     #[error("redis answered with an error: {0}")]
     Redis(#[source] redis::RedisError),
+
+    /// Redis refused the credentials: a wrong password, an unknown or disabled user
+    /// (`WRONGPASS`), a password given where the server has none, or none given where it
+    /// requires one (`NOAUTH`). Checked by [`build`](crate::LockManagerBuilder::build) on the
+    /// command connections and on the pub/sub connection; a connection made later (after the
+    /// password changed, say) fails the call that needed it the same way.
+    #[error("redis refused to log in {}", user_phrase(.user))]
+    AuthenticationFailed {
+        /// The user of the connection settings; `None` for Redis's `default` user (no user
+        /// given). The password is never part of the error.
+        user: Option<String>,
+    },
+
+    /// The Redis user lacks an ACL permission a call needs (Redis answered `NOPERM`, or
+    /// refused a command inside one of the crate's scripts); see the README for the
+    /// permissions of each primitive. It comes from
+    /// [`build`](crate::LockManagerBuilder::build) when the user may not run `PING` or
+    /// `SUBSCRIBE` (which every manager uses), and otherwise from the first call that needs
+    /// the permission: an acquisition whose script the user may not run (`EVALSHA`) or
+    /// whose keys are outside the user's key patterns, a release whose script may not
+    /// publish, a wait whose release channel the user may not subscribe to. An acquisition
+    /// refused this way took nothing. (Redis keeps what a script wrote before a refused
+    /// command in it: a release refused at its `PUBLISH` has freed the lock, without waking
+    /// its waiters.)
+    #[error("the redis user may not {permission} (redis answered: {message})")]
+    PermissionDenied {
+        /// What Redis refused.
+        permission: Permission,
+        /// Redis's answer, as it gave it (`NOPERM this user has no permissions to run the
+        /// 'evalsha' command`).
+        message: String,
+    },
 
     /// The calling thread does not hold the lock: it never took it, another thread or process
     /// holds it, or its lease ran out before the release.
@@ -131,14 +167,61 @@ pub enum Error {
 
 impl Error {
     /// Sorts a Redis client error: I/O failures become [`Error::Unreachable`] or
-    /// [`Error::Timeout`], everything the server said becomes [`Error::Redis`].
+    /// [`Error::Timeout`], what the server said is sorted by [`Error::from_server`].
     pub(crate) fn from_redis(err: redis::RedisError, timeout: Duration) -> Self {
         if err.is_timeout() {
             Error::Timeout(timeout)
         } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
             Error::Unreachable(err)
         } else {
-            Error::Redis(err)
+            Error::from_server(err)
+        }
+    }
+
+    /// Sorts what the server answered: a refused login becomes [`Error::AuthenticationFailed`]
+    /// without a user (the caller, which knows the connection's user, names it with
+    /// [`Error::for_user`]), a refused permission [`Error::PermissionDenied`], anything else
+    /// [`Error::Redis`].
+    pub(crate) fn from_server(err: redis::RedisError) -> Self {
+        // redis-rs keeps no server text for a refused `AUTH` of a new connection.
+        if err.kind() == ErrorKind::AuthenticationFailed {
+            return Error::AuthenticationFailed { user: None };
+        }
+        let Some(code) = err.code() else {
+            return Error::Redis(err);
+        };
+        let detail = err.detail().unwrap_or_default();
+        if matches!(code, "WRONGPASS" | "NOAUTH") {
+            return Error::AuthenticationFailed { user: None };
+        }
+        match Permission::refused_in(code, detail) {
+            Some(permission) => Error::PermissionDenied {
+                permission,
+                message: format!("{code} {detail}").trim_end().to_owned(),
+            },
+            None => Error::Redis(err),
+        }
+    }
+
+    /// Sorts an error reply read off the subscribed connection (`reply` is its line without
+    /// the leading `-`), as redis-rs would have parsed it.
+    pub(crate) fn from_reply(reply: &str) -> Self {
+        let err = match redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()) {
+            Ok(Value::ServerError(err)) => err.into(),
+            // A line with a CR or LF of its own: keep it whole.
+            _ => redis::make_extension_error("ERR".to_owned(), Some(reply.to_owned())),
+        };
+        Error::from_server(err)
+    }
+
+    /// Names `user` (the user of the connection settings; `None` for the default user) in
+    /// an [`Error::AuthenticationFailed`]; any other error stays as it is.
+    pub(crate) fn for_user(self, user: Option<&str>) -> Self {
+        match self {
+            Error::AuthenticationFailed { .. } => Error::AuthenticationFailed {
+                user: user.map(str::to_owned),
+            },
+            other => other,
         }
     }
 
@@ -157,7 +240,8 @@ impl Error {
     /// unreachable or slow (for a lock over several servers, too many of them:
     /// [`Error::NoQuorum`], or so slow that the lease was spent: [`Error::LeaseSpent`]), or
     /// answered that it cannot serve now (`LOADING`, `BUSY`,
-    /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`).
+    /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`). Never for a refused login or
+    /// permission: the same call is refused until the user's ACL changes.
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Unreachable(_)
@@ -178,6 +262,124 @@ impl Error {
             }
             _ => false,
         }
+    }
+}
+
+/// What the Redis user was refused, in an [`Error::PermissionDenied`]: the ACL rule to add.
+///
+/// Read from the wording of Redis's answer: Redis 7.0 names the command it refused, but not
+/// the key or channel, nor the command a script ran; Redis 7.2 and later name all of them.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let rules = ["ACL", "SETUSER", "reports", "on", ">secret", "~*", "&*", "+@all", "-evalsha"];
+/// # assert!(redis.command(&rules).expect("ACL SETUSER").starts_with("+OK"));
+/// # let url = format!("redis://reports:secret@127.0.0.1:{}/", redis.port());
+/// use redlease::{Error, Permission};
+///
+/// // A user whose ACL lacks `+evalsha`: the manager builds, the first lock is refused.
+/// let manager = redlease::LockManager::builder(url).build()?;
+/// match manager.lock("reports:daily").try_lock() {
+///     Err(Error::PermissionDenied {
+///         permission: Permission::Command(command),
+///         ..
+///     }) => assert_eq!(command, "evalsha"),
+///     other => panic!("{:?}", other.map(|guard| guard.is_some())),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Permission {
+    /// Running this command, as ACL rules name it (`evalsha`, `script|load`, `subscribe`, or
+    /// a command one of the crate's scripts runs: `hset`, `pexpire`...).
+    Command(String),
+    /// Running a command one of the crate's scripts runs, which Redis 7.0 does not name (the
+    /// README lists them for each primitive).
+    ScriptCommand,
+    /// Access to a key: the one Redis named (7.2 and later), or `None`, one of the keys of the
+    /// call (the primitive's name or one of the keys derived from it, its release channel
+    /// included: the scripts take it as a key).
+    Key(Option<String>),
+    /// A channel: the one Redis named (7.2 and later), or `None`, one of the channels of the
+    /// call (a subscription to a release channel, or a script that publishes on one).
+    Channel(Option<String>),
+    /// A refusal worded in a way this version does not know: see the message.
+    Other,
+}
+
+/// How Redis 7.2 and later begin a refusal inside a script: `ERR ACL failure in script:`
+/// and then the words of a `NOPERM` answer.
+const SCRIPT_ACL_FAILURE: &str = "acl failure in script:";
+/// How Redis 7.0 begins a refusal inside a script, with the code `ERR`.
+const SCRIPT_USER_REFUSED: &str = "the user executing the script can't";
+
+impl Permission {
+    /// What an error reply with this `code` and `detail` refused; `None` when it is no ACL
+    /// refusal.
+    fn refused_in(code: &str, detail: &str) -> Option<Permission> {
+        // ASCII lowercasing keeps every byte where it was, so names are cut from `detail`
+        // itself, in their own case.
+        let lower = detail.to_ascii_lowercase();
+        let skip = match code {
+            "NOPERM" => 0,
+            "ERR" if lower.starts_with(SCRIPT_ACL_FAILURE) => SCRIPT_ACL_FAILURE.len(),
+            "ERR" if lower.starts_with(SCRIPT_USER_REFUSED) => 0,
+            _ => return None,
+        };
+        let (text, lower) = (&detail[skip..], &lower[skip..]);
+        let named = |what: &str| between(text, lower, "to access the '", &format!("' {what}"));
+        Some(
+            if let Some(command) = between(text, lower, "to run the '", "' command") {
+                Permission::Command(command.to_owned())
+            } else if lower.contains("can't run this command") {
+                Permission::ScriptCommand
+            } else if let Some(key) = named("key") {
+                Permission::Key(Some(key.to_owned()))
+            } else if let Some(channel) = named("channel") {
+                Permission::Channel(Some(channel.to_owned()))
+            } else if lower.contains(" key") {
+                Permission::Key(None)
+            } else if lower.contains(" channel") {
+                Permission::Channel(None)
+            } else {
+                Permission::Other
+            },
+        )
+    }
+}
+
+/// The part of `text` between `opening` and the last `closing` after it, found in `lower`
+/// (`text` lowercased, byte for byte).
+fn between<'a>(text: &'a str, lower: &str, opening: &str, closing: &str) -> Option<&'a str> {
+    let begin = lower.find(opening)? + opening.len();
+    let end = begin + lower[begin..].rfind(closing)?;
+    text.get(begin..end)
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Permission::Command(command) => write!(f, "run the '{command}' command"),
+            Permission::ScriptCommand => f.write_str("run a command one of the scripts runs"),
+            Permission::Key(Some(key)) => write!(f, "access the key '{key}'"),
+            Permission::Key(None) => f.write_str("access one of the keys of the call"),
+            Permission::Channel(Some(channel)) => write!(f, "use the channel '{channel}'"),
+            Permission::Channel(None) => f.write_str("use one of the channels of the call"),
+            Permission::Other => f.write_str("do what the call asked"),
+        }
+    }
+}
+
+/// The user an [`Error::AuthenticationFailed`] names, as its message says it.
+fn user_phrase(user: &Option<String>) -> String {
+    match user {
+        Some(user) => {
+            format!("user {user:?} (wrong or missing password, or unknown or disabled user)")
+        }
+        None => "the default user (wrong or missing password)".to_owned(),
     }
 }
 
@@ -204,5 +406,132 @@ impl fmt::Display for LostReason {
             LostReason::LeaseExpired => "the lease ran out before a renewal succeeded",
             LostReason::ForceReleased => "it was force-released",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error redis-rs makes of the error reply `line`.
+    fn reply(line: &str) -> Error {
+        Error::from_reply(line)
+    }
+
+    fn denied(line: &str) -> Permission {
+        match reply(line) {
+            Error::PermissionDenied {
+                permission,
+                message,
+            } => {
+                assert_eq!(message, line);
+                permission
+            }
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refusals_of_redis_7_0_are_sorted() {
+        assert_eq!(
+            denied("NOPERM this user has no permissions to run the 'evalsha' command"),
+            Permission::Command("evalsha".into())
+        );
+        assert_eq!(
+            denied("NOPERM this user has no permissions to run the 'script|load' command"),
+            Permission::Command("script|load".into())
+        );
+        assert_eq!(
+            denied(
+                "NOPERM this user has no permissions to access one of the keys used as arguments"
+            ),
+            Permission::Key(None)
+        );
+        assert_eq!(
+            denied(
+                "NOPERM this user has no permissions to access one of the channels used as \
+                 arguments"
+            ),
+            Permission::Channel(None)
+        );
+        assert_eq!(
+            denied(
+                "ERR The user executing the script can't run this command or subcommand script: \
+                 66a66ab1013899c30b2f18634d6bf95e83230f61, on @user_script:1."
+            ),
+            Permission::ScriptCommand
+        );
+        assert_eq!(
+            denied(
+                "ERR The user executing the script can't publish to the channel mentioned in the \
+                 command script: a32714a9592929be7a6ab4d4f40c48d672b800c5, on @user_script:1."
+            ),
+            Permission::Channel(None)
+        );
+        assert_eq!(
+            denied(
+                "ERR The user executing the script can't access at least one of the keys \
+                 mentioned in the command script: a327, on @user_script:1."
+            ),
+            Permission::Key(None)
+        );
+    }
+
+    #[test]
+    fn refusals_of_later_redis_name_what_was_refused() {
+        assert_eq!(
+            denied("NOPERM User monkey has no permissions to run the 'evalsha' command"),
+            Permission::Command("evalsha".into())
+        );
+        assert_eq!(
+            denied("NOPERM User monkey has no permissions to access the 'Lock:{A}' key"),
+            Permission::Key(Some("Lock:{A}".into()))
+        );
+        assert_eq!(
+            denied("NOPERM User monkey has no permissions to access the 'it's' channel"),
+            Permission::Channel(Some("it's".into()))
+        );
+        assert_eq!(
+            denied(
+                "ERR ACL failure in script: User monkey has no permissions to run the 'hset' \
+                 command script: 66a6, on @user_script:1."
+            ),
+            Permission::Command("hset".into())
+        );
+        assert_eq!(
+            denied("ERR ACL failure in script: No permissions to access a key script: 66a6"),
+            Permission::Key(None)
+        );
+        assert_eq!(
+            denied("NOPERM something new"),
+            Permission::Other,
+            "a NOPERM in other words is still a refusal"
+        );
+    }
+
+    #[test]
+    fn refused_logins_and_other_answers() {
+        for line in [
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOAUTH Authentication required.",
+        ] {
+            assert!(
+                matches!(reply(line), Error::AuthenticationFailed { user: None }),
+                "{line}"
+            );
+        }
+        let named = reply("NOAUTH Authentication required.").for_user(Some("bob"));
+        assert!(
+            matches!(&named, Error::AuthenticationFailed { user: Some(user) } if user == "bob")
+        );
+        assert!(!named.is_transient());
+
+        let wrong_type = reply("WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert!(matches!(&wrong_type, Error::Redis(err) if err.code() == Some("WRONGTYPE")));
+        assert!(matches!(reply("ERR unknown command 'x'"), Error::Redis(_)));
+        assert!(reply("LOADING Redis is loading the dataset in memory").is_transient());
+        assert!(
+            !reply("NOPERM this user has no permissions to run the 'ping' command").is_transient()
+        );
     }
 }

@@ -209,7 +209,7 @@ fn finish(
     match answer {
         Ok(Value::ServerError(err)) => {
             pool.give_back(connection);
-            Err(Error::Redis(err.into()))
+            Err(Error::from_server(err.into()).for_user(pool.user()))
         }
         Ok(value) => {
             pool.give_back(connection);

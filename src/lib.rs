@@ -69,7 +69,8 @@
 //!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
 //! protocol                key and channel names, holder ids, every Lua script with its
 //!                         arguments and replies; no I/O
-//! error                   the one Error enum, used everywhere
+//! error                   the one Error enum, used everywhere, and the sorting of Redis's
+//!                         answers into it (refused logins and permissions included)
 //! ```
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -105,7 +106,7 @@ mod watchdog;
 /// hand out (for `select!`).
 pub use cancel::CancelToken;
 pub use crossbeam_channel;
-pub use error::{Error, LostReason, Result};
+pub use error::{Error, LostReason, Permission, Result};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
 pub use latch::CountDownLatch;

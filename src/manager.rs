@@ -374,9 +374,16 @@ impl LockManagerBuilder {
 
     /// Checks the settings, connects to Redis once to see it answers, and starts the threads.
     ///
+    /// With a Redis ACL user, it checks what every manager uses, whichever primitives it
+    /// hands out: the login, on a command connection and on the pub/sub connection, `PING`,
+    /// and `SUBSCRIBE`. What a primitive needs besides (its scripts, its keys, its release
+    /// channels) is checked by its first call that needs it.
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad URL or a zero or too long timeout;
-    /// [`Error::Unreachable`] or [`Error::Timeout`] when Redis does not answer a `PING`.
+    /// [`Error::Unreachable`] or [`Error::Timeout`] when Redis does not answer a `PING`;
+    /// [`Error::AuthenticationFailed`] when Redis refuses the user or password;
+    /// [`Error::PermissionDenied`] when the user may not run `PING` or `SUBSCRIBE`.
     pub fn build(self) -> Result<LockManager> {
         names::lease_millis("connect timeout", self.connect_timeout)?;
         names::lease_millis("response timeout", self.response_timeout)?;

@@ -41,6 +41,8 @@ pub(crate) enum Target {
 
 pub(crate) struct Pool {
     target: Target,
+    /// The user the connections log in as (`None`: Redis's default user).
+    user: Option<String>,
     /// Idle connections, and the master generation they were made for (sentinel mode).
     idle: Mutex<Idle>,
     max_idle: usize,
@@ -73,6 +75,7 @@ impl Pool {
                 + u32::from(settings.db() != 0);
         Pool {
             setup_replies: setup_replies.max(1),
+            user: settings.username().map(str::to_owned),
             target,
             idle: Mutex::new(Idle::default()),
             max_idle,
@@ -112,6 +115,7 @@ impl Pool {
         self.run_within(self.response_timeout, None, |connection| {
             command(connection)
         })
+        .map_err(|err| err.for_user(self.user()))
     }
 
     /// Like [`Pool::run`], but all of it, a new connection included, before `deadline`.
@@ -126,6 +130,7 @@ impl Pool {
             return Err(Error::Timeout(budget));
         }
         self.run_within(budget, Some(deadline), command)
+            .map_err(|err| err.for_user(self.user()))
     }
 
     /// Runs `command` with `timeout` per answer, and no later than `deadline` when given.
@@ -256,6 +261,12 @@ impl Pool {
             return Err(Error::Timeout(budget));
         }
         self.connect(self.connect_timeout.min(budget / self.setup_replies))
+            .map_err(|err| err.for_user(self.user()))
+    }
+
+    /// The user of the connection settings; `None` when they name none (Redis's default user).
+    pub(crate) fn user(&self) -> Option<&str> {
+        self.user.as_deref()
     }
 
     /// Restores the pool's read timeout on `connection` and keeps it for reuse (its write

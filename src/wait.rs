@@ -9,10 +9,11 @@
 //! (the pub/sub connection is down) it polls. A wake it took and did not use (the next try
 //! failed with an error) is passed on to another waiter of the same lock. A cancel token, when
 //! the handle has one, is checked before every try and wakes every sleep, and ends the wait
-//! with [`Error::Cancelled`]. Where a failover may resolve an outage (sentinel mode), a try
-//! that fails with a transient error is repeated every [`RETRY_DURING_OUTAGE`] for up to the
-//! outage grace before the error ends the wait. It does no I/O of its own beyond the
-//! subscriptions it is handed.
+//! with [`Error::Cancelled`]. A subscription Redis refuses (the ACL user lacks the release
+//! channel) ends the wait with its error, as a failed try does. Where a failover may resolve
+//! an outage (sentinel mode), a try that fails with a transient error is repeated every
+//! [`RETRY_DURING_OUTAGE`] for up to the outage grace before the error ends the wait. It does
+//! no I/O of its own beyond the subscriptions it is handed.
 
 use std::time::{Duration, Instant};
 

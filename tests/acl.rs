@@ -6,13 +6,19 @@
 //! `+pexpire`): the user is then created without it, and the tests that need it fail.
 //! `+eval` is the exception: it serves only the undo of an acquisition whose answer never
 //! came, which these tests do not provoke.
+//!
+//! And what a user is refused comes back typed, at once: wrong credentials fail the build
+//! with `AuthenticationFailed`, so does a user without `SUBSCRIBE` with `PermissionDenied`;
+//! a missing `EVALSHA`, a lock outside the user's keys, a release channel outside its
+//! channels fail the first call that needs them with `PermissionDenied`, naming what was
+//! refused.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{eventually, manager_for_url, RedisServer};
-use redlease::{Error, LockManager, LostReason, RedLock};
+use redlease::{Error, LockManager, LostReason, Permission, RedLock};
 
 const USER: &str = "redlease";
 const PASSWORD: &str = "redlease-secret";
@@ -86,15 +92,31 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// The watchdog timeout where renewals must not matter: one every 10 s.
 const LONG_WATCHDOG: Duration = Duration::from_secs(30);
 
+/// The connect and response timeouts of the managers whose calls are refused: a refusal
+/// must end a call well before them, which shows that the refusal ended it.
+const SLOW_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A throwaway server with the restricted user, and the URL that logs in as that user.
 fn server_with_user() -> (RedisServer, String) {
     let server = common::server();
     let without = std::env::var("REDLEASE_TEST_ACL_WITHOUT").ok();
+    let url = create_user(&server, USER, |rule| Some(rule) != without.as_deref(), &[]);
+    (server, url)
+}
+
+/// Creates the user `name` with the rules of the lists above that `keep` keeps, and the
+/// `extra` ones; answers the URL that logs in as it.
+fn create_user(
+    server: &RedisServer,
+    name: &str,
+    keep: impl Fn(&str) -> bool,
+    extra: &[&str],
+) -> String {
     let password = format!(">{PASSWORD}");
     let mut words = vec![
         "ACL",
         "SETUSER",
-        USER,
+        name,
         "reset",
         "on",
         &password,
@@ -104,13 +126,63 @@ fn server_with_user() -> (RedisServer, String) {
         KEYS.iter()
             .chain(CHANNELS)
             .chain(COMMANDS)
-            .filter(|rule| Some(**rule) != without.as_deref()),
+            .copied()
+            .filter(|rule| keep(rule)),
     );
+    words.extend(extra);
     let answer = server.command(&words).unwrap();
     assert!(answer.starts_with("+OK"), "ACL SETUSER: {answer}");
-    let url = format!("redis://{USER}:{PASSWORD}@127.0.0.1:{}/", server.port());
+    let url = format!("redis://{name}:{PASSWORD}@127.0.0.1:{}/", server.port());
     assert_user_is_restricted(&url);
-    (server, url)
+    url
+}
+
+/// Builds a manager for `url` with [`SLOW_TIMEOUT`]s, answering what `build` answered.
+fn build(url: &str) -> redlease::Result<LockManager> {
+    LockManager::builder(url)
+        .connect_timeout(SLOW_TIMEOUT)
+        .response_timeout(SLOW_TIMEOUT)
+        .watchdog_timeout(LONG_WATCHDOG)
+        .build()
+}
+
+/// Runs `call` on a thread of its own and answers what it returned and how long it took;
+/// fails the test when it has not returned within [`PATIENCE`] (it hangs).
+fn returns_in_time<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> (T, Duration) {
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let answer = call();
+        let _ = done.send((answer, started.elapsed()));
+    });
+    outcome
+        .recv_timeout(PATIENCE)
+        .expect("the call did not return in time")
+}
+
+/// Asserts that `outcome` is a refusal for lack of `expected`, told well before the
+/// timeouts of a [`build`] manager.
+fn assert_denied<T: std::fmt::Debug>(
+    (outcome, took): (redlease::Result<T>, Duration),
+    expected: impl Fn(&Permission) -> bool,
+) {
+    match &outcome {
+        Err(
+            err @ Error::PermissionDenied {
+                permission,
+                message,
+            },
+        ) => {
+            assert!(expected(permission), "{err}");
+            assert!(
+                message.starts_with("NOPERM") || message.starts_with("ERR"),
+                "{err}"
+            );
+            assert!(!err.is_transient());
+        }
+        other => panic!("not a refused permission: {other:?}"),
+    }
+    assert!(took < SLOW_TIMEOUT / 2, "told after {took:?}");
 }
 
 /// Guards against a test that passes because the URL did not log in as the user.
@@ -326,7 +398,13 @@ fn a_connection_info_with_the_user_passes_through_to_every_connection() {
     // refused.
     let refused = manager.lock("outside").try_lock();
     assert!(
-        matches!(&refused, Err(Error::Redis(err)) if err.to_string().contains("permission")),
+        matches!(
+            &refused,
+            Err(Error::PermissionDenied {
+                permission: Permission::Key(_),
+                ..
+            })
+        ),
         "{:?}",
         refused.map(|guard| guard.is_some())
     );
@@ -360,4 +438,222 @@ fn fair_and_read_write_locks_with_the_listed_additions() {
     read.unlock().unwrap();
     assert!(writer.join().unwrap());
     assert_eq!(manager.watched_locks(), 0);
+}
+
+#[test]
+fn a_wrong_password_or_an_unknown_user_fails_the_build() {
+    let (server, _url) = server_with_user();
+    for (user, password) in [(USER, "not-the-secret"), ("nobody", PASSWORD)] {
+        let url = format!("redis://{user}:{password}@127.0.0.1:{}/", server.port());
+        let started = Instant::now();
+        let refused = build(&url);
+        assert!(started.elapsed() < SLOW_TIMEOUT / 2, "{user}");
+        match refused {
+            Err(err @ Error::AuthenticationFailed { .. }) => {
+                assert!(
+                    matches!(&err, Error::AuthenticationFailed { user: Some(named) } if named == user),
+                    "{err:?}"
+                );
+                let message = err.to_string();
+                assert!(message.contains(user), "{message}");
+                assert!(!message.contains(password), "{message}");
+                assert!(!err.is_transient());
+            }
+            other => panic!("{user}: {:?}", other.map(|_| "built")),
+        }
+    }
+
+    // A server that requires a password, and connection settings that give none.
+    let answer = server
+        .command(&["CONFIG", "SET", "requirepass", "server-secret"])
+        .unwrap();
+    assert!(answer.starts_with("+OK"), "{answer}");
+    let refused = build(&server.url());
+    assert!(
+        matches!(refused, Err(Error::AuthenticationFailed { user: None })),
+        "{:?}",
+        refused.map(|_| "built")
+    );
+}
+
+#[test]
+fn a_user_without_evalsha_is_refused_it_at_the_first_acquisition() {
+    let server = common::server();
+    let url = create_user(&server, "no-evalsha", |rule| rule != "+evalsha", &[]);
+    // The manager itself sends no script: it builds.
+    let manager = build(&url).expect("build");
+    let lock = manager.lock("acl:scripted");
+    let is_evalsha = |permission: &Permission| *permission == Permission::Command("evalsha".into());
+    let started = Instant::now();
+    let tried = lock.try_lock().map(|guard| guard.is_some());
+    assert_denied((tried, started.elapsed()), is_evalsha);
+    let blocking = lock.clone();
+    assert_denied(
+        returns_in_time(move || blocking.lock().map(drop)),
+        is_evalsha,
+    );
+    // What needs no script still works, and nothing was taken.
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn a_lock_outside_the_users_keys_is_refused_naming_keys() {
+    let (server, url) = server_with_user();
+    let manager = build(&url).expect("build");
+    // Its token key matches `redisson_lock_token:*`; the lock's own key matches nothing.
+    let lock = manager.lock("elsewhere:acl");
+    let is_keys = |permission: &Permission| matches!(permission, Permission::Key(_));
+    let started = Instant::now();
+    let tried = lock.try_lock().map(|guard| guard.is_some());
+    assert_denied((tried, started.elapsed()), is_keys);
+    let blocking = lock.clone();
+    assert_denied(returns_in_time(move || blocking.lock().map(drop)), is_keys);
+    assert!(server
+        .command(&["EXISTS", "elsewhere:acl"])
+        .unwrap()
+        .starts_with(":0"));
+}
+
+#[test]
+fn a_user_without_subscribe_fails_the_build() {
+    let server = common::server();
+    let url = create_user(&server, "no-subscribe", |rule| rule != "+subscribe", &[]);
+    let url_for_build = url.clone();
+    let (refused, took) = returns_in_time(move || build(&url_for_build).map(|_| "built"));
+    assert_denied((refused, took), |permission| {
+        *permission == Permission::Command("subscribe".into())
+    });
+}
+
+#[test]
+fn a_wait_on_a_channel_outside_the_users_channels_fails_at_once() {
+    let server = common::server();
+    // The release channels of the locks named `acl:open...` only, and the notice channel.
+    let url = create_user(
+        &server,
+        "few-channels",
+        |rule| !rule.starts_with('&'),
+        &[
+            "&redisson_lock__channel:{acl:open*",
+            "&redlease_lock__force_release",
+        ],
+    );
+    let manager = build(&url).expect("build");
+    // Held by a user that may do anything, so that only the waiters are refused.
+    let admin = common::manager(&server, LONG_WATCHDOG);
+    let closed = admin.lock("acl:closed").lock().unwrap();
+    let is_channel = |permission: &Permission| matches!(permission, Permission::Channel(_));
+    // Two waiters at once, with a deadline and without: each is told.
+    let with_deadline = manager.lock("acl:closed");
+    let without_deadline = manager.lock("acl:closed");
+    let waiters = [
+        std::thread::spawn(move || {
+            returns_in_time(move || with_deadline.try_lock_for(PATIENCE).map(|g| g.is_some()))
+        }),
+        std::thread::spawn(move || returns_in_time(move || without_deadline.lock().map(|_| true))),
+    ];
+    for waiter in waiters {
+        assert_denied(waiter.join().unwrap(), is_channel);
+    }
+    assert!(
+        eventually(PATIENCE, || manager.subscribed_channels() == 0),
+        "the refused channel was left: {}",
+        manager.subscribed_channels()
+    );
+    closed.unlock().unwrap();
+
+    // The refusal left the connection's answers in step: a channel the user may subscribe to
+    // still wakes its waiter at the release.
+    let open = admin.lock("acl:open").lock().unwrap();
+    let waiter_lock = manager.lock("acl:open");
+    let waiter = std::thread::spawn(move || {
+        let guard = waiter_lock
+            .try_lock_for(PATIENCE)
+            .unwrap()
+            .expect("woken by the release");
+        let taken_at = Instant::now();
+        guard.unlock().unwrap();
+        taken_at
+    });
+    assert!(eventually(PATIENCE, || subscribers(
+        &server,
+        "redisson_lock__channel:{acl:open}"
+    ) == 1));
+    let released_at = Instant::now();
+    open.unlock().unwrap();
+    // The holder's lease had 30 s left: only the release message wakes the waiter this soon.
+    let woken_after = waiter.join().unwrap().duration_since(released_at);
+    assert!(woken_after < Duration::from_secs(2), "{woken_after:?}");
+}
+
+/// An ACL changed under a running manager: Redis drops the subscribed connection of a user
+/// that lost a channel, and the manager subscribes again, channel by channel, so the
+/// refused one does not take the others with it. Its waiter, subscribed before, polls.
+#[test]
+fn a_channel_refused_after_a_reconnect_leaves_the_others_subscribed() {
+    let server = common::server();
+    let url = create_user(&server, "changing", |_| true, &[]);
+    let manager = build(&url).expect("build");
+    let admin = common::manager(&server, LONG_WATCHDOG);
+    let kept = admin.lock("acl:kept").lock().unwrap();
+    let dropped = admin.lock("acl:dropped").lock().unwrap();
+    let waiter = |name: &str| {
+        let lock = manager.lock(name);
+        std::thread::spawn(move || {
+            let guard = lock.try_lock_for(PATIENCE).unwrap().expect("taken");
+            (Instant::now(), guard.unlock())
+        })
+    };
+    let (kept_waiter, dropped_waiter) = (waiter("acl:kept"), waiter("acl:dropped"));
+    let kept_channel = "redisson_lock__channel:{acl:kept}";
+    let dropped_channel = "redisson_lock__channel:{acl:dropped}";
+    assert!(eventually(PATIENCE, || subscribers(&server, kept_channel)
+        == 1
+        && subscribers(&server, dropped_channel) == 1));
+
+    let answer = server
+        .command(&[
+            "ACL",
+            "SETUSER",
+            "changing",
+            "resetchannels",
+            "&redisson_lock__channel:{acl:kept*",
+            "&redlease_lock__force_release",
+        ])
+        .unwrap();
+    assert!(answer.starts_with("+OK"), "{answer}");
+    assert!(
+        eventually(PATIENCE, || manager.stats().pubsub_reconnects >= 1
+            && subscribers(&server, kept_channel) == 1),
+        "the kept channel was not subscribed again"
+    );
+    assert_eq!(subscribers(&server, dropped_channel), 0);
+
+    let released_at = Instant::now();
+    kept.unlock().unwrap();
+    let (taken_at, unlocked) = kept_waiter.join().unwrap();
+    assert!(taken_at.duration_since(released_at) < Duration::from_secs(2));
+    unlocked.unwrap();
+
+    // The other waiter polls, and takes the lock soon after its release.
+    let released_at = Instant::now();
+    dropped.unlock().unwrap();
+    let (taken_at, unlocked) = dropped_waiter.join().unwrap();
+    assert!(taken_at.duration_since(released_at) < Duration::from_secs(2));
+    // Its release may not announce itself on the channel, but Redis kept what the script
+    // wrote before the refused PUBLISH: the lock is free.
+    assert!(
+        matches!(
+            &unlocked,
+            Err(Error::PermissionDenied {
+                permission: Permission::Channel(_),
+                ..
+            })
+        ),
+        "{unlocked:?}"
+    );
+    assert!(server
+        .command(&["EXISTS", "acl:dropped"])
+        .unwrap()
+        .starts_with(":0"));
 }

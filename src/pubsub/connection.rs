@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use super::frame::{self, Frame};
+use super::LoginRefused;
 use crate::error::{Error, Result};
 use crate::resolve::{ResolveError, Resolver};
 use crate::sentinel::MasterLocator;
@@ -97,8 +98,8 @@ impl Endpoint {
             }
             stream.write_all_by(&auth.arg(password).get_packed_command(), give_up_at)?;
             if let Frame::Error(message) = read_one_frame(&stream, give_up_at)? {
-                let message = String::from_utf8_lossy(&message);
-                return Err(io::Error::other(format!("AUTH refused: {message}")));
+                let reply = String::from_utf8_lossy(&message).into_owned();
+                return Err(io::Error::other(LoginRefused(reply)));
             }
         }
         Ok(stream)

@@ -8,6 +8,13 @@
 //! to a waiter of the same lock; a new connection wakes everyone, as a release may have gone
 //! by unseen.
 //!
+//! Refusals: Redis answers a refused command (an ACL without `SUBSCRIBE`, or without the
+//! channel) with one error reply for the whole command, which names no channel. So each
+//! channel is subscribed by a command of its own, and the hub keeps the commands whose
+//! answers are due, oldest first: Redis answers in order, and the oldest is the one refused.
+//! A refused subscription is remembered on its channel until it is asked for again, for the
+//! waiters that wait for its answer to see.
+//!
 //! Everything here runs under the hub's lock and does no I/O: commands are only queued in
 //! the [`Outbox`], in the order decided, for a writer to send after the lock is released.
 
@@ -25,12 +32,30 @@ pub(super) struct State {
     /// The commands for the subscribed connection, and its writing handle while there is
     /// one: the hub is connected exactly while the outbox is open.
     pub(super) outbox: Outbox,
+    /// The commands queued for this connection whose answers have not arrived, oldest
+    /// first.
+    awaiting: VecDeque<Sent>,
     /// Redis has answered (confirmed or refused) the subscription to the notice channel on
     /// this connection.
     notices_answered: bool,
+    /// Redis's error reply to the subscription to the notice channel on this connection.
+    notices_refusal: Option<String>,
+    /// Redis's error reply to the `AUTH` of the last attempt to connect, until a connection
+    /// is made.
+    login_refusal: Option<String>,
     stopping: bool,
     /// Connections made so far.
     connections: u64,
+}
+
+/// A command queued for the subscribed connection whose answer is due.
+pub(super) enum Sent {
+    /// `SUBSCRIBE` of the notice channel.
+    Notices,
+    /// `SUBSCRIBE` of a release channel.
+    Subscribe(String),
+    Unsubscribe(String),
+    Ping,
 }
 
 /// The subscription to one channel.
@@ -51,6 +76,8 @@ struct Channel {
     subscribed: bool,
     /// ... and Redis has confirmed it.
     confirmed: bool,
+    /// Redis's error reply to the last `SUBSCRIBE` of the channel, until it is sent again.
+    refusal: Option<String>,
 }
 
 /// One waiting thread's place on a channel.
@@ -105,6 +132,23 @@ impl State {
         self.notices_answered
     }
 
+    /// Redis's error reply to the subscription to the notice channel on this connection.
+    pub(super) fn notices_refusal(&self) -> Option<&str> {
+        self.notices_refusal.as_deref()
+    }
+
+    /// Redis's error reply to the login of the last attempt to connect, until a connection
+    /// is made.
+    pub(super) fn login_refusal(&self) -> Option<&str> {
+        self.login_refusal.as_deref()
+    }
+
+    /// Redis refused the login of an attempt to connect; answers whether the last attempt
+    /// was not refused, so a refusal repeated by every retry is told once.
+    pub(super) fn login_refused(&mut self, reply: &str) -> bool {
+        self.login_refusal.replace(reply.to_owned()).is_none()
+    }
+
     /// How many times a connection was made after the first.
     pub(super) fn reconnects(&self) -> u64 {
         self.connections.saturating_sub(1)
@@ -121,14 +165,21 @@ impl State {
             .is_some_and(|channel| channel.confirmed)
     }
 
-    /// Adds a waiter to `channel`, queuing `SUBSCRIBE` if the channel is not subscribed;
-    /// answers whether it queued a command.
+    /// Redis's error reply to the last `SUBSCRIBE` of `channel`, unless it was sent again.
+    pub(super) fn refusal(&self, channel: &str) -> Option<&str> {
+        self.channels.get(channel)?.refusal.as_deref()
+    }
+
+    /// Adds a waiter to `channel`, queuing `SUBSCRIBE` if the channel is not subscribed (or
+    /// its subscription was refused); answers whether it queued a command.
     pub(super) fn join(&mut self, channel: &str, waiter: Arc<Waiter>) -> bool {
         let entry = self.channels.entry(channel.to_owned()).or_default();
         entry.waiters.push_back(waiter);
         if !entry.subscribed && self.outbox.queue("SUBSCRIBE", channel) {
             entry.subscribed = true;
             entry.unconfirmed += 1;
+            entry.refusal = None;
+            self.awaiting.push_back(Sent::Subscribe(channel.to_owned()));
             return true;
         }
         false
@@ -155,6 +206,8 @@ impl State {
             entry.subscribed = false;
             entry.confirmed = false;
             entry.unconfirmed += 1;
+            self.awaiting
+                .push_back(Sent::Unsubscribe(channel.to_owned()));
             return true;
         }
         if entry.unconfirmed == 0 || !self.outbox.is_open() {
@@ -166,13 +219,14 @@ impl State {
     }
 
     /// A new connection: queues `SUBSCRIBE` for the notice channel and again for every
-    /// channel with waiters (anything queued for the previous connection is dropped with
-    /// it), and wakes every waiter.
+    /// channel with waiters, one command each (anything queued for the previous connection
+    /// is dropped with it), and wakes every waiter.
     pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
         self.connections += 1;
         let mut names = Vec::new();
         self.channels.retain(|name, channel| {
             channel.confirmed = false;
+            channel.refusal = None;
             channel.subscribed = !channel.waiters.is_empty();
             channel.unconfirmed = u32::from(channel.subscribed);
             if channel.subscribed {
@@ -181,32 +235,93 @@ impl State {
             channel.subscribed
         });
         self.notices_answered = false;
+        self.notices_refusal = None;
+        self.login_refusal = None;
         self.outbox.open(writer);
-        // On its own: an ACL that refuses it must not refuse the release channels too.
+        self.awaiting.clear();
+        // Each on its own: an ACL that refuses one channel must not refuse the others too.
         self.outbox.queue("SUBSCRIBE", notice_channel);
-        if !names.is_empty() {
-            self.outbox.queue("SUBSCRIBE", &names);
+        self.awaiting.push_back(Sent::Notices);
+        for name in names {
+            self.outbox.queue("SUBSCRIBE", &name);
+            self.awaiting.push_back(Sent::Subscribe(name));
         }
         self.wake_everyone();
+    }
+
+    /// Queues a `PING`; answers `false` (and queues nothing) without a connection.
+    pub(super) fn queue_ping(&mut self) -> bool {
+        let queued = self.outbox.queue("PING", &[] as &[&str]);
+        if queued {
+            self.awaiting.push_back(Sent::Ping);
+        }
+        queued
     }
 
     /// The connection is gone: forgets its subscriptions and wakes every waiter, so they
     /// retry now and poll until the next connection.
     pub(super) fn disconnected(&mut self) {
         self.outbox.close();
+        self.awaiting.clear();
         self.notices_answered = false;
         self.channels.retain(|_, channel| {
             channel.subscribed = false;
             channel.confirmed = false;
+            channel.refusal = None;
             channel.unconfirmed = 0;
             !channel.waiters.is_empty()
         });
         self.wake_everyone();
     }
 
-    /// Redis answered the subscription to the notice channel, by a confirmation or an error.
+    /// Redis confirmed the subscription to the notice channel.
     pub(super) fn notices_now_answered(&mut self) {
         self.notices_answered = true;
+    }
+
+    /// An answer that is no error arrived (a confirmation, a pong): the oldest command
+    /// awaiting its answer has it.
+    pub(super) fn answer_arrived(&mut self) {
+        self.awaiting.pop_front();
+    }
+
+    /// Redis answered the oldest command awaiting its answer with the error `reply`: records
+    /// the refusal where waiters look for it, settles the command's counts as its answers
+    /// would have, and answers which command it was (`None`: no command was awaiting one).
+    pub(super) fn refused(&mut self, reply: &str) -> Option<Sent> {
+        let sent = self.awaiting.pop_front()?;
+        match &sent {
+            Sent::Notices => {
+                self.notices_answered = true;
+                self.notices_refusal = Some(reply.to_owned());
+            }
+            Sent::Subscribe(channel) => self.subscription_refused(channel, reply),
+            // Redis keeps the channel subscribed; its messages find no waiters and are
+            // dropped.
+            Sent::Unsubscribe(channel) => {
+                self.subscription_answered(channel);
+            }
+            Sent::Ping => {}
+        }
+        Some(sent)
+    }
+
+    /// Redis refused a `SUBSCRIBE` of `channel`: if it was the last command for the channel,
+    /// the channel is not subscribed, and its refusal waits for its waiters to see it.
+    fn subscription_refused(&mut self, channel: &str, reply: &str) {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return;
+        };
+        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
+        if entry.unconfirmed > 0 {
+            return;
+        }
+        if entry.subscribed {
+            entry.subscribed = false;
+            entry.refusal = Some(reply.to_owned());
+        } else if entry.waiters.is_empty() {
+            self.channels.remove(channel);
+        }
     }
 
     /// Redis answered a `SUBSCRIBE` or `UNSUBSCRIBE` for `channel`; answers whether that

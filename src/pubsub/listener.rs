@@ -6,14 +6,20 @@
 //! each batch of frames, queues its own commands (re-subscriptions, pings) through the
 //! outbox like any other thread, and calls the notice handler outside the lock. A frame that
 //! breaks the protocol ends the connection like any read error: the listener reconnects.
+//!
+//! What Redis refuses is recorded for the threads that wait for it: a refused login for
+//! [`PubSubHub::start`](super::PubSubHub::start), which fails the manager's build; a refused
+//! subscription for the waiters that wait for its answer, which fail with it (those
+//! subscribed before, on an earlier connection, poll). The listener goes on either way: it
+//! retries the login with its backoff, and a later waiter asks for the subscription again.
 
 use std::io;
 use std::time::{Duration, Instant};
 
 use super::connection::Stream;
 use super::frame::{self, Frame};
-use super::hub::State;
-use super::Shared;
+use super::hub::{Sent, State};
+use super::{LoginRefused, Shared};
 
 /// How often the listener wakes up when nothing arrives, to check its keep-alive ping.
 const LISTENER_TICK: Duration = Duration::from_millis(500);
@@ -48,7 +54,7 @@ impl Shared {
                     }
                 }
                 Err(err) => {
-                    log::debug!("pub/sub connection failed: {err}");
+                    self.connect_failed(&err);
                     reconnect_delay = (reconnect_delay * 2).min(MAX_RECONNECT_DELAY);
                 }
             }
@@ -56,6 +62,26 @@ impl Shared {
             if !state.is_stopping() {
                 self.changed.wait_for(&mut state, reconnect_delay);
             }
+        }
+    }
+
+    /// Records a refused login where `start` looks for it, and warns of it once per run of
+    /// refusals (the listener keeps trying: the password may be fixed); any other failure
+    /// is only logged, as the next attempt may well succeed.
+    fn connect_failed(&self, err: &io::Error) {
+        let refused = err
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<LoginRefused>());
+        match refused {
+            Some(refused) if refused.is_about_credentials() => {
+                let LoginRefused(reply) = refused;
+                let newly = self.state.lock().login_refused(reply);
+                self.changed.notify_all();
+                if newly {
+                    log::warn!("redis refused the pub/sub connection's login: {reply}");
+                }
+            }
+            _ => log::debug!("pub/sub connection failed: {err}"),
         }
     }
 
@@ -105,7 +131,7 @@ impl Shared {
                             ));
                         }
                         None if last_heard.elapsed() >= self.response_timeout => {
-                            if !state.outbox.queue("PING", &[] as &[&str]) {
+                            if !state.queue_ping() {
                                 return Err(io::Error::other("the connection was closed"));
                             }
                             drop(state);
@@ -124,7 +150,7 @@ impl Shared {
     /// Acts on every complete frame in `buffer` and removes them from it.
     fn handle_frames(&self, buffer: &mut Vec<u8>) -> io::Result<()> {
         let mut used = 0;
-        let mut confirmed_any = false;
+        let mut answered_any = false;
         let mut notices = Vec::new();
         let mut state = self.state.lock();
         let parsed = loop {
@@ -132,7 +158,7 @@ impl Shared {
                 Ok(Some((frame, length))) => {
                     used += length;
                     match dispatch(&mut state, frame, &self.notices.channel) {
-                        Handled::Confirmed => confirmed_any = true,
+                        Handled::Answered => answered_any = true,
                         Handled::Notice(payload) => notices.push(payload),
                         Handled::Nothing => {}
                     }
@@ -143,8 +169,8 @@ impl Shared {
         };
         drop(state);
         buffer.drain(..used);
-        // What came before a corrupt frame was sound: its confirmations and notices count.
-        if confirmed_any {
+        // What came before a corrupt frame was sound: its answers and notices count.
+        if answered_any {
             self.changed.notify_all();
         }
         for payload in notices {
@@ -157,8 +183,9 @@ impl Shared {
 /// What one frame from the subscribed connection called for.
 enum Handled {
     Nothing,
-    /// A subscription was confirmed: waiters blocked in `subscribe` may go on.
-    Confirmed,
+    /// A subscription was confirmed or refused: waiters blocked in `subscribe` (or in
+    /// `start`) may go on.
+    Answered,
     /// A message on the notice channel, for the handler.
     Notice(Vec<u8>),
 }
@@ -167,23 +194,15 @@ enum Handled {
 fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
     let items = match frame {
         Frame::Array(Some(items)) => items,
-        Frame::Error(message) => {
-            // A refused command (an ACL without the channel): its subscription stays
-            // unconfirmed and its waiters poll. The notice channel is subscribed first, so a
-            // refusal before its answer is its own.
-            let message = String::from_utf8_lossy(&message);
-            if !state.notices_answered() {
-                state.notices_now_answered();
-                log::warn!(
-                    "force-release notices unavailable (grant the channel {notice_channel}): \
-                     {message}; holders learn of force releases at their next renewal"
-                );
-                return Handled::Confirmed;
-            }
-            log::warn!("redis refused a pub/sub command: {message}");
+        Frame::Error(reply) => {
+            return refused(state, &String::from_utf8_lossy(&reply), notice_channel)
+        }
+        Frame::Simple(_) => {
+            // +PONG outside subscribed mode (the notice channel was refused).
+            state.answer_arrived();
             return Handled::Nothing;
         }
-        _ => return Handled::Nothing, // +PONG outside subscribed mode
+        _ => return Handled::Nothing,
     };
     let kind = items.first().and_then(Frame::as_bytes).unwrap_or_default();
     let channel = items.get(1).and_then(Frame::as_bytes).unwrap_or_default();
@@ -196,16 +215,54 @@ fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
             Handled::Nothing
         }
         b"subscribe" if channel == notice_channel => {
+            state.answer_arrived();
             state.notices_now_answered();
-            Handled::Confirmed
+            Handled::Answered
         }
         b"subscribe" | b"unsubscribe" => {
+            state.answer_arrived();
             if state.subscription_answered(&channel) {
-                Handled::Confirmed
+                Handled::Answered
             } else {
                 Handled::Nothing
             }
         }
-        _ => Handled::Nothing, // "pong"
+        b"pong" => {
+            state.answer_arrived();
+            Handled::Nothing
+        }
+        _ => Handled::Nothing,
+    }
+}
+
+/// Acts on an error reply: Redis refused the oldest command awaiting its answer.
+fn refused(state: &mut State, reply: &str, notice_channel: &str) -> Handled {
+    match state.refused(reply) {
+        Some(Sent::Notices) => {
+            log::warn!(
+                "force-release notices unavailable (grant the channel {notice_channel}): \
+                 {reply}; holders learn of force releases at their next renewal"
+            );
+            Handled::Answered
+        }
+        Some(Sent::Subscribe(channel)) => {
+            log::warn!(
+                "redis refused to subscribe to {channel:?}: {reply}; a thread waiting for \
+                 the subscription fails with this, one subscribed before polls"
+            );
+            Handled::Answered
+        }
+        Some(Sent::Unsubscribe(channel)) => {
+            log::warn!("redis refused to unsubscribe from {channel:?}: {reply}");
+            Handled::Nothing
+        }
+        Some(Sent::Ping) => {
+            log::warn!("redis refused the pub/sub connection's ping: {reply}");
+            Handled::Nothing
+        }
+        None => {
+            log::warn!("redis answered the pub/sub connection with an error: {reply}");
+            Handled::Nothing
+        }
     }
 }

@@ -11,6 +11,15 @@
 //! for as long as it runs, and hands every message on it to the notice handler (on the
 //! listener thread, outside the hub's lock).
 //!
+//! What Redis refuses: a refused login, or a refused `SUBSCRIBE` command (not just the
+//! notice channel), on the first connection fails [`PubSubHub::start`], and with it the
+//! manager's build: no waiter could ever be woken. A refused notice channel only costs the
+//! notices. A refused release channel fails the waiter that asked for it, with the typed
+//! error, at once: a misconfigured ACL shows up at the first wait that needs it, instead
+//! of as waiters that quietly poll. Waiters already subscribed when a later connection is
+//! refused (the ACL changed under a running manager) poll, as they do while the connection
+//! is down.
+//!
 //! The parts, each in its own module:
 //! - [`hub`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
 //!   rules); no I/O.
@@ -38,7 +47,7 @@ use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 use redis::ConnectionInfo;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Permission, Result};
 use crate::resolve::Resolver;
 use crate::sentinel::MasterLocator;
 use connection::Endpoint;
@@ -46,6 +55,32 @@ use hub::{State, Waiter};
 
 /// Handles one message of the notice channel.
 pub(crate) type NoticeHandler = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Redis's error reply to the `AUTH` of the subscribed connection, carried in the
+/// `io::Error` of the failed connection attempt.
+#[derive(Debug)]
+pub(super) struct LoginRefused(pub(super) String);
+
+impl std::fmt::Display for LoginRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AUTH refused: {}", self.0)
+    }
+}
+
+impl std::error::Error for LoginRefused {}
+
+impl LoginRefused {
+    /// Whether Redis refused the credentials (`WRONGPASS`, or `ERR AUTH <password> called
+    /// without any password configured`), rather than the connection: Redis answers
+    /// `ERR max number of clients reached` to whatever a new connection sends first.
+    fn is_about_credentials(&self) -> bool {
+        self.0.contains("AUTH")
+            || matches!(
+                Error::from_reply(&self.0),
+                Error::AuthenticationFailed { .. }
+            )
+    }
+}
 
 /// The channel the hub always listens to, and what to do with its messages.
 pub(crate) struct Notices {
@@ -65,12 +100,35 @@ struct Shared {
     /// stops.
     changed: Condvar,
     endpoint: Endpoint,
+    /// The user the connection logs in as, for errors; `None` for Redis's default user.
+    user: Option<String>,
     notices: Notices,
     connect_timeout: Duration,
     response_timeout: Duration,
 }
 
 impl Shared {
+    /// Why no waiter could use the hub, from what Redis answered on the first connection:
+    /// it refused the login, or the `SUBSCRIBE` command itself (an ACL without the notice
+    /// channel only costs the notices).
+    fn unusable(&self, state: &State) -> Option<Error> {
+        let user = || self.user.clone();
+        if state.login_refusal().is_some() {
+            // Whatever the words: `WRONGPASS`, or `ERR` for a password where none is set.
+            return Some(Error::AuthenticationFailed { user: user() });
+        }
+        match Error::from_reply(state.notices_refusal()?) {
+            Error::AuthenticationFailed { .. } => {
+                Some(Error::AuthenticationFailed { user: user() })
+            }
+            err @ Error::PermissionDenied {
+                permission: Permission::Command(_),
+                ..
+            } => Some(err),
+            _ => None,
+        }
+    }
+
     /// Writes the commands queued in the outbox, outside the hub's lock (or leaves them to
     /// the thread writing already).
     fn flush(&self) {
@@ -132,6 +190,7 @@ impl PubSubHub {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             endpoint: Endpoint::from_info(info, resolver, located)?,
+            user: info.redis_settings().username().map(str::to_owned),
             notices,
             connect_timeout,
             response_timeout,
@@ -148,18 +207,28 @@ impl PubSubHub {
         let ready_by = Instant::now() + connect_timeout;
         let mut state = shared.state.lock();
         while !state.notices_answered()
+            && state.login_refusal().is_none()
             && !shared.changed.wait_until(&mut state, ready_by).timed_out()
         {}
+        let unusable = shared.unusable(&state);
         drop(state);
-        Ok(PubSubHub {
+        let hub = PubSubHub {
             shared,
             thread: Mutex::new(Some(thread)),
-        })
+        };
+        match unusable {
+            Some(err) => {
+                hub.stop();
+                Err(err)
+            }
+            None => Ok(hub),
+        }
     }
 
     /// Joins the waiters for `lock` on its release `channel`; returns once Redis confirmed
     /// the subscription, or after the response timeout, or at once while there is no
-    /// connection (check [`Subscription::is_live`]).
+    /// connection (check [`Subscription::is_live`]). Fails with Redis's refusal
+    /// ([`Error::PermissionDenied`] for an ACL without the channel) once Redis refused it.
     pub(crate) fn subscribe(&self, channel: &str, lock: &str) -> Result<Subscription> {
         self.join(channel, Some(lock))
     }
@@ -186,7 +255,11 @@ impl PubSubHub {
             shared.flush();
         }
         let mut state = shared.state.lock();
-        while state.is_connected() && !state.is_stopping() && !state.is_confirmed(channel) {
+        while state.is_connected()
+            && !state.is_stopping()
+            && !state.is_confirmed(channel)
+            && state.refusal(channel).is_none()
+        {
             if shared
                 .changed
                 .wait_until(&mut state, give_up_at)
@@ -195,12 +268,18 @@ impl PubSubHub {
                 break;
             }
         }
+        let refused = state.refusal(channel).map(Error::from_reply);
         drop(state);
-        Ok(Subscription {
+        let subscription = Subscription {
             shared: Arc::clone(shared),
             channel: channel.to_owned(),
             waiter,
-        })
+        };
+        match refused {
+            // Dropping the subscription leaves the channel.
+            Some(err) => Err(err.for_user(shared.user.as_deref())),
+            None => Ok(subscription),
+        }
     }
 
     /// How many times the listener connected again after its first connection.

@@ -1,5 +1,8 @@
 //! The hub against a scripted stand-in for Redis, for what a real server will not do on
 //! demand: stop reading mid-command while its socket stays open, or send corrupt frames.
+//! And against a real server for the subscribed connection's own login, which a manager's
+//! build never reaches with wrong credentials: its command connections log in first, with
+//! the same ones.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -11,6 +14,7 @@ use parking_lot::Mutex;
 
 use super::frame::{self, Frame};
 use super::{Notices, PubSubHub};
+use crate::error::Error;
 
 /// Answers `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` like Redis in subscribed mode; can be told
 /// to stop reading, and to send raw bytes to the latest connection.
@@ -220,4 +224,63 @@ fn a_corrupt_frame_makes_the_listener_reconnect() {
     }
     drop(subscription);
     hub.stop();
+}
+
+#[test]
+fn a_refused_login_fails_the_start_at_once() {
+    let redis = crate::testing::RedisServer::start().expect("redis-server");
+    let created = redis
+        .command(&[
+            "ACL",
+            "SETUSER",
+            "waiter",
+            "on",
+            ">right-secret",
+            "~*",
+            "&*",
+            "+@all",
+        ])
+        .unwrap();
+    assert!(created.starts_with("+OK"), "{created}");
+    let connect_timeout = Duration::from_secs(5);
+    // A wrong password, an unknown user, and a password for the default user, which has none.
+    let logins = [
+        (Some("waiter"), "wrong-secret"),
+        (Some("nobody"), "right-secret"),
+        (None, "no-secret-is-set"),
+    ];
+    for (user, password) in logins {
+        let url = format!(
+            "redis://{}:{password}@127.0.0.1:{}/",
+            user.unwrap_or_default(),
+            redis.port()
+        );
+        let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
+        let notices = Notices {
+            channel: "notices".into(),
+            handler: Box::new(|_| {}),
+        };
+        let started = Instant::now();
+        let outcome = PubSubHub::start(
+            &info,
+            None,
+            None,
+            connect_timeout,
+            Duration::from_secs(1),
+            notices,
+        );
+        // The refusal ends the wait for the first connection; the timeout does not.
+        assert!(started.elapsed() < connect_timeout / 2, "{user:?}");
+        match outcome {
+            Err(err @ Error::AuthenticationFailed { .. }) => {
+                assert!(
+                    matches!(&err, Error::AuthenticationFailed { user: named } if named.as_deref() == user),
+                    "{err:?}"
+                );
+                assert!(!err.to_string().contains(password), "{err}");
+            }
+            Err(err) => panic!("{user:?}: {err:?}"),
+            Ok(_) => panic!("{user:?}: started"),
+        }
+    }
 }
