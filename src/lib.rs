@@ -67,6 +67,8 @@
 //!   |   watchdog          renews leases in batches, reports losses to the instant
 //!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
 //!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
+//!   |   replication       the replica acknowledgements a write waits for (WAIT) and their
+//!   |                     shortfalls
 //! protocol                key and channel names, holder ids, every Lua script with its
 //!                         arguments and replies; no I/O
 //! error                   the one Error enum, used everywhere
@@ -89,6 +91,7 @@ mod permit_semaphore;
 mod pool;
 mod protocol;
 mod pubsub;
+mod replication;
 mod resolve;
 mod rwlock;
 mod script;
