@@ -130,6 +130,11 @@ impl Client {
         }))
     }
 
+    /// The replica acknowledgements this client's writes wait for, if any.
+    pub(crate) fn replica_acks(&self) -> Option<&ReplicaAcks> {
+        self.acks.as_ref()
+    }
+
     /// Runs `call` on a pooled connection and answers its answer. With replica
     /// acknowledgements on, the `WAIT` for them follows the call in the same round trip (its
     /// answer within the ack timeout after the call's, itself within the response timeout),
