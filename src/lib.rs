@@ -20,6 +20,11 @@
 //!   [`force_unlock`](Lock::force_unlock).
 //! - **Fencing.** Every acquisition carries a [`fencing token`](LockGuard::fencing_token)
 //!   that later holders exceed; a [`FencedStore`] refuses writes with an older one.
+//! - **Replica acknowledgements.** With
+//!   [`replica_acks`](LockManagerBuilder::replica_acks), every acquisition waits (`WAIT`, in
+//!   the same round trip) until enough replicas have it; one they did not acknowledge in time
+//!   is given back and reported ([`Error::NotReplicated`]), so a failover cannot silently hand
+//!   a held lock to a second holder.
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
