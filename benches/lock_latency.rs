@@ -9,6 +9,9 @@
 //! throwaway servers, a Redlock's uncontended acquire+release against the single-master pair
 //! measured on the first of them in the same run, and how many acquisitions four contending
 //! threads make with every master answering, and with one or two of them frozen (SIGSTOP).
+//! Last, on a throwaway master with one replica, the lock+unlock pair with every write
+//! acknowledged by the replica (`replica_acks(1, ...)`) against the same pair without, both
+//! as ratios to the PING round trip to that master measured in the same run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +29,8 @@ const MASTERS: usize = 5;
 const REDLOCK_PAIRS: usize = 10_000;
 const REDLOCK_CONTENDERS: usize = 4;
 const CONTENTION_RUN: Duration = Duration::from_secs(4);
+/// The ack timeout of the acknowledged pairs: never reached while the replica keeps up.
+const ACK_TIMEOUT: Duration = Duration::from_millis(500);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url_argument = std::env::args()
@@ -72,6 +77,48 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     measure_held_locks(&url)?;
     measure_redlock()?;
+    measure_replica_acks()?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Replica acknowledgements: one master, one replica.
+// ---------------------------------------------------------------------------------------
+
+/// On a master with one replica: the lock+unlock pair whose acquisition and release each
+/// wait for the replica's acknowledgement (`WAIT 1` in the same round trip) against the same
+/// pair without, both against the PING round trip to the master, all in the same run.
+fn measure_replica_acks() -> Result<(), Box<dyn std::error::Error>> {
+    let (master, _replica) = RedisServer::start_with_replica()?;
+    let plain = LockManager::builder(master.url()).build()?;
+    let acknowledged = LockManager::builder(master.url())
+        .replica_acks(1, ACK_TIMEOUT)
+        .build()?;
+    let round_trip = Samples::new(measure_round_trips(&master.url())?);
+    let without = Samples::new(measure_pairs(&plain)?);
+    let with = Samples::new(measure_pairs(&acknowledged)?);
+    let unreplicated = acknowledged.stats().releases_unreplicated;
+    println!(
+        "{:<36} {}",
+        "round trip (PING), master + replica",
+        round_trip.describe(None)
+    );
+    println!(
+        "{:<36} {}",
+        "lock+unlock pair, no acks",
+        without.describe(Some(&round_trip))
+    );
+    println!(
+        "{:<36} {}",
+        "lock+unlock pair, replica_acks(1)",
+        with.describe(Some(&round_trip))
+    );
+    println!(
+        "{:<36} p50 {:.2} x, p99 {:.2} x the pair without ({unreplicated} releases unreplicated)",
+        "replica_acks(1) / no acks",
+        with.percentile(50).as_secs_f64() / without.percentile(50).as_secs_f64(),
+        with.percentile(99).as_secs_f64() / without.percentile(99).as_secs_f64()
+    );
     Ok(())
 }
 

@@ -7,17 +7,26 @@
 //! threads. In sentinel mode it also owns the master locator and the thread that hears
 //! failovers, and moves the pool and the pub/sub listener to a new master. It knows nothing
 //! of the primitives above it: it may use the pool, the watchdog, the pub/sub hub, the
-//! resolver, the sentinel locator and the naming rules, nothing else.
+//! resolver, the sentinel locator, the naming rules and the script runner, nothing else.
+//!
+//! Every acquisition, release and fenced write of the primitives runs through
+//! [`Client::run_acknowledged`], which sends the `WAIT` for replica acknowledgements behind
+//! the call when the manager asks for them, and is the plain call when it does not.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, FromRedisValue, RedisError};
 
 use crate::error::{Error, Result};
 use crate::pool::{Pool, Target};
 use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
+use crate::protocol::ScriptCall;
 use crate::pubsub::{Notices, PubSubHub};
+use crate::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
 use crate::resolve::Resolver;
+use crate::script;
 use crate::sentinel::{MasterLocator, SwitchWatcher};
 use crate::stats::{Stats, WaitRecorder};
 use crate::watchdog::{LostCallback, Watchdog};
@@ -35,6 +44,8 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) max_idle_connections: usize,
     pub(crate) on_lost: Option<LostCallback>,
+    /// What acquisitions, renewals, releases and fenced writes wait for, if anything.
+    pub(crate) replica_acks: Option<ReplicaAcks>,
 }
 
 /// The sentinels of a master and its name.
@@ -57,6 +68,10 @@ pub(crate) struct Client {
     next_request: AtomicU64,
     shut_down: AtomicBool,
     waits: WaitRecorder,
+    acks: Option<ReplicaAcks>,
+    /// Releases that stood without enough replica acknowledgements.
+    releases_unreplicated: AtomicU64,
+    unreplicated_releases_log: ShortfallLog,
 }
 
 impl Client {
@@ -71,6 +86,7 @@ impl Client {
             watchdog_timeout,
             max_idle_connections,
             on_lost,
+            replica_acks,
         } = settings;
         // No CLIENT SETINFO on new connections: it costs a round trip, and on a silent
         // server its ignored replies would make connecting take more than its timeout.
@@ -113,7 +129,12 @@ impl Client {
             max_idle_connections,
         ));
         pool.run(|connection| redis::cmd("PING").query::<()>(connection))?;
-        let watchdog = Watchdog::start(Arc::clone(&pool), watchdog_timeout, on_lost)?;
+        let watchdog = Watchdog::start(
+            Arc::clone(&pool),
+            watchdog_timeout,
+            replica_acks.clone(),
+            on_lost,
+        )?;
         let sink = watchdog.notice_sink();
         let notices = Notices {
             channel: FORCE_RELEASE_CHANNEL.to_owned(),
@@ -175,7 +196,63 @@ impl Client {
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             waits: WaitRecorder::new(),
+            acks: replica_acks,
+            releases_unreplicated: AtomicU64::new(0),
+            unreplicated_releases_log: ShortfallLog::new(),
         }))
+    }
+
+    /// The replica acknowledgements this client's writes wait for, if any.
+    pub(crate) fn replica_acks(&self) -> Option<&ReplicaAcks> {
+        self.acks.as_ref()
+    }
+
+    /// Runs `call` on a pooled connection and answers its answer. With replica
+    /// acknowledgements on, the `WAIT` for them follows the call in the same round trip (its
+    /// answer within the ack timeout after the call's, itself within the response timeout),
+    /// and the answer tells whether enough replicas acknowledged; the caller decides what a
+    /// shortfall means. With them off, this is the plain call, with nothing more sent.
+    ///
+    /// `on_timeout` runs on the connection when the call's own answer did not come in time,
+    /// while the call may still run: to queue its undo right behind it. (With
+    /// acknowledgements on, the undo waits behind the `WAIT`; should the server see the
+    /// connection closed while that `WAIT` still blocks, it drops the undo, and a late grant
+    /// runs out with its lease instead. That takes a server too slow to answer the call and
+    /// replicas too slow to acknowledge it, at once.)
+    pub(crate) fn run_acknowledged<T: FromRedisValue>(
+        &self,
+        call: &ScriptCall,
+        mut on_timeout: impl FnMut(&mut Connection),
+    ) -> Result<Acked<T>> {
+        let Some(acks) = &self.acks else {
+            return self.pool.run(|connection| {
+                let answer = script::run(connection, call);
+                if answer.as_ref().is_err_and(RedisError::is_timeout) {
+                    on_timeout(connection);
+                }
+                answer.map(Acked::unasked)
+            });
+        };
+        let response_timeout = self.pool.response_timeout();
+        let acked = self
+            .pool
+            .run_for(response_timeout + acks.timeout(), |connection| {
+                let answer_by = Instant::now() + response_timeout;
+                let outcome = script::run_acknowledged(connection, call, acks, answer_by);
+                if outcome.as_ref().is_err_and(RedisError::is_timeout) {
+                    on_timeout(connection);
+                }
+                outcome
+            })?;
+        acked.read_as()
+    }
+
+    /// A release of the primitive `name` stood without enough replica acknowledgements: it
+    /// is counted and reported (a warning at most every few seconds).
+    pub(crate) fn release_unreplicated(&self, name: &str, why: &Unreplicated) {
+        self.releases_unreplicated.fetch_add(1, Ordering::Relaxed);
+        self.unreplicated_releases_log
+            .report(1, format_args!("release of {name:?}"), why);
     }
 
     /// Where the wait loop counts this client's waits and acquisitions.
@@ -193,6 +270,8 @@ impl Client {
             renewals_sent: watchdog.renewals_sent,
             renewals_failed: watchdog.renewals_failed,
             renewal_batches: watchdog.renewal_batches,
+            renewals_unreplicated: watchdog.renewals_unreplicated,
+            releases_unreplicated: self.releases_unreplicated.load(Ordering::Relaxed),
             lost_not_held_anymore: watchdog.lost[0],
             lost_lease_expired: watchdog.lost[1],
             lost_force_released: watchdog.lost[2],

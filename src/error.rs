@@ -129,6 +129,32 @@ pub enum Error {
         elapsed: Duration,
     },
 
+    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): an acquisition (of a
+    /// lock of any kind, a permit, semaphore permits, a member of a group lock) got what it
+    /// asked for, but fewer than `required` replicas acknowledged it within the ack timeout,
+    /// so a failover now could erase it and hand it to someone else. It was given back: the
+    /// caller holds nothing. A blocking call ends with this error rather than trying again.
+    ///
+    /// For a [`FencedStore`](crate::FencedStore) write (`name` is its key), the write was
+    /// made and stands on the master; a failover now may lose it.
+    ///
+    /// [Transient](Error::is_transient): a replica that lags, was paused or is catching up
+    /// after a reconnection acknowledges again soon. One that fails every time means fewer
+    /// replicas are attached than asked for (see `INFO replication` on the master), or they
+    /// are too far away for the ack timeout.
+    #[error(
+        "{name:?}: only {acknowledged} of the {required} replicas asked for acknowledged the \
+         write in time"
+    )]
+    NotReplicated {
+        /// The name of the primitive (the key, for a fenced store).
+        name: String,
+        /// How many replicas acknowledged the write in time.
+        acknowledged: u32,
+        /// How many were asked for.
+        required: u32,
+    },
+
     /// A key of the primitive called `name` holds something it cannot use: a key of another
     /// Redis type (Redis answered `WRONGTYPE`), or a string that is not a count. Nothing was
     /// changed.
@@ -238,7 +264,8 @@ impl Error {
 
     /// True for the errors after which the same call may succeed later: Redis was
     /// unreachable or slow (for a lock over several servers, too many of them:
-    /// [`Error::NoQuorum`], or so slow that the lease was spent: [`Error::LeaseSpent`]), or
+    /// [`Error::NoQuorum`], or so slow that the lease was spent: [`Error::LeaseSpent`]), its
+    /// replicas did not acknowledge a write in time ([`Error::NotReplicated`]), or it
     /// answered that it cannot serve now (`LOADING`, `BUSY`,
     /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`). Never for a refused login or
     /// permission: the same call is refused until the user's ACL changes.
@@ -247,7 +274,8 @@ impl Error {
             Error::Unreachable(_)
             | Error::Timeout(_)
             | Error::NoQuorum { .. }
-            | Error::LeaseSpent { .. } => true,
+            | Error::LeaseSpent { .. }
+            | Error::NotReplicated { .. } => true,
             Error::Redis(err) => {
                 matches!(
                     err.kind(),

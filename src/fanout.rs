@@ -9,16 +9,19 @@
 //! request that must first connect is sent after those with an idle connection, and its
 //! answer gets as long again from its own send (each new connection adds at most one
 //! attempt timeout). A server whose script cache is empty gets the script and the request
-//! once more. Used by the multi-server locks; talks to Redis only through the pools it is
-//! given.
+//! once more. A request may carry its server's replica acknowledgements: `WAIT` goes behind
+//! it in the same write, and its answer is read after the request's, within the ack timeout
+//! beyond the request's deadline (the servers wait for their replicas in parallel). Used by
+//! the multi-server locks; talks to Redis only through the pools it is given.
 
 use std::time::{Duration, Instant};
 
 use redis::{Connection, RedisResult, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
-use crate::pool::{self, Pool};
+use crate::pool::{self, Pool, Reading};
 use crate::protocol::ScriptCall;
+use crate::replication::{Acked, ReplicaAcks};
 use crate::script;
 
 /// After the deadline, an answer is still read if it is already there: reading in request
@@ -29,6 +32,8 @@ const GRACE_AFTER_DEADLINE: Duration = Duration::from_millis(1);
 pub(crate) struct Request<'a> {
     pub(crate) pool: &'a Pool,
     pub(crate) call: ScriptCall,
+    /// The acknowledgements the call's write waits for (its manager's setting), if any.
+    pub(crate) acks: Option<&'a ReplicaAcks>,
 }
 
 /// A request written to its server, whose answer is still to be read.
@@ -43,7 +48,7 @@ struct InFlight {
 
 /// Sends every request's call to its server, all requests written before any answer is read,
 /// and reads every answer, in order, until `deadline`. Answers one outcome per request.
-pub(crate) fn call_all(requests: &[Request<'_>], deadline: Instant) -> Vec<Result<Value>> {
+pub(crate) fn call_all(requests: &[Request<'_>], deadline: Instant) -> Vec<Result<Acked<Value>>> {
     let mut fan_out = FanOut::send(requests, deadline);
     (0..requests.len())
         .map(|index| fan_out.read(index, deadline))
@@ -66,10 +71,7 @@ impl<'a> FanOut<'a> {
     /// one (slow to connect, or not there) must not hold them up.
     pub(crate) fn send(requests: &'a [Request<'a>], deadline: Instant) -> Self {
         let budget = deadline.saturating_duration_since(Instant::now());
-        let packed: Vec<Vec<u8>> = requests
-            .iter()
-            .map(|request| request.call.command().get_packed_command())
-            .collect();
+        let packed: Vec<Vec<u8>> = requests.iter().map(packed_request).collect();
         let idle: Vec<Option<Connection>> = requests
             .iter()
             .map(|request| request.pool.take_idle())
@@ -98,10 +100,11 @@ impl<'a> FanOut<'a> {
     }
 
     /// Reads the answer to request `index`, waiting no later than `deadline` (or, for a
-    /// request that had to wait for a new connection, as long again from its send). A
-    /// server whose script cache is empty gets the script and the request once more. After
-    /// a timeout the request stays pending: the caller may [`abandon`](FanOut::abandon) it.
-    pub(crate) fn read(&mut self, index: usize, deadline: Instant) -> Result<Value> {
+    /// request that had to wait for a new connection, as long again from its send), and
+    /// its `WAIT`'s, if it has one, until the ack timeout after that. A server whose script
+    /// cache is empty gets the script and the request once more. After a timeout of the
+    /// request's own answer it stays pending: the caller may [`abandon`](FanOut::abandon) it.
+    pub(crate) fn read(&mut self, index: usize, deadline: Instant) -> Result<Acked<Value>> {
         let budget = self.budget;
         let InFlight {
             mut connection,
@@ -110,12 +113,20 @@ impl<'a> FanOut<'a> {
         } = self.flights[index]
             .take()
             .unwrap_or(Err(Error::Timeout(budget)))?;
-        let pool = self.requests[index].pool;
+        let request = &self.requests[index];
+        let pool = request.pool;
         let answer_by = deadline + extension;
         let answer = match read_in_time(&mut connection, answer_by) {
             Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
-                let mut both =
-                    script::load_command(self.requests[index].call.script()).get_packed_command();
+                // The `WAIT` behind the refused call answers first; it vouched for nothing.
+                let in_step = match request.acks {
+                    Some(acks) => acks.read_answer(&mut connection, answer_by, budget).1,
+                    None => Reading::Complete,
+                };
+                if in_step == Reading::AnswerLeft {
+                    return Err(Error::Timeout(budget));
+                }
+                let mut both = script::load_command(request.call.script()).get_packed_command();
                 both.extend_from_slice(&self.packed[index]);
                 let reload_by = Instant::now() + budget;
                 connection
@@ -142,7 +153,7 @@ impl<'a> FanOut<'a> {
                 }));
                 Err(Error::Timeout(budget))
             }
-            answer => finish(pool, connection, answer, budget),
+            answer => finish(request, connection, answer, answer_by, budget),
         }
     }
 
@@ -150,6 +161,10 @@ impl<'a> FanOut<'a> {
     /// connection, so that the server runs it right after the request should the request
     /// ever run, and drops the connection without waiting. Answers whether `then` went out
     /// (it cannot where the request never did).
+    ///
+    /// Behind a request with a `WAIT`, `then` runs only if the server has not seen the
+    /// connection closed while the `WAIT` still blocked: it frees such a client with its
+    /// unread commands. Give up on such a request only when its answer did not come.
     pub(crate) fn abandon(&mut self, index: usize, then: &[u8]) -> bool {
         match self.flights[index].take() {
             Some(Ok(mut flight)) => flight.connection.send_packed_command(then).is_ok(),
@@ -161,6 +176,15 @@ impl<'a> FanOut<'a> {
     pub(crate) fn is_pending(&self, index: usize) -> bool {
         matches!(self.flights[index], Some(Ok(_)))
     }
+}
+
+/// The bytes of a request: its call, and the `WAIT` behind it when it has one.
+fn packed_request(request: &Request<'_>) -> Vec<u8> {
+    let mut packed = request.call.command().get_packed_command();
+    if let Some(acks) = request.acks {
+        acks.command().write_packed_command(&mut packed);
+    }
+    packed
 }
 
 /// Writes `packed` on `idle`, or on a new connection; a dead idle connection is replaced
@@ -199,23 +223,38 @@ fn read_in_time(connection: &mut Connection, deadline: Instant) -> RedisResult<V
     connection.recv_response()
 }
 
-/// Turns an answer into an outcome, and gives the connection back when it is in step.
+/// Turns an answer into an outcome, with what the replicas acknowledged when the request
+/// asked (its `WAIT` read until the ack timeout after `answer_by`), and gives the connection
+/// back when it is in step.
 fn finish(
-    pool: &Pool,
-    connection: Connection,
+    request: &Request<'_>,
+    mut connection: Connection,
     answer: RedisResult<Value>,
+    answer_by: Instant,
     budget: Duration,
-) -> Result<Value> {
-    match answer {
-        Ok(Value::ServerError(err)) => {
-            pool.give_back(connection);
-            Err(Error::from_server(err.into()).for_user(pool.user()))
-        }
-        Ok(value) => {
-            pool.give_back(connection);
-            Ok(value)
-        }
+) -> Result<Acked<Value>> {
+    let value = match answer {
+        Ok(value) => value,
         // Dropped: the stream may still carry the late answer.
-        Err(err) => Err(Error::from_redis(err, budget)),
+        Err(err) => return Err(Error::from_redis(err, budget)),
+    };
+    let (unreplicated, reading) = match request.acks {
+        Some(acks) => {
+            let acks_by = answer_by + acks.timeout();
+            acks.read_answer(&mut connection, acks_by, budget + acks.timeout())
+        }
+        None => (None, Reading::Complete),
+    };
+    if reading == Reading::Complete {
+        request.pool.give_back(connection);
+    }
+    match value {
+        Value::ServerError(err) => {
+            Err(Error::from_server(err.into()).for_user(request.pool.user()))
+        }
+        answer => Ok(Acked {
+            answer,
+            unreplicated,
+        }),
     }
 }

@@ -20,6 +20,11 @@
 //!   [`force_unlock`](Lock::force_unlock).
 //! - **Fencing.** Every acquisition carries a [`fencing token`](LockGuard::fencing_token)
 //!   that later holders exceed; a [`FencedStore`] refuses writes with an older one.
+//! - **Replica acknowledgements.** With
+//!   [`replica_acks`](LockManagerBuilder::replica_acks), every acquisition waits (`WAIT`, in
+//!   the same round trip) until enough replicas have it; one they did not acknowledge in time
+//!   is given back and reported ([`Error::NotReplicated`]), so a failover cannot silently hand
+//!   a held lock to a second holder.
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
@@ -67,6 +72,8 @@
 //!   |   watchdog          renews leases in batches, reports losses to the instant
 //!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
 //!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
+//!   |   replication       the replica acknowledgements a write waits for (WAIT) and their
+//!   |                     shortfalls
 //! protocol                key and channel names, holder ids, every Lua script with its
 //!                         arguments and replies; no I/O
 //! error                   the one Error enum, used everywhere, and the sorting of Redis's
@@ -90,6 +97,7 @@ mod permit_semaphore;
 mod pool;
 mod protocol;
 mod pubsub;
+mod replication;
 mod resolve;
 mod rwlock;
 mod script;

@@ -6,7 +6,7 @@
 //! every handle it makes share that client, and [`LockManager::shutdown`], or dropping the
 //! last of them, stops and joins both threads. It may use the client and the primitives'
 //! constructors; below the client, only the types of its settings (the lost-lock callback,
-//! the duration checks).
+//! the replica acknowledgements, the duration checks).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ use crate::lease::LostLock;
 use crate::lock::Lock;
 use crate::permit_semaphore::PermitSemaphore;
 use crate::protocol::names::{self, LockKind};
+use crate::replication::ReplicaAcks;
 use crate::rwlock::ReadWriteLock;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
@@ -80,6 +81,8 @@ pub struct LockManagerBuilder {
     /// Sentinel mode: the sentinels (or why they could not be read) and the master's name.
     sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
     failover_grace: Duration,
+    /// How many replicas must acknowledge a write, and within what time; `None`: off.
+    replica_acks: Option<(u32, Duration)>,
 }
 
 impl LockManager {
@@ -113,6 +116,7 @@ impl LockManager {
             on_lost: None,
             sentinel: None,
             failover_grace: DEFAULT_FAILOVER_GRACE,
+            replica_acks: None,
         }
     }
 
@@ -331,6 +335,58 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Makes every acquisition wait until `replicas` replicas of the master have acknowledged
+    /// it, `timeout` at most (default: off). A master that dies before its replicas got a
+    /// lock's key would otherwise let a failover hand the held lock to a second holder.
+    ///
+    /// A `WAIT replicas timeout` follows each write in the same round trip, so an answer may
+    /// now take the response timeout plus `timeout` (Redis checks a `WAIT`'s timeout on its
+    /// clock tick, every 100 ms at the default `hz`, so a short one may run that much
+    /// longer; the response timeout covers it):
+    /// - **Acquisitions** (every kind of [`Lock`], [`Semaphore`] and [`PermitSemaphore`]
+    ///   permits, and a [`RedLock`](crate::RedLock) or [`MultiLock`](crate::MultiLock)
+    ///   member of this manager) that too few replicas acknowledged are given back and fail
+    ///   with [`Error::NotReplicated`], transient: the caller never holds what a failover
+    ///   could erase. A blocking call ends with the error too. With the replicas lagging,
+    ///   every attempt, taken or not, may wait up to `timeout` (`WAIT` also covers the
+    ///   connection's earlier writes).
+    /// - **Renewals** and **releases** stand whatever the replicas did: a short renewal keeps
+    ///   the lock, a short release frees it on the master. They are counted in
+    ///   [`Stats::renewals_unreplicated`] and [`Stats::releases_unreplicated`] and warned of
+    ///   in the log (at most every 10 s).
+    /// - **[`FencedStore`] writes** fail with [`Error::NotReplicated`] when too few replicas
+    ///   acknowledged them; they stand on the master, and may be written again with the same
+    ///   token.
+    ///
+    /// An ACL user needs the `WAIT` command besides those of the primitives. `WAIT` makes a
+    /// lost lock unlikely, not impossible: a failover may promote a replica that did not
+    /// acknowledge, and acknowledged writes are in the replicas' memory, not on their disks.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let (master, replica) = redlease::testing::RedisServer::start_with_replica()
+    /// #     .expect("redis-server");
+    /// use std::time::Duration;
+    ///
+    /// let manager = redlease::LockManager::builder(master.url())
+    ///     .replica_acks(1, Duration::from_millis(500))
+    ///     .build()?;
+    /// let guard = manager.lock("ledger").lock()?; // one replica has the lock's key too
+    /// # assert!(replica.command(&["EXISTS", "ledger"]).unwrap().starts_with(":1"));
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// `build` fails with [`Error::InvalidArgument`] for zero replicas, a zero `timeout`, or
+    /// one that is not shorter than a third of the
+    /// [`watchdog_timeout`](LockManagerBuilder::watchdog_timeout) (the watchdog renews that
+    /// often, and must not spend the interval waiting for replicas).
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = Some((replicas, timeout));
+        self
+    }
+
     /// Called on the watchdog thread for every lock found lost while held (see [`LostLock`]
     /// and [`LostReason`](crate::LostReason)), once per acquisition chain. Keep it short, and
     /// do not drop the last clone of the manager inside it.
@@ -380,10 +436,12 @@ impl LockManagerBuilder {
     /// channels) is checked by its first call that needs it.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad URL or a zero or too long timeout;
+    /// [`Error::InvalidArgument`] for a bad URL, a zero or too long timeout, or replica
+    /// acknowledgements out of range (see [`replica_acks`](LockManagerBuilder::replica_acks));
     /// [`Error::Unreachable`] or [`Error::Timeout`] when Redis does not answer a `PING`;
     /// [`Error::AuthenticationFailed`] when Redis refuses the user or password;
-    /// [`Error::PermissionDenied`] when the user may not run `PING` or `SUBSCRIBE`.
+    /// [`Error::PermissionDenied`] when the user may not run `PING` or `SUBSCRIBE`;
+    /// in sentinel mode, [`Error::UnknownMaster`] when no sentinel knows the master.
     pub fn build(self) -> Result<LockManager> {
         names::lease_millis("connect timeout", self.connect_timeout)?;
         names::lease_millis("response timeout", self.response_timeout)?;
@@ -396,6 +454,20 @@ impl LockManagerBuilder {
                 self.watchdog_timeout
             )));
         }
+        let replica_acks = match self.replica_acks {
+            Some((replicas, timeout)) => {
+                let acks = ReplicaAcks::new(replicas, timeout)?;
+                let renewal_interval = self.watchdog_timeout / 3;
+                if timeout >= renewal_interval {
+                    return Err(Error::InvalidArgument(format!(
+                        "replica ack timeout of {timeout:?} must be shorter than the watchdog's \
+                         renewal interval of {renewal_interval:?} (a third of its timeout)"
+                    )));
+                }
+                Some(acks)
+            }
+            None => None,
+        };
         let info = self
             .info
             .map_err(|err| Error::InvalidArgument(format!("bad redis connection info: {err}")))?;
@@ -423,10 +495,48 @@ impl LockManagerBuilder {
             watchdog_timeout: self.watchdog_timeout,
             max_idle_connections: self.max_idle_connections,
             on_lost: self.on_lost,
+            replica_acks,
         })?;
         Ok(LockManager {
             client,
             fair_place_ms,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings are checked before anything connects: the port is never tried.
+    fn build_with_acks(replicas: u32, timeout: Duration) -> Result<LockManager> {
+        LockManager::builder("redis://127.0.0.1:1/")
+            .connect_timeout(Duration::from_millis(10))
+            .watchdog_timeout(Duration::from_secs(3))
+            .replica_acks(replicas, timeout)
+            .build()
+    }
+
+    #[test]
+    fn replica_acks_out_of_range_are_refused_at_build() {
+        for (replicas, timeout) in [
+            (0, Duration::from_millis(100)),
+            (1, Duration::ZERO),
+            // Not shorter than the renewal interval: a third of the 3 s watchdog timeout.
+            (1, Duration::from_secs(1)),
+            (1, Duration::from_secs(3600)),
+        ] {
+            let built = build_with_acks(replicas, timeout);
+            assert!(
+                matches!(built, Err(Error::InvalidArgument(_))),
+                "{replicas} replicas within {timeout:?}: {built:?}"
+            );
+        }
+        // In range: the settings pass, and the unreachable server is what fails.
+        let built = build_with_acks(1, Duration::from_millis(999));
+        assert!(
+            matches!(built, Err(Error::Unreachable(_) | Error::Timeout(_))),
+            "{built:?}"
+        );
     }
 }

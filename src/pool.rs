@@ -2,7 +2,8 @@
 //!
 //! Every connection is made with the connect timeout and carries the response timeout as its
 //! socket read and write timeout, so no command waits unbounded. A connection that saw an I/O
-//! error or a timeout is dropped, never reused: its stream may hold a late answer. No thread
+//! error or a timeout is dropped, never reused: its stream may hold a late answer; so is one
+//! whose command gave up on an answer on purpose (a `WAIT` that only reports). No thread
 //! of its own; connections are made on demand by the calling thread and kept idle up to a
 //! bound. A host name is looked up through the manager's [`Resolver`], within the connect
 //! timeout.
@@ -37,6 +38,25 @@ pub(crate) enum Target {
     },
     /// The master the sentinels name now.
     Sentinel(Arc<MasterLocator>),
+}
+
+/// Whether a command read every answer it asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Every answer read: the connection may serve another command.
+    Complete,
+    /// An answer that only reports (`WAIT`'s) was given up on at its deadline, the command's
+    /// outcome all the same: the connection is out of step and is dropped.
+    AnswerLeft,
+}
+
+/// Who sets the timeouts of a connection while a command runs on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Timeouts {
+    /// The pool, once before: the response timeout, restored after only when it differed.
+    Pool,
+    /// The command itself, per answer: the pool restores its own after.
+    Command,
 }
 
 pub(crate) struct Pool {
@@ -112,24 +132,37 @@ impl Pool {
         &self,
         mut command: impl FnMut(&mut Connection) -> RedisResult<T>,
     ) -> Result<T> {
-        self.run_within(self.response_timeout, None, |connection| {
-            command(connection)
+        self.run_within(self.response_timeout, None, Timeouts::Pool, |connection| {
+            command(connection).map(|value| (value, Reading::Complete))
         })
         .map_err(|err| err.for_user(self.user()))
     }
 
-    /// Like [`Pool::run`], but all of it, a new connection included, before `deadline`.
+    /// Like [`Pool::run`], for a command whose answers may take up to `budget` (a write and
+    /// the `WAIT` behind it) and which sets its own read deadlines within it. It may give up
+    /// on an answer that only reports and succeed all the same: it answers how it read, and a
+    /// connection with an answer left unread is dropped.
+    pub(crate) fn run_for<T>(
+        &self,
+        budget: Duration,
+        command: impl FnMut(&mut Connection) -> RedisResult<(T, Reading)>,
+    ) -> Result<T> {
+        self.run_within(budget, None, Timeouts::Command, command)
+            .map_err(|err| err.for_user(self.user()))
+    }
+
+    /// Like [`Pool::run_for`], but all of it, a new connection included, before `deadline`.
     /// `command` must bound its own reads by the deadline when it reads several answers.
     pub(crate) fn run_before<T>(
         &self,
         deadline: Instant,
-        command: impl FnMut(&mut Connection) -> RedisResult<T>,
+        command: impl FnMut(&mut Connection) -> RedisResult<(T, Reading)>,
     ) -> Result<T> {
         let budget = deadline.saturating_duration_since(Instant::now());
         if budget.is_zero() {
             return Err(Error::Timeout(budget));
         }
-        self.run_within(budget, Some(deadline), command)
+        self.run_within(budget, Some(deadline), Timeouts::Command, command)
             .map_err(|err| err.for_user(self.user()))
     }
 
@@ -138,11 +171,12 @@ impl Pool {
         &self,
         timeout: Duration,
         deadline: Option<Instant>,
-        mut command: impl FnMut(&mut Connection) -> RedisResult<T>,
+        timeouts: Timeouts,
+        mut command: impl FnMut(&mut Connection) -> RedisResult<(T, Reading)>,
     ) -> Result<T> {
         let pooled = self.take_idle();
         if let Some(connection) = pooled {
-            match self.run_on(connection, timeout, deadline, &mut command) {
+            match self.run_on(connection, timeout, deadline, timeouts, &mut command) {
                 Err(err) if is_stale_connection(&err) => {
                     log::debug!("dropping idle redis connections after: {err}");
                     self.idle.lock().connections.clear();
@@ -164,7 +198,7 @@ impl Pool {
             }
         };
         let connection = self.connect(connect_timeout)?;
-        let outcome = self.run_on(connection, timeout, deadline, &mut command);
+        let outcome = self.run_on(connection, timeout, deadline, timeouts, &mut command);
         self.sorted(outcome, timeout)
     }
 
@@ -205,7 +239,8 @@ impl Pool {
         mut connection: Connection,
         timeout: Duration,
         deadline: Option<Instant>,
-        command: &mut impl FnMut(&mut Connection) -> RedisResult<T>,
+        timeouts: Timeouts,
+        command: &mut impl FnMut(&mut Connection) -> RedisResult<(T, Reading)>,
     ) -> RedisResult<T> {
         let timeout = match deadline {
             Some(deadline) => timeout.min(deadline.saturating_duration_since(Instant::now())),
@@ -215,13 +250,14 @@ impl Pool {
             self.put_back(connection);
             return Err(io::Error::new(io::ErrorKind::TimedOut, "no time left").into());
         }
-        let custom_timeout = timeout != self.response_timeout || deadline.is_some();
+        let custom_timeout =
+            timeout != self.response_timeout || deadline.is_some() || timeouts == Timeouts::Command;
         if custom_timeout {
             connection.set_read_timeout(Some(timeout))?;
         }
         let outcome = command(&mut connection);
         let reusable = match &outcome {
-            Ok(_) => connection.is_open(),
+            Ok((_, reading)) => *reading == Reading::Complete && connection.is_open(),
             // The server answered: the stream is in step with our requests.
             Err(err) => !(err.is_io_error() || err.is_timeout()) && connection.is_open(),
         };
@@ -236,7 +272,7 @@ impl Pool {
         {
             self.put_back(connection);
         }
-        outcome
+        outcome.map(|(value, _)| value)
     }
 
     /// An idle connection, for a caller that sends and reads by itself (a fan-out over

@@ -1,8 +1,10 @@
-//! Running the protocol's script calls by their SHA1: one call ([`run`]), many calls in one
-//! pipeline read against one deadline ([`run_pipelined`]), and the fan-out to several
-//! servers (`crate::fanout`) all meet an empty script cache (a restart, a `SCRIPT FLUSH`) the
-//! same way: the server answers `NOSCRIPT`, the script is loaded ([`load_command`]) and the
-//! call sent once more.
+//! Running the protocol's script calls by their SHA1: one call ([`run`]), one call with the
+//! `WAIT` for replica acknowledgements behind it ([`run_acknowledged`]), many calls in one
+//! pipeline read against one deadline, optionally with one `WAIT` at its end whose answer
+//! the caller reads when it likes ([`run_pipelined`]), and the fan-out to several servers
+//! (`crate::fanout`) all meet an empty script cache (a restart, a `SCRIPT FLUSH`) the same
+//! way: the server answers `NOSCRIPT`, the script is loaded ([`load_command`]) and the call
+//! sent once more, with its `WAIT` behind it again.
 
 use std::io;
 use std::time::Instant;
@@ -11,8 +13,10 @@ use redis::{
     Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
 };
 
+use crate::pool::Reading;
 use crate::protocol::script::LuaScript;
 use crate::protocol::ScriptCall as Call;
+use crate::replication::{Acked, ReplicaAcks};
 
 /// Runs one call; when the server's script cache is empty, loads the script and runs the call
 /// once more.
@@ -38,18 +42,23 @@ pub(crate) fn is_no_script(err: &redis::RedisError) -> bool {
     matches!(err.kind(), ErrorKind::Server(ServerErrorKind::NoScript))
 }
 
-/// Sends `calls` and then the `other` commands in one pipeline and answers the answers of
-/// each, all read before `deadline`.
+/// Sends `calls`, then the `other` commands, then (with `acks`) a `WAIT` in one pipeline,
+/// and answers the answers of the calls and of the commands, all read before `deadline`.
+/// `WAIT`'s answer is left for the caller to read ([`ReplicaAcks::read_answer`]), so that it
+/// may act on the others first.
 ///
 /// A call or command the server refused arrives as [`Value::ServerError`]; the caller decides
 /// what that means for it. When any call met an empty script cache, its script is loaded and
-/// the calls alone are sent once more, so they must be safe to repeat.
+/// the calls alone are sent once more, with the `WAIT` behind them again (the first one
+/// vouched for nothing they wrote), so they must be safe to repeat.
 pub(crate) fn run_pipelined(
     connection: &mut Connection,
     calls: &[Call],
     other: &[Cmd],
     deadline: Instant,
+    acks: Option<&ReplicaAcks>,
 ) -> RedisResult<(Vec<Value>, Vec<Value>)> {
+    let started = Instant::now();
     let mut pipeline = redis::pipe();
     for call in calls {
         pipeline.add_command(call.command().clone());
@@ -57,7 +66,10 @@ pub(crate) fn run_pipelined(
     for command in other {
         pipeline.add_command(command.clone());
     }
-    let mut answers = query_before(connection, &pipeline, deadline)?;
+    if let Some(acks) = acks {
+        pipeline.add_command(acks.command().clone());
+    }
+    let mut answers = query_before(connection, &pipeline, calls.len() + other.len(), deadline)?;
     let other_answers = answers.split_off(calls.len());
     let mut missing: Vec<&'static LuaScript> = Vec::new();
     for (call, answer) in calls.iter().zip(&answers) {
@@ -74,6 +86,15 @@ pub(crate) fn run_pipelined(
     if missing.is_empty() {
         return Ok((answers, other_answers));
     }
+    if let Some(acks) = acks {
+        // The `WAIT` behind the refused calls answers before anything sent now; it vouched
+        // for nothing they wrote. Should it not come, a late answer would be read as the
+        // load's: nothing more goes on this connection.
+        let budget = deadline.saturating_duration_since(started);
+        if acks.read_answer(connection, deadline, budget).1 == Reading::AnswerLeft {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "WAIT did not answer").into());
+        }
+    }
     let mut again = redis::pipe();
     for script in &missing {
         again.add_command(load_command(script));
@@ -81,14 +102,47 @@ pub(crate) fn run_pipelined(
     for call in calls {
         again.add_command(call.command().clone());
     }
-    let reloaded = query_before(connection, &again, deadline)?;
+    if let Some(acks) = acks {
+        again.add_command(acks.command().clone());
+    }
+    let reloaded = query_before(connection, &again, missing.len() + calls.len(), deadline)?;
     Ok((
         reloaded.into_iter().skip(missing.len()).collect(),
         other_answers,
     ))
 }
 
-/// Sends `pipeline` and reads its answers, server errors included, until `deadline`.
+/// Runs one call with the `WAIT` of `acks` behind it, in one round trip: the call's answer
+/// (after loading its script into an empty cache) read until `answer_by`, `WAIT`'s until the
+/// ack timeout after that. Answers the call's answer as it came (a refusal included, for the
+/// caller to read), and how the answers were read.
+pub(crate) fn run_acknowledged(
+    connection: &mut Connection,
+    call: &Call,
+    acks: &ReplicaAcks,
+    answer_by: Instant,
+) -> RedisResult<(Acked<Value>, Reading)> {
+    let started = Instant::now();
+    let (answers, _) = run_pipelined(
+        connection,
+        std::slice::from_ref(call),
+        &[],
+        answer_by,
+        Some(acks),
+    )?;
+    let acks_by = answer_by + acks.timeout();
+    let budget = acks_by.saturating_duration_since(started);
+    let (unreplicated, reading) = acks.read_answer(connection, acks_by, budget);
+    let answer = answers.into_iter().next().unwrap_or(Value::Nil);
+    let acked = Acked {
+        answer,
+        unreplicated,
+    };
+    Ok((acked, reading))
+}
+
+/// Sends `pipeline` and reads the answers of its first `count` commands, server errors
+/// included, until `deadline`.
 ///
 /// `Pipeline::query` waits the full socket timeout for every answer, even after one timed
 /// out, so a silent server would hold it for that timeout times the pipeline's length. Here
@@ -96,12 +150,13 @@ pub(crate) fn run_pipelined(
 fn query_before(
     connection: &mut Connection,
     pipeline: &Pipeline,
+    count: usize,
     deadline: Instant,
 ) -> RedisResult<Vec<Value>> {
     set_timeout_until(connection, deadline)?;
     connection.send_packed_command(&pipeline.get_packed_pipeline())?;
-    let mut answers = Vec::with_capacity(pipeline.len());
-    for _ in 0..pipeline.len() {
+    let mut answers = Vec::with_capacity(count);
+    for _ in 0..count {
         set_timeout_until(connection, deadline)?;
         answers.push(connection.recv_response()?);
     }

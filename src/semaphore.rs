@@ -7,11 +7,14 @@
 //! through); without a message it looks again only once per watchdog interval. The handle talks to Redis only
 //! through its [`Client`]: the pool and the pub/sub hub. The permit-expirable semaphore
 //! (`crate::permit_semaphore`) runs its calls and subscribes through the same helpers.
+//!
+//! With replica acknowledgements on, a take that too few replicas acknowledged gives its
+//! permits back and fails ([`Error::NotReplicated`]); a release stands, and is counted.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::FromRedisValue;
+use redis::{Connection, FromRedisValue};
 
 use crate::cancel::CancelToken;
 use crate::client::Client;
@@ -20,6 +23,7 @@ use crate::lock::deadline_after;
 use crate::protocol::semaphore::{self as protocol, Changed, SemaphoreKeys, MAX_COUNT};
 use crate::protocol::ScriptCall;
 use crate::pubsub::Subscription;
+use crate::replication::{Acked, Unreplicated};
 use crate::script;
 use crate::wait::{self, Attempt, WaitFor};
 
@@ -104,8 +108,11 @@ impl Semaphore {
     /// Takes `permits`, waiting as long as it takes for that many to be available at once.
     ///
     /// Fails only for zero permits, when Redis cannot be reached or answers an error, or the
-    /// manager is shut down. An acquisition whose answer does not come may have taken the
-    /// permits nevertheless (as in Redisson): there is no owner to take them back from.
+    /// manager is shut down; with [`replica_acks`](crate::LockManagerBuilder::replica_acks),
+    /// also when the permits were taken but too few replicas acknowledged it in time
+    /// ([`Error::NotReplicated`]: they were given back). An acquisition whose answer does not
+    /// come may have taken the permits nevertheless (as in Redisson): there is no owner to
+    /// take them back from.
     pub fn acquire(&self, permits: u32) -> Result<()> {
         wait::without_deadline(|| self.acquire_until(permits, None))
     }
@@ -129,13 +136,22 @@ impl Semaphore {
     }
 
     /// Gives `permits` back (or adds them: they need not have been taken) and wakes the
-    /// waiters.
+    /// waiters. With [`replica_acks`](crate::LockManagerBuilder::replica_acks), a release
+    /// that too few replicas acknowledged stands, and is counted in
+    /// [`Stats::releases_unreplicated`](crate::Stats::releases_unreplicated).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for zero permits, or when the count would pass 2^53 - 1.
     pub fn release(&self, permits: u32) -> Result<()> {
         checked_permits(permits)?;
-        self.add_permits(i64::from(permits)).map(drop)
+        let change = i64::from(permits);
+        let call = protocol::add(self.keys()?, change);
+        let acked = self.run_acknowledged::<Changed>(&call, |_| {})?;
+        self.count_after(acked.answer, change)?;
+        if let Some(why) = acked.unreplicated {
+            self.client.release_unreplicated(self.name(), &why);
+        }
+        Ok(())
     }
 
     /// How many permits are available now (a count another client drove below zero reads
@@ -155,6 +171,11 @@ impl Semaphore {
         self.keys.checked()
     }
 
+    /// The keys, for callers that checked them once already.
+    pub(crate) fn keys_unchecked(&self) -> &SemaphoreKeys {
+        &self.keys
+    }
+
     /// The client the semaphore talks to Redis through.
     pub(crate) fn client(&self) -> &Client {
         &self.client
@@ -165,6 +186,19 @@ impl Semaphore {
         self.client
             .pool()
             .run(|connection| script::run(connection, call))
+            .map_err(|err| err.about_keys_of(&self.keys.name))
+    }
+
+    /// Runs an acquisition's or a release's call, with the `WAIT` for replica
+    /// acknowledgements behind it when the manager asks for them (see
+    /// `Client::run_acknowledged`), telling a key of another kind by [`Error::WrongType`].
+    pub(crate) fn run_acknowledged<T: FromRedisValue>(
+        &self,
+        call: &ScriptCall,
+        on_timeout: impl FnMut(&mut Connection),
+    ) -> Result<Acked<T>> {
+        self.client
+            .run_acknowledged(call, on_timeout)
             .map_err(|err| err.about_keys_of(&self.keys.name))
     }
 
@@ -180,12 +214,18 @@ impl Semaphore {
                 "a change of {change} permits is out of range (1 ..= {MAX_COUNT} either way)"
             )));
         }
-        match self.run(&script(keys, change))? {
+        let changed = self.run(&script(keys, change))?;
+        self.count_after(changed, change)
+    }
+
+    /// The count after a change by `change` answered `changed`, or why it was refused.
+    fn count_after(&self, changed: Changed, change: i64) -> Result<u64> {
+        match changed {
             Changed::Done { count } => Ok(count.max(0) as u64),
             Changed::OutOfRange { count } => Err(Error::InvalidArgument(format!(
                 "semaphore {:?} has {count} permits available: a change of {change} would \
                  take it out of range (0 ..= {MAX_COUNT})",
-                keys.name
+                self.keys.name
             ))),
         }
     }
@@ -220,13 +260,38 @@ impl Semaphore {
         checked_permits(permits)?;
         let call = protocol::take(self.keys()?, permits);
         self.wait_until(deadline, || {
-            let taken: i64 = self.run(&call)?;
-            Ok(match taken {
-                1 => Attempt::Taken(()),
+            let taken = self.run_acknowledged::<i64>(&call, |_| {})?;
+            match taken {
+                Acked {
+                    answer: 1,
+                    unreplicated: None,
+                } => Ok(Attempt::Taken(())),
+                Acked {
+                    answer: 1,
+                    unreplicated: Some(why),
+                } => {
+                    self.give_back_unreplicated(permits, &why);
+                    Err(why.into_error(self.name()))
+                }
                 // No lease runs out here: only a release (or the fallback look) helps.
-                _ => Attempt::Held { hint: None },
-            })
+                Acked { .. } => Ok(Attempt::Held { hint: None }),
+            }
         })
+    }
+
+    /// Gives back `permits` taken by a take that too few replicas acknowledged (`why`): a
+    /// failover now could erase the take, so it must not count. A give-back that fails
+    /// leaves the permits taken for good (no owner, no lease): that is warned of.
+    fn give_back_unreplicated(&self, permits: u32, why: &Unreplicated) {
+        let call = protocol::add(self.keys_unchecked(), i64::from(permits));
+        let given_back = self.run::<Changed>(&call);
+        if let Err(err) = given_back {
+            log::warn!(
+                "semaphore {:?}: {permits} permits taken and not replicated ({why}) could not \
+                 be given back: {err}",
+                self.name()
+            );
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 //! [`WaitRecorder`] the wait loop writes into.
 //!
 //! Each part keeps its own counters where the work happens, as plain atomics: the wait loop
-//! (waiting threads, acquisitions, wait times), the watchdog (renewals, losses), the pub/sub
-//! hub (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
+//! (waiting threads, acquisitions, wait times), the watchdog (renewals, losses), the client
+//! (releases short of replica acknowledgements), the pub/sub hub (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
 //! snapshot without I/O and without a lock on any hot path. Wait times go into a histogram of
 //! fixed buckets (eight per power of two, so a percentile is within 12.5 %).
 
@@ -29,6 +29,15 @@ pub struct Stats {
     pub renewals_failed: u64,
     /// Renewal batches: one pipeline each, however many holds.
     pub renewal_batches: u64,
+    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): holds renewed whose
+    /// renewal fewer replicas than asked acknowledged in time. They are kept (a lease
+    /// extended on the master only is still a lease), and reported in the log.
+    pub renewals_unreplicated: u64,
+    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): releases (of locks,
+    /// permits, semaphore permits) that fewer replicas than asked acknowledged in time. They
+    /// stand, and are reported in the log; a failover now could bring the hold back until
+    /// its lease ends.
+    pub releases_unreplicated: u64,
     /// Holds found lost because Redis answered they were gone.
     pub lost_not_held_anymore: u64,
     /// Holds found lost because their lease ran out before a renewal came through.

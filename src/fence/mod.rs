@@ -4,7 +4,9 @@
 //! writes from a holder older than one it has already heard from. A fenced store keeps a
 //! value under a key and, next to it (same Cluster slot), the highest token that wrote it;
 //! the protocol's fenced write compares and writes in one step. Talks to Redis through its client's
-//! pool.
+//! pool. With the manager's replica acknowledgements on, a write waits for them like a lock's
+//! acquisition: a store whose highest token a failover could roll back would take a stale
+//! holder's write again.
 
 use std::sync::Arc;
 
@@ -14,7 +16,6 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::fence::fenced_write;
 use crate::protocol::names;
-use crate::script;
 
 /// A value in Redis that takes a write only with a fencing token at least as high as every
 /// token that wrote it before, so a holder whose lock was lost (paused past its lease, cut
@@ -77,6 +78,11 @@ impl FencedStore {
     ///
     /// # Errors
     /// [`Error::StaleToken`] when the store has seen a higher token: nothing was written.
+    ///
+    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks):
+    /// [`Error::NotReplicated`] when the write was made but too few replicas acknowledged it
+    /// in time. It stands on the master, and a failover now may lose it; writing again with
+    /// the same token is safe (a token as high as the highest is taken).
     pub fn set(&self, token: u64, value: impl AsRef<[u8]>) -> Result<()> {
         self.write(token, "set", value.as_ref())
     }
@@ -85,7 +91,7 @@ impl FencedStore {
     /// stays recorded.
     ///
     /// # Errors
-    /// [`Error::StaleToken`] as for [`set`](FencedStore::set).
+    /// [`Error::StaleToken`] and [`Error::NotReplicated`] as for [`set`](FencedStore::set).
     pub fn delete(&self, token: u64) -> Result<()> {
         self.write(token, "del", b"")
     }
@@ -112,18 +118,18 @@ impl FencedStore {
     fn write(&self, token: u64, operation: &str, value: &[u8]) -> Result<()> {
         let key = self.checked_key()?;
         let call = fenced_write(key, &self.fence, token, operation, value);
-        let (written, highest): (i64, u64) = self
-            .client
-            .pool()
-            .run(|connection| script::run(connection, &call))?;
-        if written == 1 {
-            Ok(())
-        } else {
-            Err(Error::StaleToken {
+        let acked = self.client.run_acknowledged::<(i64, u64)>(&call, |_| {})?;
+        let (written, highest) = acked.answer;
+        if written != 1 {
+            return Err(Error::StaleToken {
                 key: self.key.clone(),
                 token,
                 highest,
-            })
+            });
+        }
+        match acked.unreplicated {
+            Some(why) => Err(why.into_error(&self.key)),
+            None => Ok(()),
         }
     }
 

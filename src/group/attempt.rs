@@ -7,6 +7,11 @@
 //! to a frozen server leaves a connection in its accept queue), and its probe is read briefly
 //! whatever the vote, so that one that came back is trusted again. Part of `group`: it may
 //! use the group's state and the members' clients.
+//!
+//! A member whose manager asks for replica acknowledgements gets its `WAIT` behind the
+//! acquire script; a member taken but acknowledged by too few replicas counts as a member
+//! that failed (a failover could erase it) and is undone with the others the attempt must
+//! not keep.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +23,7 @@ use crate::fanout::{self, FanOut, Request};
 use crate::lease::clock_drift;
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::renew::HoldKind;
+use crate::replication::Acked;
 use crate::wait;
 use crate::watchdog::{Grant, Holding};
 
@@ -29,8 +35,10 @@ const SILENT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 struct Attempt {
     /// What each member taken granted.
     taken: Vec<Option<Grant>>,
-    /// Members whose connection broke after the request went out (it may have run).
-    broken: Vec<bool>,
+    /// Members that may hold a level of the attempt it does not count, to be undone: their
+    /// connection broke after the request went out (it may have run), or they were taken
+    /// but too few replicas acknowledged it.
+    uncounted: Vec<bool>,
     /// Members that did not answer in time or answered an error.
     failed: usize,
     /// Members whose answer was read.
@@ -74,10 +82,11 @@ impl Group {
         let valid = shortest_lease > elapsed + clock_drift(shortest_lease);
         if quorum && valid {
             let (chain, given_up) = self.hold(thread, &holders, &attempt, lease);
-            // Members whose connection broke after the request went out may hold a level of
-            // ours; levels that joined a chain given up here belong to no live chain.
+            // Members whose connection broke after the request went out, or whose replicas did
+            // not acknowledge, may hold a level of ours; levels that joined a chain given up
+            // here belong to no live chain.
             let undo: Vec<bool> = (0..self.members.len())
-                .map(|index| attempt.broken[index] || given_up[index])
+                .map(|index| attempt.uncounted[index] || given_up[index])
                 .collect();
             let keep: Vec<u32> = (0..self.members.len())
                 .map(|index| {
@@ -91,11 +100,10 @@ impl Group {
             self.undo_members(&holders, &keep, &undo);
             return self.hand_out(thread, chain, shortest_lease, attempt.sent_at);
         }
-        // Undo where the attempt took the lock, or may have through a connection that broke
-        // (answers not waited for have their undo queued already); members held by others
-        // have nothing of ours.
+        // Undo where the attempt took the lock, counted or not (answers not waited for have
+        // their undo queued already); members held by others have nothing of ours.
         let undo: Vec<bool> = (0..self.members.len())
-            .map(|index| attempt.taken[index].is_some() || attempt.broken[index])
+            .map(|index| attempt.taken[index].is_some() || attempt.uncounted[index])
             .collect();
         self.undo_members(&holders, &levels_held, &undo);
         if quorum {
@@ -108,6 +116,8 @@ impl Group {
         }
         if attempt.failed > self.members.len() - self.required {
             return Err(match attempt.first_error {
+                // Too few replicas is told as such: servers that answer are no lack of quorum.
+                Some(err @ Error::NotReplicated { .. }) => err,
                 Some(err) if !err.is_transient() => err,
                 _ => Error::NoQuorum {
                     reachable: self.members.len() - attempt.failed,
@@ -220,6 +230,7 @@ impl Group {
                         levels_held[index],
                         lease_ms[index],
                     ),
+                    acks: member.client().replica_acks(),
                 }
             })
             .collect();
@@ -227,7 +238,7 @@ impl Group {
         let mut fan_out = FanOut::send(&requests, deadline);
         let mut attempt = Attempt {
             taken: vec![None; count],
-            broken: vec![false; count],
+            uncounted: vec![false; count],
             // Members not asked count as failed.
             failed: count - asked.len(),
             read: count - asked.len(),
@@ -238,7 +249,15 @@ impl Group {
         let mut probe_deadline = None;
         for (position, &index) in asked.iter().enumerate() {
             let probe = silent[index] && trusted_alone;
-            if !probe && attempt.taken_count() + (count - attempt.read) < self.required {
+            // An undo queued behind a request that waits for replicas would sit behind its
+            // `WAIT`, and a server frees a client blocked in `WAIT` as soon as it sees the
+            // connection closed, unread commands and all: such a request is read, and undone
+            // like one taken.
+            let waits_for_replicas = requests[position].acks.is_some();
+            if !probe
+                && !waits_for_replicas
+                && attempt.taken_count() + (count - attempt.read) < self.required
+            {
                 // No quorum whatever the rest answer: not waited for (undone below).
                 continue;
             }
@@ -252,9 +271,9 @@ impl Group {
             } else {
                 deadline
             };
-            let answer = fan_out.read(position, deadline).and_then(|value| {
-                redis::from_redis_value::<Acquired>(value).map_err(|err| Error::Redis(err.into()))
-            });
+            let answer = fan_out
+                .read(position, deadline)
+                .and_then(Acked::read_as::<Acquired>);
             attempt.read += 1;
             let mut silence = self.silence[index].lock();
             match answer {
@@ -265,18 +284,36 @@ impl Group {
             }
             drop(silence);
             match answer {
-                Ok(Acquired::Taken { token }) => {
+                Ok(Acked {
+                    answer: Acquired::Taken { token },
+                    unreplicated: None,
+                }) => {
                     let joins = levels_held[index] > 0;
                     attempt.taken[index] = Some(Grant { token, joins });
                 }
-                Ok(Acquired::ChainGone) => {
+                Ok(Acked {
+                    answer: Acquired::Taken { .. },
+                    unreplicated: Some(why),
+                }) => {
+                    attempt.uncounted[index] = true;
+                    attempt.failed += 1;
+                    let member = self.members[index].name();
+                    attempt.first_error.get_or_insert(why.into_error(member));
+                }
+                Ok(Acked {
+                    answer: Acquired::ChainGone,
+                    ..
+                }) => {
                     // The member's chain (a single lock of this thread) is gone: the next
                     // attempt starts a new one there.
                     let member = &self.members[index];
                     let watchdog = member.client().watchdog();
                     watchdog.chain_gone(member.name(), &holders[index]);
                 }
-                Ok(Acquired::Held { ttl }) => {
+                Ok(Acked {
+                    answer: Acquired::Held { ttl },
+                    ..
+                }) => {
                     if let Some(ttl) = ttl {
                         attempt.shortest_ttl = Some(
                             attempt
@@ -286,7 +323,7 @@ impl Group {
                     }
                 }
                 Err(err) => {
-                    attempt.broken[index] = matches!(
+                    attempt.uncounted[index] = matches!(
                         &err,
                         Error::Unreachable(cause) if !cause.is_connection_refusal()
                     );
@@ -378,6 +415,9 @@ impl Group {
                         &holders[index],
                         levels_held[index],
                     ),
+                    // Undoing needs no acknowledgement: a key a failover brings back was
+                    // nobody's, and runs out with its lease.
+                    acks: None,
                 }
             })
             .collect();

@@ -13,8 +13,15 @@
 //!
 //! Each member taken is then kept by its own manager's watchdog, like a single lock; the
 //! group is lost when fewer than `required` members are still held. Reentrancy is counted
-//! here, per thread, without I/O. This module may use the members' clients (pools, hubs,
-//! watchdogs) and the protocol's lock scripts; it keeps no thread of its own.
+//! here, per thread, without I/O.
+//!
+//! Replica acknowledgements are each member's own: a member whose manager was built with
+//! [`replica_acks`](crate::LockManagerBuilder::replica_acks) waits for its replicas on its
+//! acquisitions, token raises and releases, as a single lock of that manager does (its
+//! renewals are its watchdog's already); the others do not.
+//!
+//! This module may use the members' clients (pools, hubs, watchdogs) and the protocol's lock
+//! scripts; it keeps no thread of its own.
 
 mod attempt;
 mod guard;
@@ -39,6 +46,7 @@ use crate::manager::LockManager;
 use crate::protocol::group as group_protocol;
 use crate::protocol::lock as protocol;
 use crate::protocol::names;
+use crate::replication::Acked;
 use crate::wait::{self, WaitFor};
 
 use crate::watchdog::LevelsLeft;
@@ -573,6 +581,7 @@ impl Group {
                         member.client().release_latch_ms(),
                         left.total(),
                     ),
+                    acks: member.client().replica_acks(),
                 }
             })
             .collect();
@@ -584,11 +593,17 @@ impl Group {
         let deadline = Instant::now() + self.attempt_timeout;
         let answers = fanout::call_all(&requests, deadline);
         for (((index, _), latch), answer) in asked.into_iter().zip(latches).zip(answers) {
-            if answer.is_ok() {
+            let member = &self.members[index];
+            let released = answer.map(|acked| {
                 // The answer has arrived: the latch will not be asked again.
-                self.members[index].client().watchdog().discard_latch(latch);
-            }
-            outcomes[index] = Some(answer.map(|value| protocol::released(&value)));
+                member.client().watchdog().discard_latch(latch);
+                let released = protocol::released(&acked.answer);
+                if let (true, Some(why)) = (released, acked.unreplicated) {
+                    member.client().release_unreplicated(member.name(), &why);
+                }
+                released
+            });
+            outcomes[index] = Some(released);
         }
         outcomes
     }
@@ -668,15 +683,39 @@ impl Group {
             .map(|((member, holder), _)| Request {
                 pool: member.client().pool(),
                 call: group_protocol::raise_token(member.keys_unchecked(), holder, token),
+                // A raise a failover could roll back would let a later holder's token fall
+                // below this one.
+                acks: member.client().replica_acks(),
             })
             .collect();
         let deadline = Instant::now() + self.attempt_timeout;
         let answers = fanout::call_all(&requests, deadline);
         let raised = answers
             .iter()
-            .filter(|answer| matches!(answer, Ok(redis::Value::Int(1))))
+            .filter(|answer| {
+                matches!(
+                    answer,
+                    Ok(Acked {
+                        answer: redis::Value::Int(1),
+                        unreplicated: None
+                    })
+                )
+            })
             .count();
-        let unanswered = answers.iter().filter(|answer| answer.is_err()).count();
+        // A raise too few replicas acknowledged may or may not last: as good as no answer.
+        let unanswered = answers
+            .iter()
+            .filter(|answer| {
+                matches!(
+                    answer,
+                    Err(_)
+                        | Ok(Acked {
+                            unreplicated: Some(_),
+                            ..
+                        })
+                )
+            })
+            .count();
         self.judge(raised, unanswered, || Error::LockLost {
             name: self.label(),
             reason: LostReason::NotHeldAnymore,

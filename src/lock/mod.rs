@@ -5,7 +5,9 @@
 //! Each acquisition chain (a thread's hold from its first level to its last) has a
 //! holder id of its own, which the client's watchdog keeps with the chain's levels: a level
 //! joins the thread's chain, a first level starts a new one. An acquisition whose answer does
-//! not come is undone by a script queued behind it. It talks to Redis only through its
+//! not come is undone by a script queued behind it; one that fewer replicas than the manager
+//! asks for acknowledged is undone and reported ([`Error::NotReplicated`]). Releases whose
+//! acknowledgements fall short stand, and are counted. It talks to Redis only through its
 //! [`Client`]: the pool, the watchdog that renews leases, and the pub/sub hub that wakes it
 //! when a holder releases.
 
@@ -13,6 +15,7 @@ mod guard;
 
 use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,7 @@ use crate::guard::run_holding;
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
+use crate::replication::Acked;
 use crate::script;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::{Grant, Holding, LevelsLeft};
@@ -108,7 +112,9 @@ impl Lock {
     /// lives.
     ///
     /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
-    /// down.
+    /// down; with [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when the
+    /// lock was taken but too few replicas acknowledged it in time ([`Error::NotReplicated`]:
+    /// it was given back, and the wait ends there, as every acquisition of the handle does).
     pub fn lock(&self) -> Result<LockGuard> {
         wait::without_deadline(|| self.acquire(None, Lease::Watchdog))
     }
@@ -431,43 +437,52 @@ impl Lock {
 
     /// One acquisition attempt by `holder`, which holds `levels_held` levels already, and when
     /// it was sent. When its answer does not come, its undo is queued behind it: a late grant
-    /// is taken back.
+    /// is taken back. A grant that too few replicas acknowledged is taken back too, and
+    /// answered as an error: a failover now could erase it.
     fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<(Acquired, Instant)> {
         let lease_ms = match lease {
             Lease::Watchdog => self.client.watchdog_timeout_ms(),
             Lease::Fixed { millis, .. } => millis,
         };
         let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms);
-        let undo = || protocol::undo(&self.keys, holder, levels_held);
         let sent_at = Instant::now();
-        let answer = self.client.pool().run(|connection| {
-            let answer = script::run::<Acquired>(connection, &call);
-            if answer.as_ref().is_err_and(redis::RedisError::is_timeout) {
+        let answer = self
+            .client
+            .run_acknowledged::<Acquired>(&call, |connection| {
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
-                let undo = undo().as_eval().get_packed_command();
-                let _ = connection.send_packed_command(&undo);
-            }
-            answer
-        });
-        Ok(match answer {
+                let undo = protocol::undo(&self.keys, holder, levels_held);
+                let _ = connection.send_packed_command(&undo.as_eval().get_packed_command());
+            });
+        match answer {
             Err(Error::Unreachable(err)) if !err.is_connection_refusal() => {
                 // The connection broke after the request went out: it may have run.
-                let undo = undo();
-                let undone = self
-                    .client
-                    .pool()
-                    .run(|connection| script::run::<i64>(connection, &undo));
-                if let Err(undo_err) = undone {
-                    log::debug!(
-                        "lock {:?}: undo after {err} failed: {undo_err}",
-                        self.name()
-                    );
-                }
-                return Err(Error::Unreachable(err));
+                self.take_back(holder, levels_held, &err);
+                Err(Error::Unreachable(err))
             }
-            answer => (answer?, sent_at),
-        })
+            Ok(Acked {
+                answer: Acquired::Taken { .. },
+                unreplicated: Some(why),
+            }) => {
+                self.take_back(holder, levels_held, &why);
+                Err(why.into_error(self.name()))
+            }
+            answer => Ok((answer?.answer, sent_at)),
+        }
+    }
+
+    /// Takes back what an acquisition by `holder` may have added beyond the `levels_held` its
+    /// chain had, and its place in a fair lock's queue, after `cause` (best effort: otherwise
+    /// they run out with the lease or the place).
+    fn take_back(&self, holder: &str, levels_held: u32, cause: &dyn fmt::Display) {
+        let undo = protocol::undo(&self.keys, holder, levels_held);
+        let undone = self
+            .client
+            .pool()
+            .run(|connection| script::run::<i64>(connection, &undo));
+        if let Err(err) = undone {
+            log::debug!("lock {:?}: undo after {cause} failed: {err}", self.name());
+        }
     }
 
     /// The guard of a level granted to `holder` (`joins`: of a chain it holds already);
@@ -506,16 +521,9 @@ impl Lock {
     }
 
     /// Takes back the hold of a chain this process has given up, and its place in a fair
-    /// lock's queue (best effort: otherwise they run out with the lease or the place).
+    /// lock's queue.
     fn undo_given_up(&self, holder: &str) {
-        let undo = protocol::undo(&self.keys, holder, 0);
-        let undone = self
-            .client
-            .pool()
-            .run(|connection| script::run::<i64>(connection, &undo));
-        if let Err(err) = undone {
-            log::debug!("lock {:?}: undo of a lost chain failed: {err}", self.name());
-        }
+        self.take_back(holder, 0, &"giving the chain up");
     }
 
     /// Releases one level held by `holder` (a chain's holder id), leaving the chain the
@@ -541,14 +549,10 @@ impl Lock {
             client.release_latch_ms(),
             left.total(),
         );
-        let send = || -> Result<redis::Value> {
-            client
-                .pool()
-                .run(|connection| script::run(connection, &call))
-        };
+        let send = || client.run_acknowledged::<redis::Value>(&call, |_| {});
         // The latch makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
-        let answer = match send() {
+        let acked = match send() {
             Err(err) if err.is_transient() => {
                 log::debug!("lock {:?}: retrying release after: {err}", self.name());
                 send()?
@@ -557,7 +561,11 @@ impl Lock {
         };
         // The answer has arrived: the latch will not be asked again.
         client.watchdog().discard_latch(latch);
-        if protocol::released(&answer) {
+        if protocol::released(&acked.answer) {
+            // Released on the master, which is what the caller's hold was: it stands.
+            if let Some(why) = acked.unreplicated {
+                client.release_unreplicated(self.name(), &why);
+            }
             Ok(())
         } else {
             Err(Error::NotHeld {

@@ -7,13 +7,13 @@
 //! clock. Beyond Redisson, a permit taken without a lease is kept by the client's watchdog
 //! while its guard lives (as a lock is) and reported lost like one. The handle waits and runs
 //! its calls through the [`Semaphore`] of the same name (the shared wait loop, the pub/sub
-//! hub, the pool) and tracks its guards' leases with the client's watchdog.
+//! hub, the pool) and tracks its guards' leases with the client's watchdog. With replica
+//! acknowledgements on, a permit whose take too few replicas acknowledged is given back and
+//! the take fails ([`Error::NotReplicated`]); a release stands, and is counted.
 
 mod guard;
 
 use std::time::{Duration, Instant};
-
-use redis::RedisError;
 
 pub use guard::PermitGuard;
 
@@ -23,7 +23,7 @@ use crate::lock::deadline_after;
 use crate::protocol::names;
 use crate::protocol::renew::HoldKind;
 use crate::protocol::semaphore::{self as protocol, PermitId, PermitTaken};
-use crate::script;
+use crate::replication::{Acked, Unreplicated};
 use crate::semaphore::Semaphore;
 use crate::wait::{self, Attempt};
 use crate::watchdog::{Grant, Holding};
@@ -80,7 +80,9 @@ impl PermitSemaphore {
     /// lives.
     ///
     /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
-    /// down.
+    /// down; with [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when a
+    /// permit was taken but too few replicas acknowledged it in time
+    /// ([`Error::NotReplicated`]: it was given back).
     pub fn acquire(&self) -> Result<PermitGuard> {
         wait::without_deadline(|| self.acquire_until(None, None))
     }
@@ -193,22 +195,37 @@ impl PermitSemaphore {
 
     /// One attempt to take a permit under `id`. When its answer does not come, a release of
     /// `id` is queued right behind it on the same connection: a late grant is given back at
-    /// once instead of at the end of its lease.
+    /// once instead of at the end of its lease. A grant that too few replicas acknowledged
+    /// is given back too, and answered as an error: a failover now could erase it.
     fn attempt(&self, id: &PermitId, lease_ms: u64) -> Result<PermitTaken> {
         let keys = self.semaphore.keys()?;
         let call = protocol::take_permit(keys, id, lease_ms);
-        self.semaphore
-            .client()
-            .pool()
-            .run(|connection| {
-                let answer = script::run::<PermitTaken>(connection, &call);
-                if answer.as_ref().is_err_and(RedisError::is_timeout) {
-                    let undo = protocol::release_permit(keys, id).as_eval();
-                    let _ = connection.send_packed_command(&undo.get_packed_command());
-                }
-                answer
-            })
-            .map_err(|err| err.about_keys_of(self.name()))
+        let taken = self.semaphore.run_acknowledged(&call, |connection| {
+            let undo = protocol::release_permit(keys, id).as_eval();
+            let _ = connection.send_packed_command(&undo.get_packed_command());
+        })?;
+        match taken {
+            Acked {
+                answer: PermitTaken::Taken,
+                unreplicated: Some(why),
+            } => {
+                self.give_back_unreplicated(id, &why);
+                Err(why.into_error(self.name()))
+            }
+            Acked { answer, .. } => Ok(answer),
+        }
+    }
+
+    /// Gives back the permit `id`, whose take too few replicas acknowledged (`why`); should
+    /// that fail, it comes back at the end of its lease.
+    fn give_back_unreplicated(&self, id: &PermitId, why: &Unreplicated) {
+        let call = protocol::release_permit(self.semaphore.keys_unchecked(), id);
+        if let Err(err) = self.semaphore.run::<i64>(&call) {
+            log::debug!(
+                "semaphore {:?}: give-back of a permit not replicated ({why}) failed: {err}",
+                self.name()
+            );
+        }
     }
 
     /// The guard of the permit `id`, granted by a request sent at `sent_at`, now tracked by
@@ -256,11 +273,17 @@ impl PermitSemaphore {
         }
     }
 
-    /// Gives the permit `id` back; [`Error::NotHeld`] when it is not taken.
+    /// Gives the permit `id` back; [`Error::NotHeld`] when it is not taken. A release that
+    /// too few replicas acknowledged stands, and is counted.
     fn release(&self, id: &PermitId) -> Result<()> {
         let keys = self.semaphore.keys()?;
-        let released: i64 = self.semaphore.run(&protocol::release_permit(keys, id))?;
-        if released == 1 {
+        let call = protocol::release_permit(keys, id);
+        let released = self.semaphore.run_acknowledged::<i64>(&call, |_| {})?;
+        if released.answer == 1 {
+            if let Some(why) = released.unreplicated {
+                let client = self.semaphore.client();
+                client.release_unreplicated(self.name(), &why);
+            }
             Ok(())
         } else {
             Err(Error::NotHeld {

@@ -24,7 +24,11 @@
 //!   ([`LostReason::ForceReleased`], see [`NoticeSink::force_released`]).
 //!
 //! A failed renewal is retried until the deadline, so an outage shorter than the lease is not
-//! a loss. An entry is removed *before* its last release is sent, and a release waits for a
+//! a loss. With replica acknowledgements on, a renewal that fewer replicas than asked
+//! acknowledged in time is still a renewal (the master extended the lease): it is counted
+//! and reported in the log, and the lock kept.
+//!
+//! An entry is removed *before* its last release is sent, and a release waits for a
 //! renewal of its entry that is already in flight, so no renewal is sent after a release.
 //! (One that timed out may still sit unread in a stalled server's input; run later, it finds
 //! the holder gone and does nothing.)
@@ -49,10 +53,11 @@ use crate::error::{Error, LostReason, Result};
 use crate::lease::{LeaseState, LostLock};
 use crate::pool::Pool;
 use crate::protocol::renew::HoldKind;
+use crate::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
 use latches::{LatchQueue, Queued};
 use loss::LossReports;
 use registry::{Entry, Registry};
-use renewal::{Outcome, Renewal};
+use renewal::{AckWait, Outcome, Renewal};
 use schedule::{earliest, DueNow, Schedule};
 
 /// What an acquisition got from Redis.
@@ -106,6 +111,9 @@ struct Shared {
     timeout_ms: u64,
     interval: Duration,
     on_lost: Option<LostCallback>,
+    /// What each renewal pipeline waits for at its end, if anything.
+    acks: Option<ReplicaAcks>,
+    unreplicated_log: ShortfallLog,
 }
 
 struct State {
@@ -122,6 +130,8 @@ struct RenewalCounts {
     sent: u64,
     failed: u64,
     batches: u64,
+    /// Renewed, but short of replica acknowledgements.
+    unreplicated: u64,
 }
 
 /// The watchdog's counters, for the stats.
@@ -131,6 +141,7 @@ pub(crate) struct WatchdogCounts {
     pub(crate) renewals_sent: u64,
     pub(crate) renewals_failed: u64,
     pub(crate) renewal_batches: u64,
+    pub(crate) renewals_unreplicated: u64,
     /// Chains lost, by reason: not held anymore, lease expired, force-released.
     pub(crate) lost: [u64; 3],
 }
@@ -140,12 +151,14 @@ enum Work {
     /// Tell these losses to the log and the callback.
     Tell(Vec<LostLock>),
     /// Renew these locks (possibly none) and delete these latches, first sent at `sent_at`,
-    /// with answers read no later than `answer_by`.
+    /// with answers read no later than `answer_by`, and the answer of the `WAIT` for replica
+    /// acknowledgements (when on) no later than `acks_by`.
     Renew {
         batch: Vec<Renewal>,
         latches: Vec<String>,
         sent_at: Instant,
         answer_by: Instant,
+        acks_by: Instant,
     },
 }
 
@@ -174,6 +187,7 @@ impl Watchdog {
     pub(crate) fn start(
         pool: Arc<Pool>,
         timeout: Duration,
+        acks: Option<ReplicaAcks>,
         on_lost: Option<LostCallback>,
     ) -> Result<Self> {
         let interval = timeout / 3;
@@ -193,6 +207,8 @@ impl Watchdog {
             timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
             interval,
             on_lost,
+            acks,
+            unreplicated_log: ShortfallLog::new(),
         });
         let thread = std::thread::Builder::new()
             .name("redlease-watchdog".into())
@@ -374,8 +390,8 @@ impl Watchdog {
             }
             return Some((left, holder));
         }
-        // A renewal reads its answers for at most the response timeout; the bound only guards
-        // against a bug.
+        // A renewal reads its answers for at most the response timeout (it is applied before
+        // any `WAIT` behind it is read); the bound only guards against a bug.
         let give_up_at =
             Instant::now() + shared.pool.response_timeout() * 2 + Duration::from_secs(1);
         let renewing = |state: &State| {
@@ -437,6 +453,7 @@ impl Watchdog {
             renewals_sent: state.renewals.sent,
             renewals_failed: state.renewals.failed,
             renewal_batches: state.renewals.batches,
+            renewals_unreplicated: state.renewals.unreplicated,
             lost: state.losses.counts(),
         }
     }
@@ -496,10 +513,22 @@ impl Shared {
                     latches,
                     sent_at,
                     answer_by,
+                    acks_by,
                 }) => {
-                    let outcomes =
-                        renewal::renew(&self.pool, self.timeout_ms, &batch, &latches, answer_by);
-                    self.apply(&batch, outcomes, sent_at);
+                    let acks = self.acks.as_ref().map(|acks| AckWait { acks, by: acks_by });
+                    let mut renewed = 0;
+                    let unreplicated = renewal::renew(
+                        &self.pool,
+                        self.timeout_ms,
+                        &batch,
+                        &latches,
+                        answer_by,
+                        acks,
+                        |outcomes| renewed = self.apply(&batch, outcomes, sent_at),
+                    );
+                    if let Some(why) = unreplicated {
+                        self.renewals_unreplicated(renewed, &why);
+                    }
                 }
             }
         }
@@ -535,22 +564,32 @@ impl Shared {
             };
             if !batch.is_empty() || !latches.is_empty() {
                 // Never wait for answers past a deadline the thread must meet: the earliest
-                // lease deadline of the batch, or any lease-end check due sooner.
-                let mut answer_by = now + self.pool.response_timeout();
-                for renewal in &batch {
-                    answer_by = answer_by.min(renewal.lease_deadline);
-                }
+                // lease deadline of the batch, or any lease-end check due sooner. `WAIT`'s
+                // answer, which only reports, is given up on there too.
+                let answer_by = now + self.pool.response_timeout();
+                let acks_by = answer_by
+                    + self
+                        .acks
+                        .as_ref()
+                        .map_or(Duration::ZERO, ReplicaAcks::timeout);
                 let State {
                     registry, schedule, ..
                 } = &mut *state;
-                if let Some(lease_end) = schedule.next_lease_end(registry) {
-                    answer_by = answer_by.min(lease_end);
-                }
+                let must_end_by = batch
+                    .iter()
+                    .map(|renewal| renewal.lease_deadline)
+                    .chain(schedule.next_lease_end(registry))
+                    .min();
+                let (answer_by, acks_by) = match must_end_by {
+                    Some(end) => (answer_by.min(end), acks_by.min(end)),
+                    None => (answer_by, acks_by),
+                };
                 return Some(Work::Renew {
                     batch,
                     latches,
                     sent_at: now,
                     answer_by,
+                    acks_by,
                 });
             }
             if !state.losses.is_empty() {
@@ -568,10 +607,15 @@ impl Shared {
         }
     }
 
-    /// Records the outcomes and schedules what comes next.
-    fn apply(&self, batch: &[Renewal], outcomes: Vec<Outcome>, sent_at: Instant) {
+    /// Records the outcomes and schedules what comes next. Answers how many holds were
+    /// renewed.
+    fn apply(&self, batch: &[Renewal], outcomes: Vec<Outcome>, sent_at: Instant) -> u64 {
         let retry_delay =
             (self.interval / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let renewed = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Outcome::Renewed))
+            .count() as u64;
         let mut state = self.state.lock();
         let now = Instant::now();
         if !batch.is_empty() {
@@ -622,6 +666,18 @@ impl Shared {
         }
         drop(state);
         self.renewal_done.notify_all();
+        renewed
+    }
+
+    /// `renewed` holds were renewed, but too few replicas acknowledged it (`why`): they are
+    /// kept, counted and reported.
+    fn renewals_unreplicated(&self, renewed: u64, why: &Unreplicated) {
+        if renewed == 0 {
+            return;
+        }
+        self.state.lock().renewals.unreplicated += renewed;
+        let log = &self.unreplicated_log;
+        log.report(renewed, format_args!("renewal of {renewed} holds"), why);
     }
 }
 

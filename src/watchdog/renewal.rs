@@ -5,7 +5,10 @@
 //! one pipeline and answered against one deadline ([`script::run_pipelined`], which also
 //! loads the script into an empty cache). The answer of each call is decoded into one
 //! [`Outcome`] per lock; a failed deletion is only logged (the latch still expires by its
-//! TTL).
+//! TTL). With replica acknowledgements on, a `WAIT` ends a pipeline that renews anything.
+//! Its answer is read after the outcomes are applied, and does not change them: a lease
+//! extended on the master is kept either way, and is not held back while the replicas are
+//! waited for.
 //!
 //! Runs on the watchdog thread, outside the state lock, and talks to Redis only through the
 //! [`Pool`]. It reads no entry: what it needs is copied into the [`Renewal`]s.
@@ -15,8 +18,9 @@ use std::time::Instant;
 
 use redis::{Cmd, ServerErrorKind, Value};
 
-use crate::pool::Pool;
+use crate::pool::{Pool, Reading};
 use crate::protocol::renew::{self, HoldKind};
+use crate::replication::{ReplicaAcks, Unreplicated};
 use crate::script;
 
 /// How many locks one script call renews. Bounds the time one call blocks Redis (other
@@ -43,15 +47,28 @@ pub(super) enum Outcome {
     Failed,
 }
 
+/// Replica acknowledgements a renewal pipeline waits for: `WAIT` at its end, its answer
+/// read until `by`.
+#[derive(Clone, Copy)]
+pub(super) struct AckWait<'a> {
+    pub(super) acks: &'a ReplicaAcks,
+    pub(super) by: Instant,
+}
+
 /// Sends the renewals of `batch` to a lease of `lease_ms`, and the deletion of `latches`, in
-/// one pipeline, and reads the answers until `answer_by`. Answers one outcome per renewal.
+/// one pipeline (with the `WAIT` of `acks` at its end when it renews anything), reads the
+/// answers until `answer_by`, and hands `apply` one outcome per renewal (once, whatever
+/// happens). Then reads `WAIT`'s answer, and answers why the renewals are not known to be on
+/// enough replicas, if they are not.
 pub(super) fn renew(
     pool: &Pool,
     lease_ms: u64,
     batch: &[Renewal],
     latches: &[String],
     answer_by: Instant,
-) -> Vec<Outcome> {
+    acks: Option<AckWait<'_>>,
+    apply: impl FnOnce(Vec<Outcome>),
+) -> Option<Unreplicated> {
     let calls: Vec<_> = batch
         .chunks(LOCKS_PER_SCRIPT_CALL)
         .map(|chunk| {
@@ -70,32 +87,60 @@ pub(super) fn renew(
             unlink
         })
         .collect();
+    // Latch deletions alone need no acknowledgement: a latch left behind only expires.
+    let acks = acks.filter(|_| !batch.is_empty());
+    let read_by = acks.map_or(answer_by, |wait| wait.by.max(answer_by));
+    let started = Instant::now();
+    let mut apply = Some(apply);
     // The renewals go first: their answers matter more.
-    let answers = pool
-        .run_before(answer_by, |connection| {
-            script::run_pipelined(connection, &calls, &deletions, answer_by)
+    let waited = pool.run_before(read_by, |connection| {
+        let (renewal_answers, deletion_answers) = script::run_pipelined(
+            connection,
+            &calls,
+            &deletions,
+            answer_by,
+            acks.map(|wait| wait.acks),
+        )?;
+        for answer in deletion_answers {
+            if let Value::ServerError(err) = answer {
+                log::debug!("deletion of release latches refused: {err:?}");
+            }
+        }
+        let refused_as_replica = renewal_answers.iter().any(|answer| {
+            matches!(answer, Value::ServerError(err)
+                if err.kind() == Some(ServerErrorKind::ReadOnly))
+        });
+        if refused_as_replica {
+            // The master was demoted under a connection that stays open.
+            pool.master_in_doubt();
+        }
+        // The leases count as extended from now: waiting for the replicas must not hold the
+        // outcomes back past a lease deadline.
+        if let Some(apply) = apply.take() {
+            apply(decode(batch, renewal_answers));
+        }
+        Ok(match acks {
+            Some(wait) => {
+                let budget = wait.by.saturating_duration_since(started);
+                wait.acks.read_answer(connection, wait.by, budget)
+            }
+            None => (None, Reading::Complete),
         })
-        .inspect_err(|err| {
+    });
+    match waited {
+        Ok(unreplicated) => unreplicated,
+        Err(err) => {
             log::debug!(
                 "renewal of {} locks and deletion of {} release latches failed: {err}",
                 batch.len(),
                 latches.len()
-            )
-        });
-    let (renewal_answers, deletion_answers) = answers.unwrap_or_default();
-    let refused_as_replica = renewal_answers.iter().any(|answer| {
-        matches!(answer, Value::ServerError(err) if err.kind() == Some(ServerErrorKind::ReadOnly))
-    });
-    if refused_as_replica {
-        // The master was demoted under a connection that stays open.
-        pool.master_in_doubt();
-    }
-    for answer in deletion_answers {
-        if let Value::ServerError(err) = answer {
-            log::debug!("deletion of release latches refused: {err:?}");
+            );
+            if let Some(apply) = apply.take() {
+                apply(decode(batch, Vec::new()));
+            }
+            None
         }
     }
-    decode(batch, renewal_answers)
 }
 
 /// One outcome per renewal of `batch` from the answers of its script calls; a renewal

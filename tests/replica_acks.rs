@@ -1,0 +1,276 @@
+//! Replica acknowledgements (`LockManagerBuilder::replica_acks`) against a real master and a
+//! replica started with `--replicaof`: acknowledged acquisitions are on the replica; with the
+//! replica paused (SIGSTOP), acquisitions are undone and fail with `NotReplicated`, leaving
+//! nothing on the master, while renewals and releases stand and are counted; without the
+//! setting, no `WAIT` is sent at all.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, RedisServer};
+use redlease::{Error, LockManager, MultiLock};
+
+/// How long a write waits for its replica: short, as every paused attempt costs it.
+const ACK_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Beyond the ack timeout, how long a refused acquisition may take: its undo, on a loaded
+/// machine.
+const MARGIN: Duration = Duration::from_secs(2);
+
+/// How long a resumed replica may take to apply what it missed.
+const CATCH_UP: Duration = Duration::from_secs(5);
+
+fn pair() -> (RedisServer, RedisServer) {
+    RedisServer::start_with_replica()
+        .expect("start a redis-server master and replica (install redis-server)")
+}
+
+/// A manager on `master` whose writes wait for one replica.
+fn acked_manager(master: &RedisServer, watchdog: Duration) -> LockManager {
+    LockManager::builder(master.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .watchdog_timeout(watchdog)
+        .replica_acks(1, ACK_TIMEOUT)
+        .build()
+        .expect("build manager")
+}
+
+/// The raw reply of `words` on `server`.
+fn ask(server: &RedisServer, words: &[&str]) -> String {
+    server.command(words).expect("redis command")
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    ask(server, &["EXISTS", key]).starts_with(":1")
+}
+
+/// A number of `INFO replication` on `server`.
+fn replication_field(server: &RedisServer, field: &str) -> u64 {
+    let info = ask(server, &["INFO", "replication"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {info}"))
+}
+
+/// Resumes the paused replica and waits until it has applied everything the master wrote
+/// meanwhile.
+fn resume_and_catch_up(master: &RedisServer, replica: &RedisServer) {
+    replica.resume().expect("SIGCONT the replica");
+    let written = replication_field(master, "master_repl_offset");
+    assert!(
+        eventually(CATCH_UP, || replication_field(replica, "slave_repl_offset")
+            >= written),
+        "the replica did not catch up"
+    );
+}
+
+/// Runs `acquisition` and asserts it failed with `NotReplicated` for `name` (no replica of
+/// the one asked for acknowledged), after waiting the ack timeout and not much more.
+fn assert_not_replicated<T: std::fmt::Debug>(
+    name: &str,
+    acquisition: impl FnOnce() -> redlease::Result<T>,
+) {
+    let started = Instant::now();
+    let outcome = acquisition();
+    let took = started.elapsed();
+    match &outcome {
+        Err(Error::NotReplicated {
+            name: told,
+            acknowledged: 0,
+            required: 1,
+        }) if told == name => {}
+        other => panic!("{name}: expected NotReplicated, got {other:?}"),
+    }
+    let err = outcome.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    assert!(
+        took >= ACK_TIMEOUT && took < ACK_TIMEOUT + MARGIN,
+        "{name}: refused after {took:?}"
+    );
+}
+
+#[test]
+fn acknowledged_acquisitions_are_on_the_replica() {
+    let (master, replica) = pair();
+    let manager = acked_manager(&master, Duration::from_secs(30));
+
+    let lock = manager.lock("acks:lock").lock().unwrap();
+    assert!(exists(&replica, "acks:lock"));
+    let fair = manager.fair_lock("acks:fair").lock().unwrap();
+    assert!(exists(&replica, "acks:fair"));
+    let read_write = manager.read_write_lock("acks:rw");
+    let write = read_write.write().lock().unwrap();
+    assert!(ask(&replica, &["HGET", "acks:rw", "mode"]).contains("write"));
+    let permits = manager.permit_semaphore("acks:permits");
+    permits.try_set_permits(1).unwrap();
+    let permit = permits.acquire().unwrap();
+    assert!(ask(&replica, &["ZCARD", "{acks:permits}:timeout"]).starts_with(":1"));
+    let counted = manager.semaphore("acks:counted");
+    counted.try_set_permits(2).unwrap();
+    counted.acquire(2).unwrap();
+    assert!(ask(&replica, &["GET", "acks:counted"]).contains("\r\n0\r\n"));
+    let both = MultiLock::new([manager.lock("acks:m1"), manager.lock("acks:m2")]).unwrap();
+    let group = both.lock().unwrap();
+    assert!(exists(&replica, "acks:m1") && exists(&replica, "acks:m2"));
+    let store = manager.fenced_store("acks:store");
+    store.set(lock.fencing_token(), "kept").unwrap();
+    assert!(ask(&replica, &["GET", "acks:store"]).contains("kept"));
+
+    for released in [
+        lock.unlock(),
+        fair.unlock(),
+        write.unlock(),
+        permit.release(),
+        counted.release(2),
+        group.unlock(),
+    ] {
+        released.unwrap();
+    }
+    let stats = manager.stats();
+    assert_eq!(
+        (stats.releases_unreplicated, stats.renewals_unreplicated),
+        (0, 0)
+    );
+    assert!(ask(&master, &["INFO", "commandstats"]).contains("cmdstat_wait:"));
+}
+
+#[test]
+fn without_replica_acks_no_wait_is_sent() {
+    let redis = common::server();
+    let manager = common::manager(&redis, Duration::from_secs(30));
+    manager.lock("plain").lock().unwrap().unlock().unwrap();
+    let permits = manager.permit_semaphore("plain:permits");
+    permits.try_set_permits(1).unwrap();
+    permits.acquire().unwrap().release().unwrap();
+    manager.fenced_store("plain:store").set(1, "value").unwrap();
+    let commands = ask(&redis, &["INFO", "commandstats"]);
+    assert!(commands.contains("cmdstat_evalsha:"), "{commands}");
+    assert!(!commands.contains("cmdstat_wait:"), "{commands}");
+}
+
+#[test]
+fn an_acquisition_short_of_acks_is_undone_and_told() {
+    let (master, replica) = pair();
+    let manager = acked_manager(&master, Duration::from_secs(30));
+    let permits = manager.permit_semaphore("acks:permits");
+    permits.try_set_permits(1).unwrap();
+    let counted = manager.semaphore("acks:counted");
+    counted.try_set_permits(1).unwrap();
+    let store = manager.fenced_store("acks:store");
+    let both = MultiLock::new([manager.lock("acks:m1"), manager.lock("acks:m2")]).unwrap();
+
+    replica.pause().expect("SIGSTOP the replica");
+    // Blocking calls: they end with the error instead of trying again.
+    assert_not_replicated("acks:lock", || manager.lock("acks:lock").lock());
+    assert!(!exists(&master, "acks:lock"));
+    assert_not_replicated("acks:fair", || manager.fair_lock("acks:fair").lock());
+    for key in [
+        "acks:fair",
+        "redisson_lock_queue:{acks:fair}",
+        "redisson_lock_timeout:{acks:fair}",
+    ] {
+        assert!(!exists(&master, key), "{key} was left behind");
+    }
+    let read_write = manager.read_write_lock("acks:rw");
+    assert_not_replicated("acks:rw", || read_write.write().lock());
+    assert!(!exists(&master, "acks:rw"));
+    assert_not_replicated("acks:permits", || permits.acquire());
+    assert!(ask(&master, &["ZCARD", "{acks:permits}:timeout"]).starts_with(":0"));
+    assert_eq!(permits.available_permits().unwrap(), 1);
+    assert_not_replicated("acks:counted", || counted.acquire(1));
+    assert_eq!(counted.available_permits().unwrap(), 1);
+    assert_not_replicated("acks:m1", || both.lock());
+    assert!(!exists(&master, "acks:m1") && !exists(&master, "acks:m2"));
+    // A fenced write is told too, but stands on the master.
+    assert_not_replicated("acks:store", || store.set(1, "unconfirmed"));
+    assert!(ask(&master, &["GET", "acks:store"]).contains("unconfirmed"));
+    assert_eq!(manager.watched_locks(), 0, "nothing is held");
+
+    resume_and_catch_up(&master, &replica);
+    let lock = manager.lock("acks:lock").lock().unwrap();
+    let fair = manager.fair_lock("acks:fair").lock().unwrap();
+    let write = read_write.write().lock().unwrap();
+    let permit = permits.acquire().unwrap();
+    for key in [
+        "acks:lock",
+        "acks:fair",
+        "acks:rw",
+        "{acks:permits}:timeout",
+    ] {
+        assert!(exists(&replica, key), "{key} is not on the replica");
+    }
+    for released in [
+        lock.unlock(),
+        fair.unlock(),
+        write.unlock(),
+        permit.release(),
+    ] {
+        released.unwrap();
+    }
+}
+
+#[test]
+fn a_renewal_short_of_acks_keeps_the_lock_and_is_counted() {
+    let (master, replica) = pair();
+    // Renewals every 300 ms; each one waits up to the 200 ms ack timeout.
+    let manager = acked_manager(&master, Duration::from_millis(900));
+    let guard = manager.lock("acks:renewed").lock().unwrap();
+
+    replica.pause().expect("SIGSTOP the replica");
+    assert!(
+        eventually(Duration::from_secs(5), || manager
+            .stats()
+            .renewals_unreplicated
+            >= 3),
+        "renewals were not counted as unreplicated: {:?}",
+        manager.stats()
+    );
+    assert!(!guard.is_lost());
+    let stats = manager.stats();
+    assert_eq!(stats.renewals_failed, 0, "{stats:?}");
+    assert_eq!(stats.lost_lease_expired + stats.lost_not_held_anymore, 0);
+    // The lease is the watchdog's, freshly extended: more than one renewal interval left.
+    let ttl: u64 = ask(&master, &["PTTL", "acks:renewed"])
+        .trim_start_matches(':')
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ttl > 300, "PTTL {ttl}");
+
+    resume_and_catch_up(&master, &replica);
+    guard.unlock().unwrap();
+}
+
+#[test]
+fn a_release_short_of_acks_stands_and_is_counted() {
+    let (master, replica) = pair();
+    let manager = acked_manager(&master, Duration::from_secs(30));
+    let lock = manager.lock("acks:released").lock().unwrap();
+    let permits = manager.permit_semaphore("acks:permits");
+    permits.try_set_permits(1).unwrap();
+    let permit = permits.acquire().unwrap();
+    let counted = manager.semaphore("acks:counted");
+    counted.try_set_permits(1).unwrap();
+    counted.acquire(1).unwrap();
+
+    replica.pause().expect("SIGSTOP the replica");
+    let started = Instant::now();
+    lock.unlock().unwrap();
+    permit.release().unwrap();
+    counted.release(1).unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= ACK_TIMEOUT && took < 3 * ACK_TIMEOUT + MARGIN,
+        "three releases took {took:?}"
+    );
+    assert_eq!(manager.stats().releases_unreplicated, 3);
+    assert!(!exists(&master, "acks:released"));
+    assert_eq!(permits.available_permits().unwrap(), 1);
+    assert_eq!(counted.available_permits().unwrap(), 1);
+
+    resume_and_catch_up(&master, &replica);
+    assert!(!exists(&replica, "acks:released"));
+}
