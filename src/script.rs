@@ -86,14 +86,22 @@ pub(crate) fn run_pipelined(
     if missing.is_empty() {
         return Ok((answers, other_answers));
     }
+    let mut deadline = deadline;
     if let Some(acks) = acks {
         // The `WAIT` behind the refused calls answers before anything sent now; it vouched
-        // for nothing they wrote. Should it not come, a late answer would be read as the
-        // load's: nothing more goes on this connection.
-        let budget = deadline.saturating_duration_since(started);
-        if acks.read_answer(connection, deadline, budget).1 == Reading::AnswerLeft {
+        // for nothing they wrote. It answers within its own timeout: at once while enough
+        // replicas are there, only at its end while they are not (a master that has just
+        // been promoted, its script cache empty, often has fewer). Should it not come, a late
+        // answer would be read as the load's: nothing more goes on this connection. The
+        // reload gets the time it took on top of the deadline.
+        let stale_from = Instant::now();
+        // As long as a `WAIT` behind a call that was answered in time gets.
+        let stale_by = deadline.max(stale_from) + acks.timeout();
+        let budget = stale_by.saturating_duration_since(started);
+        if acks.read_answer(connection, stale_by, budget).1 == Reading::AnswerLeft {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "WAIT did not answer").into());
         }
+        deadline += stale_from.elapsed();
     }
     let mut again = redis::pipe();
     for script in &missing {
@@ -130,7 +138,10 @@ pub(crate) fn run_acknowledged(
         answer_by,
         Some(acks),
     )?;
-    let acks_by = answer_by + acks.timeout();
+    // Later when the script had to be loaded first, behind a `WAIT` that took its time: the
+    // call's answer then came late, and the `WAIT` behind it still gets its full time.
+    let response_budget = answer_by.saturating_duration_since(started);
+    let acks_by = answer_by.max(Instant::now() + response_budget) + acks.timeout();
     let budget = acks_by.saturating_duration_since(started);
     let (unreplicated, reading) = acks.read_answer(connection, acks_by, budget);
     let answer = answers.into_iter().next().unwrap_or(Value::Nil);

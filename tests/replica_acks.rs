@@ -274,3 +274,51 @@ fn a_release_short_of_acks_stands_and_is_counted() {
     resume_and_catch_up(&master, &replica);
     assert!(!exists(&replica, "acks:released"));
 }
+
+/// A master just promoted has an empty script cache, and often fewer replicas than asked
+/// for: the first release (or renewal) there meets `NOSCRIPT` behind a `WAIT` that answers
+/// only at its timeout. The script is loaded and run all the same; the release stands and is
+/// counted, and the renewal keeps the lock.
+#[test]
+fn an_empty_script_cache_with_replicas_short_costs_one_ack_timeout_not_the_call() {
+    let (master, replica) = pair();
+    let watchdog = Duration::from_secs(3);
+    // An ack timeout longer than the response timeout: the `WAIT` in the way outlasts the
+    // time the call itself is given.
+    let ack_timeout = Duration::from_millis(900);
+    let manager = LockManager::builder(master.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(250))
+        .watchdog_timeout(watchdog)
+        .replica_acks(1, ack_timeout)
+        .build()
+        .expect("build manager");
+    let released = manager.lock("acks:flushed-release").lock().unwrap();
+    let renewed = manager.lock("acks:flushed-renewal").lock().unwrap();
+
+    replica.pause().expect("SIGSTOP the replica");
+    ask(&master, &["SCRIPT", "FLUSH"]);
+    let started = Instant::now();
+    released.unlock().expect("a release short of acks stands");
+    let took = started.elapsed();
+    assert!(took < 2 * ack_timeout + MARGIN, "the release took {took:?}");
+    assert_eq!(manager.stats().releases_unreplicated, 1);
+    assert!(!exists(&master, "acks:flushed-release"));
+
+    ask(&master, &["SCRIPT", "FLUSH"]);
+    let renewals_before = manager.stats().renewals_unreplicated;
+    assert!(eventually(2 * watchdog, || manager
+        .stats()
+        .renewals_unreplicated
+        >= renewals_before + 2));
+    assert!(!renewed.is_lost(), "{:?}", renewed.check());
+    let pttl: i64 = ask(&master, &["PTTL", "acks:flushed-renewal"])
+        .trim_start_matches(':')
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(pttl > 0);
+
+    resume_and_catch_up(&master, &replica);
+    renewed.unlock().unwrap();
+}

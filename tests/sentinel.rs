@@ -14,6 +14,16 @@ use common::eventually;
 use redlease::{Error, LockManager};
 use sentinel::{Deployment, Sentinel, MASTER_NAME};
 
+/// The `PTTL` of `key` on `server`, in ms.
+fn pttl_on(server: &common::RedisServer, key: &str) -> i64 {
+    let reply = server.command(&["PTTL", key]).expect("PTTL");
+    reply
+        .trim_start_matches(':')
+        .trim()
+        .parse()
+        .expect("a PTTL")
+}
+
 /// A manager on the deployment's sentinels, with short timeouts.
 fn sentinel_manager(deployment: &Deployment, watchdog: Duration) -> LockManager {
     LockManager::builder_sentinel(deployment.sentinel_urls(), MASTER_NAME)
@@ -92,11 +102,10 @@ fn a_failover_moves_locks_waiters_and_renewals_to_the_new_master() {
     if guard.is_lost() {
         println!("the held lock was reported lost: {:?}", guard.check());
     } else {
-        let pttl = new_master.command(&["PTTL", "job"]).expect("PTTL");
-        let millis: i64 = pttl.trim_start_matches(':').trim().parse().expect("a PTTL");
+        let pttl = pttl_on(new_master, "job");
         assert!(
-            millis > 0,
-            "the held lock is kept but the new master has no key"
+            pttl > watchdog.as_millis() as i64 / 2,
+            "the held lock is kept but not renewed on the new master: PTTL {pttl}"
         );
         assert!(
             woken.try_recv().is_err(),
@@ -158,4 +167,67 @@ fn a_sentinel_manager_finds_the_master_and_locks_on_it() {
     );
     drop(guard);
     manager.shutdown();
+}
+
+/// With every acquisition acknowledged by both replicas, a failover cannot erase a held lock:
+/// whichever replica is promoted has it, and the watchdog renews it there. Five deployments
+/// fail over at once, so the runs share the machine but not their servers.
+#[test]
+fn with_replica_acks_a_held_lock_survives_the_failover_in_every_run() {
+    const RUNS: usize = 5;
+    let outcomes: Vec<Result<Duration, String>> = thread::scope(|scope| {
+        let runs: Vec<_> = (0..RUNS)
+            .map(|run| scope.spawn(move || survives_a_failover(run)))
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("run thread"))
+            .collect()
+    });
+    for (run, outcome) in outcomes.iter().enumerate() {
+        println!("run {run}: {outcome:?}");
+    }
+    assert!(
+        outcomes.iter().all(Result::is_ok),
+        "a held lock did not survive: {outcomes:?}"
+    );
+}
+
+/// One run: answers how long the failover took, or what went wrong.
+fn survives_a_failover(run: usize) -> Result<Duration, String> {
+    let mut deployment = Deployment::start(2);
+    let watchdog = Duration::from_secs(9);
+    let manager = LockManager::builder_sentinel(deployment.sentinel_urls(), MASTER_NAME)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(watchdog)
+        .replica_acks(2, Duration::from_secs(1))
+        .build()
+        .map_err(|err| format!("build: {err}"))?;
+    let name = format!("acknowledged-{run}");
+    let guard = manager
+        .lock(&name)
+        .lock()
+        .map_err(|err| format!("lock: {err}"))?;
+
+    let old_port = deployment.kill_master();
+    let killed_at = Instant::now();
+    let new_port = deployment.wait_for_failover(old_port, Duration::from_secs(30));
+    let failover = killed_at.elapsed();
+
+    let renewals_before = manager.stats().renewals_sent;
+    let renewed = eventually(Duration::from_secs(15), || {
+        guard.is_lost() || manager.stats().renewals_sent >= renewals_before + 2
+    });
+    if !renewed || guard.is_lost() {
+        return Err(format!("lost after the failover: {:?}", guard.check()));
+    }
+    // Renewed there: more lease left than the first one has (it began before the kill).
+    let pttl = pttl_on(deployment.server_on(new_port), &name);
+    if pttl <= watchdog.as_millis() as i64 / 2 {
+        return Err(format!("not renewed on the new master: PTTL {pttl}"));
+    }
+    guard
+        .unlock()
+        .map_err(|err| format!("unlock on the new master: {err}"))?;
+    Ok(failover)
 }

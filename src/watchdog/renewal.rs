@@ -121,8 +121,14 @@ pub(super) fn renew(
         }
         Ok(match acks {
             Some(wait) => {
-                let budget = wait.by.saturating_duration_since(started);
-                wait.acks.read_answer(connection, wait.by, budget)
+                // Later when the scripts had to be loaded first, behind a `WAIT` that took
+                // its time (a master just promoted): `WAIT` answers within its own timeout.
+                let response_budget = answer_by.saturating_duration_since(started);
+                let by = wait
+                    .by
+                    .max(Instant::now() + response_budget + wait.acks.timeout());
+                let budget = by.saturating_duration_since(started);
+                wait.acks.read_answer(connection, by, budget)
             }
             None => (None, Reading::Complete),
         })
