@@ -64,6 +64,7 @@
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
 //!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
+//!   |   tls               the TLS options, the rustls set-up, TLS failures sorted by kind
 //!   |   watchdog          renews leases in batches, reports losses to the instant
 //!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
 //!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
@@ -97,6 +98,7 @@ mod stats;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
 pub mod testing;
+mod tls;
 mod wait;
 mod watchdog;
 
@@ -104,7 +106,7 @@ mod watchdog;
 /// hand out (for `select!`).
 pub use cancel::CancelToken;
 pub use crossbeam_channel;
-pub use error::{Error, LostReason, Result};
+pub use error::{Error, LostReason, Result, TlsFailure};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
 pub use latch::CountDownLatch;
