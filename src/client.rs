@@ -5,7 +5,7 @@
 //! its timeouts and its request ids. [`LockManager`](crate::LockManager) builds it and hands
 //! an `Arc` of it to every handle it makes; the last `Arc` dropped stops and joins the
 //! threads. It knows nothing of the primitives above it: it may use the pool, the watchdog,
-//! the pub/sub hub, the resolver and the naming rules, nothing else.
+//! the pub/sub hub, the resolver, the TLS set-up and the naming rules, nothing else.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
 use crate::pubsub::{Notices, PubSubHub};
 use crate::resolve::Resolver;
 use crate::stats::{Stats, WaitRecorder};
+use crate::tls::{self, TlsOptions};
 use crate::watchdog::{LostCallback, Watchdog};
 
 /// What a client is built from; checked by the builder before.
@@ -27,6 +28,7 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) max_idle_connections: usize,
     pub(crate) on_lost: Option<LostCallback>,
+    pub(crate) tls: TlsOptions,
 }
 
 pub(crate) struct Client {
@@ -51,6 +53,7 @@ impl Client {
             watchdog_timeout,
             max_idle_connections,
             on_lost,
+            tls,
         } = settings;
         // No CLIENT SETINFO on new connections: it costs a round trip, and on a silent
         // server its ignored replies would make connecting take more than its timeout.
@@ -58,12 +61,16 @@ impl Client {
             .clone()
             .set_tcp_settings(info.tcp_settings().clone().set_nodelay(true))
             .set_redis_settings(info.redis_settings().clone().set_skip_set_lib_name());
-        let redis_client = redis::Client::open(info.clone())
-            .map_err(|err| Error::InvalidArgument(format!("bad redis url: {err}")))?;
+        // The command connections' client, and for TLS the pub/sub connection's set-up, made
+        // from the same options.
+        let (redis_client, tls_connector) = tls::prepare(info.clone(), tls)?;
         // One resolver for the pool and the pub/sub connection, so they share one cache of
         // the host's addresses and never look it up twice at once.
         let resolver = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => Some(Arc::new(Resolver::new(host, *port))),
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                Some(Arc::new(Resolver::new(host, *port)))
+            }
             _ => None,
         };
         let pool = Arc::new(Pool::new(
@@ -83,14 +90,21 @@ impl Client {
                 None => log::debug!("ignoring a malformed force-release notice"),
             }),
         };
-        let hub =
-            match PubSubHub::start(&info, resolver, connect_timeout, response_timeout, notices) {
-                Ok(hub) => hub,
-                Err(err) => {
-                    watchdog.stop();
-                    return Err(err);
-                }
-            };
+        let started = PubSubHub::start(
+            &info,
+            resolver,
+            tls_connector,
+            connect_timeout,
+            response_timeout,
+            notices,
+        );
+        let hub = match started {
+            Ok(hub) => hub,
+            Err(err) => {
+                watchdog.stop();
+                return Err(err);
+            }
+        };
         let release_latch_ms = (response_timeout * 4)
             .max(Duration::from_secs(10))
             .as_millis() as u64;

@@ -10,7 +10,8 @@
 //! answer gets as long again from its own send (each new connection adds at most one
 //! attempt timeout). A server whose script cache is empty gets the script and the request
 //! once more. Used by the multi-server locks; talks to Redis only through the pools it is
-//! given.
+//! given, and so over TLS where they do (a new TLS connection's handshake, made with the
+//! pool's `PING` within its connect budget, runs before its request is written).
 
 use std::time::{Duration, Instant};
 
@@ -142,7 +143,17 @@ impl<'a> FanOut<'a> {
                 }));
                 Err(Error::Timeout(budget))
             }
-            answer => finish(pool, connection, answer, budget),
+            answer => {
+                let outcome = finish(pool, connection, answer, budget);
+                if was_idle {
+                    outcome
+                } else {
+                    // A new connection ended without an answer may have met a TLS-only server.
+                    outcome.map_err(|err| {
+                        pool.explain_fresh_failure(err, pool::Stage::FirstCommand, answer_by)
+                    })
+                }
+            }
         }
     }
 

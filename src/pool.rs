@@ -4,8 +4,27 @@
 //! socket read and write timeout, so no command waits unbounded. A connection that saw an I/O
 //! error or a timeout is dropped, never reused: its stream may hold a late answer. No thread
 //! of its own; connections are made on demand by the calling thread and kept idle up to a
-//! bound. A host name is looked up through the manager's [`Resolver`], within the connect
-//! timeout.
+//! bound.
+//!
+//! A plaintext connection to a host name is made to the addresses the manager's [`Resolver`]
+//! looks up within the connect timeout. A TLS connection cannot be: redis-rs checks the
+//! server's certificate against the host it connects to, so it must be given the name, and it
+//! looks the name up itself (`getaddrinfo`, unbounded). The resolver first confirms within the
+//! connect timeout that the name answers now (see [`Resolver::confirm`]); what remains
+//! unbounded is redis-rs's own lookup right after, which the system resolver usually answers
+//! at once. An IP host is never looked up, and is what the certificate is checked against.
+//!
+//! The TLS handshake is part of connecting: redis-rs does it with the first exchange on the
+//! connection, so when it has nothing to set up (no `AUTH`, `HELLO` or `SELECT`) the pool
+//! sends a `PING` within what is left of the connect timeout.
+//!
+//! With the `tls` feature, two failures of a new connection that look like an unreachable or
+//! silent server are checked with one more connection, and only then, within the time the call
+//! had anyway: a plaintext connection that the server ends without a byte of answer, against
+//! a TLS client hello
+//! ([`TlsFailure::ServerRequiresTls`](crate::TlsFailure::ServerRequiresTls)); a TLS connection
+//! that gets no answer in time, against a plaintext `PING`
+//! ([`TlsFailure::NotTls`](crate::TlsFailure::NotTls)).
 
 use std::io;
 use std::net::SocketAddr;
@@ -28,6 +47,11 @@ pub(crate) struct Pool {
     response_timeout: Duration,
     /// How many replies redis-rs waits for while setting up a new connection (at least 1).
     setup_replies: u32,
+    /// The connections speak TLS (`rediss://`).
+    tls: bool,
+    /// A TLS connection has nothing to set up, so its handshake waits for a first command:
+    /// a `PING` sent while connecting.
+    ping_to_handshake: bool,
 }
 
 impl Pool {
@@ -38,12 +62,16 @@ impl Pool {
         response_timeout: Duration,
         max_idle: usize,
     ) -> Self {
-        let settings = client.get_connection_info().redis_settings();
+        let info = client.get_connection_info();
+        let settings = info.redis_settings();
         let setup_replies =
             u32::from(settings.password().is_some() || settings.protocol().supports_resp3())
                 + u32::from(settings.db() != 0);
+        let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
         Pool {
             setup_replies: setup_replies.max(1),
+            tls,
+            ping_to_handshake: tls && setup_replies == 0,
             client,
             resolver,
             idle: Mutex::new(Vec::new()),
@@ -120,9 +148,16 @@ impl Pool {
                 self.connect_timeout.min(left / self.setup_replies)
             }
         };
-        let connection = self.connect(connect_timeout)?;
+        // What the call may take from here: a connection and an answer, or until its deadline.
+        let give_up_at = deadline.unwrap_or_else(|| Instant::now() + connect_timeout + timeout);
+        let connection = self
+            .connect(connect_timeout)
+            .map_err(|err| self.explain_fresh_failure(err, Stage::Connecting, give_up_at))?;
         self.run_on(connection, timeout, deadline, &mut command)
-            .map_err(|err| Error::from_redis(err, timeout))
+            .map_err(|err| {
+                let err = Error::from_redis(err, timeout);
+                self.explain_fresh_failure(err, Stage::FirstCommand, give_up_at)
+            })
     }
 
     fn run_on<T>(
@@ -176,7 +211,100 @@ impl Pool {
         if budget.is_zero() {
             return Err(Error::Timeout(budget));
         }
+        let give_up_at = Instant::now() + budget;
         self.connect(self.connect_timeout.min(budget / self.setup_replies))
+            .map_err(|err| self.explain_fresh_failure(err, Stage::Connecting, give_up_at))
+    }
+
+    /// The error of a connection made for this call (not an idle one), told apart more
+    /// finely where it can be, with one more connection to the server (with the `tls`
+    /// feature, and only on these failures):
+    /// - a plaintext connection that the server ended without a byte of answer, when a TLS
+    ///   client hello to it is answered in TLS, is
+    ///   [`TlsFailure::ServerRequiresTls`](crate::TlsFailure::ServerRequiresTls);
+    /// - a TLS connection that got no answer in time while `Connecting` (its handshake),
+    ///   when a plaintext `PING` to the server is answered, is
+    ///   [`TlsFailure::NotTls`](crate::TlsFailure::NotTls) (a plaintext `redis-server` stays
+    ///   silent through a handshake).
+    ///
+    /// The check gets the connect timeout at most, and never goes past `give_up_at`, the
+    /// bound the call had anyway (a connect that timed out has not used its answer's time);
+    /// without time left, `err` stands.
+    pub(crate) fn explain_fresh_failure(
+        &self,
+        err: Error,
+        stage: Stage,
+        give_up_at: Instant,
+    ) -> Error {
+        #[cfg(feature = "tls")]
+        {
+            let give_up_at = give_up_at.min(Instant::now() + self.connect_timeout);
+            let explained = match &err {
+                Error::Unreachable(cause)
+                    if !self.tls
+                        && cause.is_connection_dropped()
+                        && !cause.is_connection_refusal()
+                        && !cause.is_timeout() =>
+                {
+                    self.probe(give_up_at, |address, host, left| {
+                        crate::tls::speaks_tls(address, host, left).then(|| Error::Tls {
+                            kind: crate::TlsFailure::ServerRequiresTls,
+                            detail: format!(
+                                "{address} ended a plaintext connection without answering \
+                                 ({cause}) and answers a TLS client hello in TLS"
+                            ),
+                        })
+                    })
+                }
+                Error::Timeout(waited) if self.tls && stage == Stage::Connecting => {
+                    self.probe(give_up_at, |address, _, left| {
+                        crate::tls::speaks_plaintext_redis(address, left).then(|| Error::Tls {
+                            kind: crate::TlsFailure::NotTls,
+                            detail: format!(
+                                "{address} did not answer within {waited:?} over TLS, and \
+                                 answers a plaintext PING"
+                            ),
+                        })
+                    })
+                }
+                _ => None,
+            };
+            if let Some(explained) = explained {
+                return explained;
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = (stage, give_up_at);
+        err
+    }
+
+    /// Runs `check` on the server's addresses in turn, each with the time left before
+    /// `give_up_at`, until one answers an error.
+    #[cfg(feature = "tls")]
+    fn probe(
+        &self,
+        give_up_at: Instant,
+        check: impl Fn(SocketAddr, &str, Duration) -> Option<Error>,
+    ) -> Option<Error> {
+        let resolver = self.resolver.as_ref()?;
+        let host = match self.client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host,
+            _ => return None,
+        };
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        for address in resolver.resolve(left).ok()? {
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if let Some(err) = check(address, host, left) {
+                return Some(err);
+            }
+        }
+        None
     }
 
     /// Restores the pool's read timeout on `connection` and keeps it for reuse (its write
@@ -196,13 +324,7 @@ impl Pool {
     }
 
     fn connect(&self, timeout: Duration) -> Result<Connection> {
-        let connection = match &self.resolver {
-            Some(resolver) => self.connect_resolved(resolver, timeout)?,
-            None => self
-                .client
-                .get_connection_with_timeout(timeout)
-                .map_err(|err| Error::from_redis(err, timeout))?,
-        };
+        let connection = self.open(timeout)?;
         for outcome in [
             connection.set_read_timeout(Some(self.response_timeout)),
             connection.set_write_timeout(Some(self.response_timeout)),
@@ -210,6 +332,69 @@ impl Pool {
             outcome.map_err(|err| Error::from_redis(err, timeout))?;
         }
         Ok(connection)
+    }
+
+    /// A new connection, set up and, for TLS, past its handshake, within `timeout`.
+    fn open(&self, timeout: Duration) -> Result<Connection> {
+        let give_up_at = Instant::now() + timeout;
+        let mut connection = match &self.resolver {
+            Some(resolver) if self.tls => self.connect_by_name(resolver, timeout)?,
+            Some(resolver) => self.connect_resolved(resolver, timeout)?,
+            None => self
+                .client
+                .get_connection_with_timeout(timeout)
+                .map_err(|err| Error::from_redis(err, timeout))?,
+        };
+        if self.ping_to_handshake {
+            self.complete_handshake(&mut connection, give_up_at, timeout)?;
+        }
+        Ok(connection)
+    }
+
+    /// For TLS: confirms that the host name answers, within `timeout`, then lets redis-rs
+    /// look it up again and connect with it, so that the certificate is checked against the
+    /// name (see the module doc for what this leaves unbounded).
+    fn connect_by_name(&self, resolver: &Resolver, timeout: Duration) -> Result<Connection> {
+        let give_up_at = Instant::now() + timeout;
+        resolver
+            .confirm(timeout)
+            .map_err(|err| err.into_error(timeout))?;
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(timeout));
+        }
+        self.client
+            .get_connection_with_timeout(left)
+            .map_err(|err| {
+                if is_unreachable(&err) {
+                    // The name may have moved (a failover): look it up again next time.
+                    resolver.distrust_cache();
+                }
+                Error::from_redis(err, timeout)
+            })
+    }
+
+    /// Completes the TLS handshake of a new connection with a `PING` before `give_up_at`, so
+    /// that it counts against the connect timeout, not against a command's response timeout.
+    fn complete_handshake(
+        &self,
+        connection: &mut Connection,
+        give_up_at: Instant,
+        timeout: Duration,
+    ) -> Result<()> {
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(timeout));
+        }
+        for outcome in [
+            connection.set_read_timeout(Some(left)),
+            connection.set_write_timeout(Some(left)),
+        ] {
+            outcome.map_err(|err| Error::from_redis(err, timeout))?;
+        }
+        redis::cmd("PING")
+            .query::<()>(connection)
+            .map_err(|err| Error::from_redis(err, timeout))
     }
 
     /// Looks the host up and connects to its addresses in turn until one takes the
@@ -254,6 +439,15 @@ impl Pool {
             None => Err(Error::Timeout(timeout)),
         }
     }
+}
+
+/// Where a new connection failed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Connecting, the set-up and the TLS handshake included.
+    Connecting,
+    /// At the first command sent on it.
+    FirstCommand,
 }
 
 /// The IP of `address` as redis-rs takes a host: a numeric host is never looked up. A

@@ -18,6 +18,8 @@
 //!   thread at a time, so a stalled write holds up no one else.
 //! - [`listener`]: the thread that connects, reads, pings and dispatches frames.
 //! - [`connection`]: the socket, the address and `AUTH`.
+//! - [`tls`]: for `rediss://`, the TLS session that the reading and the writing handles of
+//!   the connection share.
 //! - [`frame`]: the RESP2 parser, total on any input.
 //!
 //! This module holds the types the rest of the crate uses and the glue between them.
@@ -29,6 +31,8 @@ mod listener;
 mod outbox;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -40,6 +44,7 @@ use redis::ConnectionInfo;
 
 use crate::error::{Error, Result};
 use crate::resolve::Resolver;
+use crate::tls::TlsConnector;
 use connection::Endpoint;
 use hub::{State, Waiter};
 
@@ -122,6 +127,7 @@ impl PubSubHub {
     pub(crate) fn start(
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
+        tls: Option<TlsConnector>,
         connect_timeout: Duration,
         response_timeout: Duration,
         notices: Notices,
@@ -129,7 +135,7 @@ impl PubSubHub {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
-            endpoint: Endpoint::from_info(info, resolver)?,
+            endpoint: Endpoint::from_info(info, resolver, tls)?,
             notices,
             connect_timeout,
             response_timeout,

@@ -62,6 +62,7 @@ impl ScriptedRedis {
         PubSubHub::start(
             &info,
             None,
+            None,
             Duration::from_secs(2),
             response_timeout,
             notices,
