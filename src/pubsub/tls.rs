@@ -50,11 +50,22 @@ pub(super) struct TlsStream {
     answer_write_timeout: Duration,
 }
 
-#[derive(Default)]
 struct Unread {
     bytes: Vec<u8>,
     /// The server ended the TLS session (`close_notify`): nothing more will come.
     closed: bool,
+    /// Where the bytes read from the socket land, kept from one read to the next.
+    chunk: Vec<u8>,
+}
+
+impl Unread {
+    fn new() -> Self {
+        Unread {
+            bytes: Vec::new(),
+            closed: false,
+            chunk: vec![0u8; SOCKET_CHUNK],
+        }
+    }
 }
 
 impl TlsStream {
@@ -69,8 +80,8 @@ impl TlsStream {
         give_up_at: Instant,
         answer_write_timeout: Duration,
     ) -> io::Result<Self> {
-        let mut unread = Unread::default();
-        let mut chunk = vec![0u8; SOCKET_CHUNK];
+        let mut unread = Unread::new();
+        let mut chunk = std::mem::take(&mut unread.chunk);
         loop {
             write_pending(&mut session, &socket, give_up_at)?;
             if !session.is_handshaking() {
@@ -96,6 +107,7 @@ impl TlsStream {
                 give_up_at,
             )?;
         }
+        unread.chunk = chunk;
         Ok(TlsStream {
             socket,
             session: Arc::new(Mutex::new(session)),
@@ -129,30 +141,40 @@ impl TlsStream {
     /// ended the connection.
     pub(super) fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
         let mut unread = self.unread.lock();
-        let mut chunk = vec![0u8; SOCKET_CHUNK];
         while unread.bytes.is_empty() {
             if unread.closed {
                 return Ok(0);
             }
-            // Without the session's lock: the writer may encrypt and send meanwhile.
-            let read = (&self.socket).read(&mut chunk)?;
-            if read == 0 {
+            let mut chunk = std::mem::take(&mut unread.chunk);
+            let fed = self.read_and_feed(&mut chunk, &mut unread);
+            unread.chunk = chunk;
+            if fed? == 0 {
                 return Ok(0);
             }
-            let mut session = self.session.lock();
-            let answer_by = Instant::now() + self.answer_write_timeout;
-            feed(
-                &mut session,
-                &chunk[..read],
-                &mut unread,
-                &self.socket,
-                answer_by,
-            )?;
         }
         let count = buffer.len().min(unread.bytes.len());
         buffer[..count].copy_from_slice(&unread.bytes[..count]);
         unread.bytes.drain(..count);
         Ok(count)
+    }
+
+    /// Reads the socket into `chunk` (waiting at most its read timeout) and feeds what came to
+    /// the session; answers how many bytes came (0: the server closed the connection).
+    fn read_and_feed(&self, chunk: &mut [u8], unread: &mut Unread) -> io::Result<usize> {
+        // Without the session's lock: the writer may encrypt and send meanwhile.
+        let read = (&self.socket).read(chunk)?;
+        if read > 0 {
+            let mut session = self.session.lock();
+            let answer_by = Instant::now() + self.answer_write_timeout;
+            feed(
+                &mut session,
+                &chunk[..read],
+                unread,
+                &self.socket,
+                answer_by,
+            )?;
+        }
+        Ok(read)
     }
 
     /// Encrypts all of `bytes` and writes them by `give_up_at`.
