@@ -150,6 +150,23 @@ fn a_frozen_tls_server_is_a_timeout_within_the_call_bounds() {
 }
 
 #[test]
+fn a_password_is_sent_over_tls_on_both_kinds_of_connection() {
+    let files = files();
+    let server = tls_server(&files, &TlsServerOptions::default());
+    let reply = server
+        .command(&["CONFIG", "SET", "requirepass", "tls-secret"])
+        .unwrap();
+    assert!(reply.starts_with("+OK"), "{reply}");
+    // With AUTH to send, redis-rs runs the handshake while setting the connection up; the
+    // pub/sub connection sends AUTH over its own TLS session.
+    let url = format!("rediss://:tls-secret@localhost:{}/", server.port());
+    let holder = trusting_builder(&url, &files).build().unwrap();
+    let waiter = trusting_builder(&url, &files).build().unwrap();
+    assert_release_wakes_the_waiter(&holder, &waiter, "tls:password");
+    assert_eq!(waiter.stats().pubsub_reconnects, 0);
+}
+
+#[test]
 fn the_watchdog_renews_over_tls() {
     let files = files();
     let server = tls_server(&files, &TlsServerOptions::default());
