@@ -29,6 +29,12 @@
 //!   with a [`PermitGuard`] the watchdog keeps alive like a lock's, so a holder that dies gives
 //!   its permit back; a [`CountDownLatch`] that opens when its count, counted down from any
 //!   thread of any process, reaches zero, and wakes every waiter in every process.
+//! - **TLS.** A `rediss://` URL (the `tls` feature, on by default) makes every connection of
+//!   the manager speak TLS and check the server's certificate against the URL's host, with the
+//!   system's roots or a CA of your own, and a client certificate for mutual TLS (see
+//!   [TLS](LockManagerBuilder#tls)). A failed handshake says why: an [`Error::Tls`] with a
+//!   [`TlsFailure`] kind (an unknown issuer, a wrong host name, a server that does not speak
+//!   TLS, or one that speaks nothing else...).
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
