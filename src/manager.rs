@@ -267,6 +267,9 @@ impl std::fmt::Debug for LockManager {
 /// certificate missing...), at build and on any later call that needs a new connection:
 ///
 /// ```
+/// # #[cfg(not(feature = "tls"))]
+/// # fn main() {}
+/// # #[cfg(feature = "tls")]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let files = redlease::testing::TlsFiles::generate()?;
 /// # let redis = redlease::testing::RedisServer::start_tls(&files, &Default::default())?;
