@@ -12,12 +12,19 @@
 //! Last, on a throwaway master with one replica, the lock+unlock pair with every write
 //! acknowledged by the replica (`replica_acks(1, ...)`) against the same pair without, both
 //! as ratios to the PING round trip to that master measured in the same run.
+//!
+//! TLS (with the `tls` feature, last, or alone with `-- --tls-only`): on a throwaway TLS-only
+//! server reached as `rediss://localhost` with a test CA, the TLS PING round trip (and its
+//! ratio to a plaintext PING, the two interleaved), then the lock+unlock pair and the handoff
+//! between 8 threads over TLS, each as a ratio to the TLS round trip.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redlease::testing::{url_or_throwaway, RedisServer};
+#[cfg(feature = "tls")]
+use redlease::testing::{TlsFiles, TlsServerOptions};
 use redlease::{Lock, LockManager, RedLock};
 
 const ROUND_TRIPS: usize = 20_000;
@@ -33,6 +40,9 @@ const CONTENTION_RUN: Duration = Duration::from_secs(4);
 const ACK_TIMEOUT: Duration = Duration::from_millis(500);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().any(|arg| arg == "--tls-only") {
+        return measure_tls();
+    }
     let url_argument = std::env::args()
         .skip(1)
         .find(|arg| arg.starts_with("redis"));
@@ -78,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     measure_held_locks(&url)?;
     measure_redlock()?;
     measure_replica_acks()?;
-    Ok(())
+    measure_tls()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -119,6 +129,88 @@ fn measure_replica_acks() -> Result<(), Box<dyn std::error::Error>> {
         with.percentile(50).as_secs_f64() / without.percentile(50).as_secs_f64(),
         with.percentile(99).as_secs_f64() / without.percentile(99).as_secs_f64()
     );
+    Ok(())
+}
+
+/// TLS: a TLS-only server's PING round trip, and the lock pair and handoff over TLS against
+/// it, all in this run.
+#[cfg(feature = "tls")]
+fn measure_tls() -> Result<(), Box<dyn std::error::Error>> {
+    let files = TlsFiles::generate()?;
+    let server = RedisServer::start_tls(&files, &TlsServerOptions::default())?;
+    let plaintext = RedisServer::start()?;
+    let ca = std::fs::read(files.ca_certificate())?;
+    // Built first: it installs the crypto provider that redis-rs's TLS takes.
+    let manager = LockManager::builder(server.url())
+        .tls_ca_certificate(&ca)
+        .build()?;
+    let tls_client = redis::Client::build_with_tls(
+        server.url(),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca),
+        },
+    )?;
+    let (plain_round_trip, round_trip) =
+        measure_interleaved_round_trips(&redis::Client::open(plaintext.url())?, &tls_client)?;
+    let (plain_round_trip, round_trip) = (Samples::new(plain_round_trip), Samples::new(round_trip));
+    println!("--- TLS: rediss://localhost, a TLS-only server; ratios to the TLS PING ---");
+    println!(
+        "{:<36} {}",
+        "TLS round trip (PING)",
+        round_trip.describe(None)
+    );
+    println!(
+        "{:<36} p50 {:.2} x the plaintext PING ({:.1} µs), interleaved with it",
+        "  TLS PING / plaintext PING",
+        round_trip.percentile(50).as_secs_f64() / plain_round_trip.percentile(50).as_secs_f64(),
+        plain_round_trip.percentile(50).as_secs_f64() * 1e6
+    );
+    let pair = Samples::new(measure_pairs(&manager)?);
+    println!(
+        "{:<36} {}",
+        "TLS lock+unlock pair, uncontended",
+        pair.describe(Some(&round_trip))
+    );
+    let handoff = Samples::new(measure_handoffs(&manager)?);
+    println!(
+        "{:<36} {}",
+        format!("TLS handoff, {CONTENDERS} threads"),
+        handoff.describe(Some(&round_trip))
+    );
+    Ok(())
+}
+
+/// A plaintext and a TLS PING round trip, one after the other in each round, so that both
+/// see the same load (on a VM the loopback round trip changes with what the other cores do).
+#[cfg(feature = "tls")]
+fn measure_interleaved_round_trips(
+    plaintext: &redis::Client,
+    tls: &redis::Client,
+) -> redis::RedisResult<(Vec<Duration>, Vec<Duration>)> {
+    let mut connections = [plaintext.get_connection()?, tls.get_connection()?];
+    let mut samples = (
+        Vec::with_capacity(ROUND_TRIPS),
+        Vec::with_capacity(ROUND_TRIPS),
+    );
+    for round in 0..ROUND_TRIPS + 1_000 {
+        let [plain, tls] = connections.each_mut().map(|connection| {
+            let started = Instant::now();
+            redis::cmd("PING").query::<()>(connection)?;
+            Ok::<_, redis::RedisError>(started.elapsed())
+        });
+        let (plain, tls) = (plain?, tls?);
+        if round >= 1_000 {
+            samples.0.push(plain);
+            samples.1.push(tls);
+        }
+    }
+    Ok(samples)
+}
+
+#[cfg(not(feature = "tls"))]
+fn measure_tls() -> Result<(), Box<dyn std::error::Error>> {
+    println!("--- TLS: skipped, the `tls` feature is off ---");
     Ok(())
 }
 

@@ -7,7 +7,8 @@
 //! threads. In sentinel mode it also owns the master locator and the thread that hears
 //! failovers, and moves the pool and the pub/sub listener to a new master. It knows nothing
 //! of the primitives above it: it may use the pool, the watchdog, the pub/sub hub, the
-//! resolver, the sentinel locator, the naming rules and the script runner, nothing else.
+//! resolver, the TLS set-up, the sentinel locator, the naming rules and the script
+//! runner, nothing else.
 //!
 //! Every acquisition, release and fenced write of the primitives runs through
 //! [`Client::run_acknowledged`], which sends the `WAIT` for replica acknowledgements behind
@@ -29,6 +30,7 @@ use crate::resolve::Resolver;
 use crate::script;
 use crate::sentinel::{MasterLocator, SwitchWatcher};
 use crate::stats::{Stats, WaitRecorder};
+use crate::tls::{self, TlsOptions};
 use crate::watchdog::{LostCallback, Watchdog};
 
 /// What a client is built from; checked by the builder before.
@@ -44,6 +46,8 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) max_idle_connections: usize,
     pub(crate) on_lost: Option<LostCallback>,
+    /// `rediss://` settings.
+    pub(crate) tls: TlsOptions,
     /// What acquisitions, renewals, releases and fenced writes wait for, if anything.
     pub(crate) replica_acks: Option<ReplicaAcks>,
 }
@@ -87,6 +91,7 @@ impl Client {
             max_idle_connections,
             on_lost,
             replica_acks,
+            tls,
         } = settings;
         // No CLIENT SETINFO on new connections: it costs a round trip, and on a silent
         // server its ignored replies would make connecting take more than its timeout.
@@ -94,12 +99,16 @@ impl Client {
             .clone()
             .set_tcp_settings(info.tcp_settings().clone().set_nodelay(true))
             .set_redis_settings(info.redis_settings().clone().set_skip_set_lib_name());
-        let redis_client = redis::Client::open(info.clone())
-            .map_err(|err| Error::InvalidArgument(format!("bad redis url: {err}")))?;
+        // The command connections' client, and for TLS the pub/sub connection's set-up, made
+        // from the same options.
+        let (redis_client, tls_connector) = tls::prepare(info.clone(), tls)?;
         // One resolver for the pool and the pub/sub connection, so they share one cache of
         // the host's addresses and never look it up twice at once.
         let resolver = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => Some(Arc::new(Resolver::new(host, *port))),
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                Some(Arc::new(Resolver::new(host, *port)))
+            }
             _ => None,
         };
         let locator = match sentinel {
@@ -109,7 +118,8 @@ impl Client {
             }) => Some(MasterLocator::discover(
                 sentinels,
                 &master_name,
-                info.clone(),
+                // The master's settings, TLS parameters included.
+                redis_client.get_connection_info().clone(),
                 connect_timeout,
                 response_timeout,
             )?),
@@ -147,6 +157,7 @@ impl Client {
             &info,
             resolver,
             locator.clone(),
+            tls_connector,
             connect_timeout,
             response_timeout,
             notices,

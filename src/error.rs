@@ -2,11 +2,11 @@
 //!
 //! Every fallible call returns [`Result<T>`](crate::Result); its [`Error`] has one variant per
 //! situation a caller may want to handle differently. Redis client errors are sorted here, in
-//! [`Error::from_redis`], into "could not reach Redis in time", "Redis refused the login",
-//! "Redis refused a permission" and "Redis answered with another error". The ACL refusals
-//! are recognized by their code and wording, as Redis 7.0 and later give them (see
-//! [`Permission`]); the subscribed connection, which redis-rs does not read, hands its error
-//! replies to [`Error::from_reply`] to be sorted the same way.
+//! [`Error::from_redis`], into "could not reach Redis in time", "the TLS connection failed",
+//! "Redis refused the login", "Redis refused a permission" and "Redis answered with another
+//! error". The ACL refusals are recognized by their code and wording, as Redis 7.0 and later
+//! give them (see [`Permission`]); the subscribed connection, which redis-rs does not read,
+//! hands its error replies to [`Error::from_reply`] to be sorted the same way.
 
 use std::fmt;
 use std::time::Duration;
@@ -177,6 +177,17 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// The TLS connection to Redis could not be set up: `kind` tells why, for a caller to
+    /// match on; `detail` is what the TLS library or the connection said. Not transient: the
+    /// certificates, the URL or the server's TLS settings must change first.
+    #[error("TLS connection to redis failed: {kind}: {detail}")]
+    Tls {
+        /// Why.
+        kind: TlsFailure,
+        /// What the TLS library (rustls) or the connection reported, for people.
+        detail: String,
+    },
+
     /// The manager could not start one of its threads.
     #[error("cannot start a redlease thread: {0}")]
     ThreadSpawn(#[source] std::io::Error),
@@ -195,6 +206,10 @@ impl Error {
     /// Sorts a Redis client error: I/O failures become [`Error::Unreachable`] or
     /// [`Error::Timeout`], what the server said is sorted by [`Error::from_server`].
     pub(crate) fn from_redis(err: redis::RedisError, timeout: Duration) -> Self {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = crate::tls::failure_of_redis_error(&err) {
+            return tls;
+        }
         if err.is_timeout() {
             Error::Timeout(timeout)
         } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
@@ -408,6 +423,72 @@ fn user_phrase(user: &Option<String>) -> String {
             format!("user {user:?} (wrong or missing password, or unknown or disabled user)")
         }
         None => "the default user (wrong or missing password)".to_owned(),
+    }
+}
+
+/// Why a TLS connection to Redis failed (see [`Error::Tls`]).
+///
+/// Every kind but [`ServerRequiresTls`](TlsFailure::ServerRequiresTls) concerns a `rediss://`
+/// URL; all of them need the `tls` feature (on by default) to be told apart. A failure of
+/// another kind (a session that breaks after it was set up) stays [`Error::Unreachable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+// The links to the TLS builder options, which only the `tls` feature has.
+#[cfg_attr(not(feature = "tls"), allow(rustdoc::broken_intra_doc_links))]
+pub enum TlsFailure {
+    /// The server's certificate does not chain to a trusted root: neither to the CA given
+    /// with [`tls_ca_certificate`](crate::LockManagerBuilder::tls_ca_certificate), nor, without
+    /// it, to the system's roots. Also a self-signed server certificate.
+    UnknownIssuer,
+    /// The server's certificate chains to a trusted root but cannot be used: expired, not
+    /// valid yet, revoked, badly signed or encoded, or not meant for a server.
+    InvalidCertificate,
+    /// The server's certificate is valid, but not for the host of the URL: neither its DNS
+    /// names nor its IP addresses (subject alternative names) include it.
+    HostNameMismatch,
+    /// A `rediss://` URL, and the server does not speak TLS on that port. Either it answered
+    /// the TLS client hello with bytes that are not a TLS record, or it did not answer it
+    /// within the connect timeout and then answered a plaintext `PING` on a new connection in
+    /// the Redis protocol. A plaintext `redis-server` does the latter: its parser of inline
+    /// commands waits for a line end that the hello never completes (a zero byte comes
+    /// first), so it stays silent, and this failure takes the connect timeout to tell.
+    NotTls,
+    /// A `redis://` URL (plaintext), and the server speaks TLS only: it ended the connection
+    /// without a byte of answer to the first command (a plaintext client of a TLS-only
+    /// `redis-server` sees its connection reset), and a TLS client hello sent to the same
+    /// address right after was answered with a TLS record. Use a `rediss://` URL.
+    ServerRequiresTls,
+    /// The server requires a client certificate and none was given (it sent the TLS alert
+    /// `certificate_required`): see
+    /// [`tls_client_certificate`](crate::LockManagerBuilder::tls_client_certificate).
+    ClientCertificateRequired,
+    /// The server did not accept the client certificate that was given: it sent one of the
+    /// TLS alerts about certificates (`bad_certificate`, `unknown_ca`, `certificate_expired`,
+    /// `access_denied`...). Typically a certificate not signed by a CA the server trusts.
+    ClientCertificateRejected,
+    /// The server refused the handshake for another reason: it sent a TLS alert such as
+    /// `handshake_failure` or `protocol_version` (no TLS version or cipher suite in common).
+    /// Over TLS 1.2, `handshake_failure` is also how a server that requires a client
+    /// certificate answers a client without one.
+    HandshakeRefused,
+}
+
+impl fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsFailure::UnknownIssuer => "the server's certificate is not signed by a trusted CA",
+            TlsFailure::InvalidCertificate => "the server's certificate is not valid",
+            TlsFailure::HostNameMismatch => {
+                "the server's certificate is not valid for the host name of the URL"
+            }
+            TlsFailure::NotTls => "the server does not speak TLS on this port",
+            TlsFailure::ServerRequiresTls => "the server speaks TLS only: use a rediss:// URL",
+            TlsFailure::ClientCertificateRequired => "the server requires a client certificate",
+            TlsFailure::ClientCertificateRejected => {
+                "the server did not accept the client certificate"
+            }
+            TlsFailure::HandshakeRefused => "the server refused the TLS handshake",
+        })
     }
 }
 

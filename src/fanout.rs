@@ -12,7 +12,9 @@
 //! once more. A request may carry its server's replica acknowledgements: `WAIT` goes behind
 //! it in the same write, and its answer is read after the request's, within the ack timeout
 //! beyond the request's deadline (the servers wait for their replicas in parallel). Used by
-//! the multi-server locks; talks to Redis only through the pools it is given.
+//! the multi-server locks; talks to Redis only through the pools it is given, and so over
+//! TLS where they do (a new TLS connection's handshake, made with the pool's `PING` within
+//! its connect budget, runs before its request is written).
 
 use std::time::{Duration, Instant};
 
@@ -115,12 +117,16 @@ impl<'a> FanOut<'a> {
             .unwrap_or(Err(Error::Timeout(budget)))?;
         let request = &self.requests[index];
         let pool = request.pool;
-        let answer_by = deadline + extension;
+        let mut answer_by = deadline + extension;
         let answer = match read_in_time(&mut connection, answer_by) {
             Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
-                // The `WAIT` behind the refused call answers first; it vouched for nothing.
+                // The `WAIT` behind the refused call answers first, within its own timeout
+                // (only at its end while replicas are short); it vouched for nothing.
                 let in_step = match request.acks {
-                    Some(acks) => acks.read_answer(&mut connection, answer_by, budget).1,
+                    Some(acks) => {
+                        let stale_by = answer_by.max(Instant::now()) + acks.timeout();
+                        acks.read_answer(&mut connection, stale_by, budget).1
+                    }
                     None => Reading::Complete,
                 };
                 if in_step == Reading::AnswerLeft {
@@ -129,6 +135,8 @@ impl<'a> FanOut<'a> {
                 let mut both = script::load_command(request.call.script()).get_packed_command();
                 both.extend_from_slice(&self.packed[index]);
                 let reload_by = Instant::now() + budget;
+                // The `WAIT` behind the call sent again gets its time after this answer.
+                answer_by = reload_by;
                 connection
                     .send_packed_command(&both)
                     .and_then(|()| read_in_time(&mut connection, reload_by))
@@ -153,7 +161,17 @@ impl<'a> FanOut<'a> {
                 }));
                 Err(Error::Timeout(budget))
             }
-            answer => finish(request, connection, answer, answer_by, budget),
+            answer => {
+                let outcome = finish(request, connection, answer, answer_by, budget);
+                if was_idle {
+                    outcome
+                } else {
+                    // A new connection ended without an answer may have met a TLS-only server.
+                    outcome.map_err(|err| {
+                        pool.explain_fresh_failure(err, pool::Stage::FirstCommand, answer_by)
+                    })
+                }
+            }
         }
     }
 

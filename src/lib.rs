@@ -34,6 +34,12 @@
 //!   with a [`PermitGuard`] the watchdog keeps alive like a lock's, so a holder that dies gives
 //!   its permit back; a [`CountDownLatch`] that opens when its count, counted down from any
 //!   thread of any process, reaches zero, and wakes every waiter in every process.
+//! - **TLS.** A `rediss://` URL (the `tls` feature, on by default) makes every connection of
+//!   the manager speak TLS and check the server's certificate against the URL's host, with the
+//!   system's roots or a CA of your own, and a client certificate for mutual TLS (see
+//!   [TLS](LockManagerBuilder#tls)). A failed handshake says why: an [`Error::Tls`] with a
+//!   [`TlsFailure`] kind (an unknown issuer, a wrong host name, a server that does not speak
+//!   TLS, or one that speaks nothing else...).
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -69,6 +75,7 @@
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
 //!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
+//!   |   tls               the TLS options, the rustls set-up, TLS failures sorted by kind
 //!   |   watchdog          renews leases in batches, reports losses to the instant
 //!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
 //!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
@@ -107,6 +114,7 @@ mod stats;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
 pub mod testing;
+mod tls;
 mod wait;
 mod watchdog;
 
@@ -114,7 +122,7 @@ mod watchdog;
 /// hand out (for `select!`).
 pub use cancel::CancelToken;
 pub use crossbeam_channel;
-pub use error::{Error, LostReason, Permission, Result};
+pub use error::{Error, LostReason, Permission, Result, TlsFailure};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
 pub use latch::CountDownLatch;

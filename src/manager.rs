@@ -25,6 +25,7 @@ use crate::replication::ReplicaAcks;
 use crate::rwlock::ReadWriteLock;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
+use crate::tls::{self, TlsOptions};
 use crate::watchdog::LostCallback;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -83,14 +84,22 @@ pub struct LockManagerBuilder {
     failover_grace: Duration,
     /// How many replicas must acknowledge a write, and within what time; `None`: off.
     replica_acks: Option<(u32, Duration)>,
+    /// Checked by `build`, with the URL.
+    tls: TlsOptions,
 }
 
 impl LockManager {
     /// Starts configuring a manager for the Redis server at `info`: anything redis-rs takes
     /// as connection info, so an application's existing settings pass through unchanged. A
-    /// URL (`redis://[user:pass@]host:port[/db]` or `redis+unix:///path`, as `&str` or
-    /// `String`), a [`redis::ConnectionInfo`] (database, user and password included), or a
-    /// `(host, port)` pair.
+    /// URL (`redis://[user:pass@]host:port[/db]`, `rediss://` for TLS, or
+    /// `redis+unix:///path`, as `&str` or `String`), a [`redis::ConnectionInfo`] (database,
+    /// user and password included), or a `(host, port)` pair.
+    ///
+    /// With `rediss://` (the `tls` feature, on by default), every connection of the manager
+    /// speaks TLS and checks the server's certificate against the URL's host, a name or an IP
+    /// address, with the system's roots unless
+    /// [`tls_ca_certificate`](LockManagerBuilder::tls_ca_certificate) gives a CA (see
+    /// [TLS](LockManagerBuilder#tls)).
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -105,6 +114,8 @@ impl LockManager {
     /// # Ok(())
     /// # }
     /// ```
+    // The links to the TLS builder options, which only the `tls` feature has.
+    #[cfg_attr(not(feature = "tls"), allow(rustdoc::broken_intra_doc_links))]
     pub fn builder(info: impl IntoConnectionInfo) -> LockManagerBuilder {
         LockManagerBuilder {
             info: info.into_connection_info().map_err(|err| err.to_string()),
@@ -117,6 +128,7 @@ impl LockManager {
             sentinel: None,
             failover_grace: DEFAULT_FAILOVER_GRACE,
             replica_acks: None,
+            tls: TlsOptions::default(),
         }
     }
 
@@ -301,6 +313,46 @@ impl std::fmt::Debug for LockManager {
     }
 }
 
+/// # TLS
+///
+/// A `rediss://` URL makes every connection of the manager speak TLS: the command
+/// connections (through redis-rs, built with its `tls-rustls` feature) and the subscribed
+/// connection that wakes waiters (rustls directly), with the same roots, client certificate
+/// and checks. The server's certificate must chain to a trusted root (the system's, or the
+/// CA given with [`tls_ca_certificate`](Self::tls_ca_certificate)) and be valid for the URL's
+/// host: a DNS name (also sent as SNI), or an IP address for an IP host. The handshake is
+/// part of connecting, within the [connect timeout](Self::connect_timeout).
+///
+/// TLS needs the `tls` feature (on by default); without it a `rediss://` URL is an
+/// [`Error::InvalidArgument`]. rustls needs a process-wide crypto provider, which redis-rs
+/// takes from rustls's `CryptoProvider::get_default()`: the first build with a
+/// `rediss://` URL installs ring's when none is installed yet. An application that installs
+/// its own before (`install_default`) keeps it, and the manager uses that one.
+///
+/// A failed handshake is an [`Error::Tls`] whose [`TlsFailure`](crate::TlsFailure) tells why
+/// (an unknown issuer, a wrong host name, a server that does not speak TLS, a client
+/// certificate missing...), at build and on any later call that needs a new connection:
+///
+/// ```
+/// # #[cfg(not(feature = "tls"))]
+/// # fn main() {}
+/// # #[cfg(feature = "tls")]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let files = redlease::testing::TlsFiles::generate()?;
+/// # let redis = redlease::testing::RedisServer::start_tls(&files, &Default::default())?;
+/// # let url = redis.url();
+/// // A server whose certificate was not signed by the system's roots: no CA given.
+/// match redlease::LockManager::builder(url.as_str()).build() {
+///     Err(redlease::Error::Tls { kind: redlease::TlsFailure::UnknownIssuer, detail }) => {
+///         println!("untrusted server certificate: {detail}");
+///     }
+///     other => panic!("expected an unknown issuer, got {other:?}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+// The links to the TLS builder options, which only the `tls` feature has.
+#[cfg_attr(not(feature = "tls"), allow(rustdoc::broken_intra_doc_links))]
 impl LockManagerBuilder {
     /// The longest a new connection may take, host name lookup included (default 3 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
@@ -428,6 +480,104 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Trusts the CA certificate(s) in `pem` (PEM text, one or more `CERTIFICATE` blocks)
+    /// for the server's certificate, instead of the system's roots. For a `rediss://` URL
+    /// only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let files = redlease::testing::TlsFiles::generate()?;
+    /// # let redis = redlease::testing::RedisServer::start_tls(&files, &Default::default())?;
+    /// # let port = redis.port();
+    /// let ca = std::fs::read(files.ca_certificate())?;
+    /// let manager = redlease::LockManager::builder(format!("rediss://localhost:{port}/"))
+    ///     .tls_ca_certificate(ca)
+    ///     .build()?;
+    /// manager.lock("invoice:42").with_lock(|_| ())?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors (at build)
+    /// [`Error::InvalidArgument`] when `pem` holds no certificate, or the URL is not
+    /// `rediss://`.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_ca_certificate(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.tls.ca_certificate_pem = Some(pem.as_ref().to_vec());
+        self
+    }
+
+    /// Shows the server this client certificate, for mutual TLS: `certificate_pem` holds the
+    /// certificate (and any intermediates after it), `key_pem` its private key (PKCS#8,
+    /// PKCS#1 or SEC1 PEM). For a `rediss://` URL only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let files = redlease::testing::TlsFiles::generate()?;
+    /// # let options = redlease::testing::TlsServerOptions::default().require_client_certificates();
+    /// # let redis = redlease::testing::RedisServer::start_tls(&files, &options)?;
+    /// # let url = redis.url();
+    /// // A server started with `--tls-auth-clients yes`.
+    /// let manager = redlease::LockManager::builder(url.as_str())
+    ///     .tls_ca_certificate(std::fs::read(files.ca_certificate())?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read(files.client_certificate())?,
+    ///         std::fs::read(files.client_key())?,
+    ///     )
+    ///     .build()?;
+    /// # drop(manager);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors (at build)
+    /// [`Error::InvalidArgument`] when the PEM holds no certificate or no key, the key does not
+    /// suit the certificate, or the URL is not `rediss://`.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Self {
+        self.tls.client_identity_pem =
+            Some((certificate_pem.as_ref().to_vec(), key_pem.as_ref().to_vec()));
+        self
+    }
+
+    /// **Development only: anyone between the manager and Redis can then read and change
+    /// everything, lock holders included.** Accepts any server certificate: an unknown issuer,
+    /// an expired certificate, another host's name. The connection is still encrypted, but to
+    /// whoever answers. Use it against a server with a throwaway self-signed certificate, never
+    /// in production: give the server's CA with
+    /// [`tls_ca_certificate`](Self::tls_ca_certificate) instead. (A `rediss://` URL ending in
+    /// `#insecure`, which redis-rs reads as the same request, is refused: this call is the
+    /// one way to ask, so that it shows in the code.) For a `rediss://` URL only.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let files = redlease::testing::TlsFiles::generate()?;
+    /// # let redis = redlease::testing::RedisServer::start_tls(&files, &Default::default())?;
+    /// # let url = redis.url();
+    /// // A development server whose certificate nothing here trusts.
+    /// let manager = redlease::LockManager::builder(url.as_str())
+    ///     .tls_danger_accept_invalid_certificates()
+    ///     .build()?;
+    /// # drop(manager);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors (at build)
+    /// [`Error::InvalidArgument`] when the URL is not `rediss://`.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_danger_accept_invalid_certificates(mut self) -> Self {
+        self.tls.accept_invalid_certificates = true;
+        self
+    }
+
     /// Checks the settings, connects to Redis once to see it answers, and starts the threads.
     ///
     /// With a Redis ACL user, it checks what every manager uses, whichever primitives it
@@ -436,9 +586,11 @@ impl LockManagerBuilder {
     /// channels) is checked by its first call that needs it.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad URL, a zero or too long timeout, or replica
-    /// acknowledgements out of range (see [`replica_acks`](LockManagerBuilder::replica_acks));
-    /// [`Error::Unreachable`] or [`Error::Timeout`] when Redis does not answer a `PING`;
+    /// [`Error::InvalidArgument`] for a bad URL, a zero or too long timeout, replica
+    /// acknowledgements out of range (see [`replica_acks`](LockManagerBuilder::replica_acks)),
+    /// or bad TLS options (see [TLS](LockManagerBuilder#tls)); [`Error::Unreachable`] or
+    /// [`Error::Timeout`] when Redis does not answer a `PING`; [`Error::Tls`] when the TLS
+    /// handshake fails, or a plaintext URL leads to a server that speaks TLS only;
     /// [`Error::AuthenticationFailed`] when Redis refuses the user or password;
     /// [`Error::PermissionDenied`] when the user may not run `PING` or `SUBSCRIBE`;
     /// in sentinel mode, [`Error::UnknownMaster`] when no sentinel knows the master.
@@ -468,9 +620,14 @@ impl LockManagerBuilder {
             }
             None => None,
         };
-        let info = self
-            .info
-            .map_err(|err| Error::InvalidArgument(format!("bad redis connection info: {err}")))?;
+        let info = self.info.map_err(|err| {
+            // redis-rs refuses `rediss://` when built without TLS; say which feature that is.
+            if !cfg!(feature = "tls") && err.contains("can't connect with TLS") {
+                Error::InvalidArgument(tls::FEATURE_OFF.into())
+            } else {
+                Error::InvalidArgument(format!("bad redis connection info: {err}"))
+            }
+        })?;
         let sentinel = match self.sentinel {
             Some((sentinels, master_name)) => Some(SentinelSettings {
                 sentinels: sentinels.map_err(|err| {
@@ -496,6 +653,7 @@ impl LockManagerBuilder {
             max_idle_connections: self.max_idle_connections,
             on_lost: self.on_lost,
             replica_acks,
+            tls: self.tls,
         })?;
         Ok(LockManager {
             client,

@@ -5,8 +5,27 @@
 //! error or a timeout is dropped, never reused: its stream may hold a late answer; so is one
 //! whose command gave up on an answer on purpose (a `WAIT` that only reports). No thread
 //! of its own; connections are made on demand by the calling thread and kept idle up to a
-//! bound. A host name is looked up through the manager's [`Resolver`], within the connect
-//! timeout.
+//! bound.
+//!
+//! A plaintext connection to a host name is made to the addresses the manager's [`Resolver`]
+//! looks up within the connect timeout. A TLS connection cannot be: redis-rs checks the
+//! server's certificate against the host it connects to, so it must be given the name, and it
+//! looks the name up itself (`getaddrinfo`, unbounded). The resolver first confirms within the
+//! connect timeout that the name answers now (see [`Resolver::confirm`]); what remains
+//! unbounded is redis-rs's own lookup right after, which the system resolver usually answers
+//! at once. An IP host is never looked up, and is what the certificate is checked against.
+//!
+//! The TLS handshake is part of connecting: redis-rs does it with the first exchange on the
+//! connection, so when it has nothing to set up (no `AUTH`, `HELLO` or `SELECT`) the pool
+//! sends a `PING` within what is left of the connect timeout.
+//!
+//! With the `tls` feature, two failures of a new connection that look like an unreachable or
+//! silent server are checked with one more connection, and only then, within the time the call
+//! had anyway: a plaintext connection that the server ends without a byte of answer, against
+//! a TLS client hello
+//! ([`TlsFailure::ServerRequiresTls`](crate::TlsFailure::ServerRequiresTls)); a TLS connection
+//! that gets no answer in time, against a plaintext `PING`
+//! ([`TlsFailure::NotTls`](crate::TlsFailure::NotTls)).
 //!
 //! In sentinel mode the pool connects to the master the [`MasterLocator`] names now. Idle
 //! connections made for an older master are dropped once the locator's generation moves on,
@@ -63,6 +82,11 @@ pub(crate) struct Pool {
     target: Target,
     /// The user the connections log in as (`None`: Redis's default user).
     user: Option<String>,
+    /// The connections speak TLS (`rediss://`).
+    tls: bool,
+    /// A TLS connection has nothing to set up, so its handshake waits for a first command:
+    /// a `PING` sent while connecting.
+    ping_to_handshake: bool,
     /// Idle connections, and the master generation they were made for (sentinel mode).
     idle: Mutex<Idle>,
     max_idle: usize,
@@ -93,9 +117,12 @@ impl Pool {
         let setup_replies =
             u32::from(settings.password().is_some() || settings.protocol().supports_resp3())
                 + u32::from(settings.db() != 0);
+        let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
         Pool {
             setup_replies: setup_replies.max(1),
             user: settings.username().map(str::to_owned),
+            tls,
+            ping_to_handshake: tls && setup_replies == 0,
             target,
             idle: Mutex::new(Idle::default()),
             max_idle,
@@ -197,9 +224,14 @@ impl Pool {
                 self.connect_timeout.min(left / self.setup_replies)
             }
         };
-        let connection = self.connect(connect_timeout)?;
+        // What the call may take from here: a connection and an answer, or until its deadline.
+        let give_up_at = deadline.unwrap_or_else(|| Instant::now() + connect_timeout + timeout);
+        let connection = self
+            .connect(connect_timeout)
+            .map_err(|err| self.explain_fresh_failure(err, Stage::Connecting, give_up_at))?;
         let outcome = self.run_on(connection, timeout, deadline, timeouts, &mut command);
         self.sorted(outcome, timeout)
+            .map_err(|err| self.explain_fresh_failure(err, Stage::FirstCommand, give_up_at))
     }
 
     /// The crate's error for a failed call; in sentinel mode a call that did not reach the
@@ -296,8 +328,108 @@ impl Pool {
         if budget.is_zero() {
             return Err(Error::Timeout(budget));
         }
+        let give_up_at = Instant::now() + budget;
         self.connect(self.connect_timeout.min(budget / self.setup_replies))
+            .map_err(|err| self.explain_fresh_failure(err, Stage::Connecting, give_up_at))
             .map_err(|err| err.for_user(self.user()))
+    }
+
+    /// The error of a connection made for this call (not an idle one), told apart more
+    /// finely where it can be, with one more connection to the server (with the `tls`
+    /// feature, and only on these failures):
+    /// - a plaintext connection that the server ended without a byte of answer, when a TLS
+    ///   client hello to it is answered in TLS, is
+    ///   [`TlsFailure::ServerRequiresTls`](crate::TlsFailure::ServerRequiresTls);
+    /// - a TLS connection that got no answer in time while `Connecting` (its handshake),
+    ///   when a plaintext `PING` to the server is answered, is
+    ///   [`TlsFailure::NotTls`](crate::TlsFailure::NotTls) (a plaintext `redis-server` stays
+    ///   silent through a handshake).
+    ///
+    /// The check gets the connect timeout at most, and never goes past `give_up_at`, the
+    /// bound the call had anyway (a connect that timed out has not used its answer's time);
+    /// without time left, `err` stands.
+    pub(crate) fn explain_fresh_failure(
+        &self,
+        err: Error,
+        stage: Stage,
+        give_up_at: Instant,
+    ) -> Error {
+        #[cfg(feature = "tls")]
+        {
+            let give_up_at = give_up_at.min(Instant::now() + self.connect_timeout);
+            let explained = match &err {
+                Error::Unreachable(cause)
+                    if !self.tls
+                        && cause.is_connection_dropped()
+                        && !cause.is_connection_refusal()
+                        && !cause.is_timeout() =>
+                {
+                    self.probe(give_up_at, |address, host, left| {
+                        crate::tls::speaks_tls(address, host, left).then(|| Error::Tls {
+                            kind: crate::TlsFailure::ServerRequiresTls,
+                            detail: format!(
+                                "{address} ended a plaintext connection without answering \
+                                 ({cause}) and answers a TLS client hello in TLS"
+                            ),
+                        })
+                    })
+                }
+                Error::Timeout(waited) if self.tls && stage == Stage::Connecting => {
+                    self.probe(give_up_at, |address, _, left| {
+                        crate::tls::speaks_plaintext_redis(address, left).then(|| Error::Tls {
+                            kind: crate::TlsFailure::NotTls,
+                            detail: format!(
+                                "{address} did not answer within {waited:?} over TLS, and \
+                                 answers a plaintext PING"
+                            ),
+                        })
+                    })
+                }
+                _ => None,
+            };
+            if let Some(explained) = explained {
+                return explained;
+            }
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = (stage, give_up_at);
+        err
+    }
+
+    /// Runs `check` on the server's addresses in turn, each with the time left before
+    /// `give_up_at`, until one answers an error.
+    #[cfg(feature = "tls")]
+    fn probe(
+        &self,
+        give_up_at: Instant,
+        check: impl Fn(SocketAddr, &str, Duration) -> Option<Error>,
+    ) -> Option<Error> {
+        // In sentinel mode the address changes: no probe.
+        let Target::Fixed {
+            client,
+            resolver: Some(resolver),
+        } = &self.target
+        else {
+            return None;
+        };
+        let host = match client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host,
+            _ => return None,
+        };
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        for address in resolver.resolve(left).ok()? {
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if let Some(err) = check(address, host, left) {
+                return Some(err);
+            }
+        }
+        None
     }
 
     /// The user of the connection settings; `None` when they name none (Redis's default user).
@@ -322,38 +454,7 @@ impl Pool {
     }
 
     fn connect(&self, timeout: Duration) -> Result<Connection> {
-        let connection = match &self.target {
-            Target::Fixed {
-                resolver: Some(resolver),
-                client,
-            } => connect_resolved(client.get_connection_info(), resolver, timeout)?,
-            Target::Fixed {
-                resolver: None,
-                client,
-            } => client
-                .get_connection_with_timeout(timeout)
-                .map_err(|err| Error::from_redis(err, timeout))?,
-            Target::Sentinel(locator) => {
-                let (info, _) = locator.master();
-                let resolver = match info.addr() {
-                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                        Resolver::new(host, *port)
-                    }
-                    other => {
-                        return Err(Error::InvalidArgument(format!(
-                            "a sentinel named an address of an unexpected kind: {other}"
-                        )))
-                    }
-                };
-                connect_resolved(&info, &resolver, timeout).inspect_err(|err| {
-                    if let Error::Unreachable(_) | Error::Timeout(_) = err {
-                        if locator.ask_again() {
-                            self.forget_idle();
-                        }
-                    }
-                })?
-            }
-        };
+        let connection = self.open(timeout)?;
         for outcome in [
             connection.set_read_timeout(Some(self.response_timeout)),
             connection.set_write_timeout(Some(self.response_timeout)),
@@ -362,6 +463,118 @@ impl Pool {
         }
         Ok(connection)
     }
+
+    /// A new connection, set up and, for TLS, past its handshake, within `timeout`.
+    fn open(&self, timeout: Duration) -> Result<Connection> {
+        let give_up_at = Instant::now() + timeout;
+        let mut connection = match &self.target {
+            Target::Fixed {
+                client,
+                resolver: Some(resolver),
+            } if self.tls => connect_by_name(client, resolver, timeout)?,
+            Target::Fixed {
+                client,
+                resolver: Some(resolver),
+            } => connect_resolved(client.get_connection_info(), resolver, timeout)?,
+            Target::Fixed {
+                client,
+                resolver: None,
+            } => client
+                .get_connection_with_timeout(timeout)
+                .map_err(|err| Error::from_redis(err, timeout))?,
+            Target::Sentinel(locator) => self.connect_to_master(locator, timeout)?,
+        };
+        if self.ping_to_handshake {
+            complete_handshake(&mut connection, give_up_at, timeout)?;
+        }
+        Ok(connection)
+    }
+
+    /// A new connection to the master the sentinels name now; when it cannot be reached,
+    /// the sentinels are asked again for the next try.
+    fn connect_to_master(&self, locator: &MasterLocator, timeout: Duration) -> Result<Connection> {
+        let (info, _) = locator.master();
+        let resolver = match info.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                Resolver::new(host, *port)
+            }
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "a sentinel named an address of an unexpected kind: {other}"
+                )))
+            }
+        };
+        let connected = if self.tls {
+            redis::Client::open(info)
+                .map_err(|err| Error::from_redis(err, timeout))
+                .and_then(|client| connect_by_name(&client, &resolver, timeout))
+        } else {
+            connect_resolved(&info, &resolver, timeout)
+        };
+        connected.inspect_err(|err| {
+            if let Error::Unreachable(_) | Error::Timeout(_) = err {
+                if locator.ask_again() {
+                    self.forget_idle();
+                }
+            }
+        })
+    }
+}
+
+/// For TLS: confirms that the host name answers, within `timeout`, then lets redis-rs look it
+/// up again and connect with it, so that the certificate is checked against the name (see the
+/// module doc for what this leaves unbounded).
+fn connect_by_name(
+    client: &redis::Client,
+    resolver: &Resolver,
+    timeout: Duration,
+) -> Result<Connection> {
+    let give_up_at = Instant::now() + timeout;
+    resolver
+        .confirm(timeout)
+        .map_err(|err| err.into_error(timeout))?;
+    let left = give_up_at.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Timeout(timeout));
+    }
+    client.get_connection_with_timeout(left).map_err(|err| {
+        if is_unreachable(&err) {
+            // The name may have moved (a failover): look it up again next time.
+            resolver.distrust_cache();
+        }
+        Error::from_redis(err, timeout)
+    })
+}
+
+/// Completes the TLS handshake of a new connection with a `PING` before `give_up_at`, so that
+/// it counts against the connect timeout, not against a command's response timeout.
+fn complete_handshake(
+    connection: &mut Connection,
+    give_up_at: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    let left = give_up_at.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Timeout(timeout));
+    }
+    for outcome in [
+        connection.set_read_timeout(Some(left)),
+        connection.set_write_timeout(Some(left)),
+    ] {
+        outcome.map_err(|err| Error::from_redis(err, timeout))?;
+    }
+    redis::cmd("PING")
+        .query::<()>(connection)
+        .map_err(|err| Error::from_redis(err, timeout))
+}
+
+/// Where a new connection failed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Connecting, the set-up and the TLS handshake included.
+    Connecting,
+    /// At the first command sent on it.
+    FirstCommand,
 }
 
 /// Looks the host up and connects to its addresses in turn until one takes the connection,

@@ -16,6 +16,13 @@
 //! fails on every cached address ends their trust at once. Without cached addresses, a
 //! lookup slower than the budget is an [`Error::Timeout`](crate::Error::Timeout).
 //!
+//! A TLS connection cannot use these addresses: redis-rs must be given the host name, which
+//! its certificate is checked against, and looks the name up itself, unbounded. For it,
+//! [`Resolver::confirm`] proves within the budget that the name answers now (a trusted cached
+//! lookup, or a fresh one that succeeded in time), without falling back on older addresses,
+//! so that a resolver known to be slow or failing ends the connect within its budget instead
+//! of inside redis-rs's lookup.
+//!
 //! The lookup thread is the one thread of the crate that can outlive its manager, briefly:
 //! `getaddrinfo` cannot be interrupted, so a thread stuck in it is left to finish when the
 //! system resolver gives up (its own timeouts and attempts from `resolv.conf`). It holds only
@@ -132,6 +139,16 @@ impl Resolver {
         }
     }
 
+    /// Answers whether the name resolves now, within `budget`: the cached addresses while
+    /// they are trusted, else a lookup that succeeds in time. Unlike
+    /// [`resolve`](Resolver::resolve), never falls back on addresses found before.
+    pub(crate) fn confirm(&self, budget: Duration) -> Result<(), ResolveError> {
+        match &self.kind {
+            Kind::Literal(_) => Ok(()),
+            Kind::Name(lookups) => lookups.look_up_within(budget, Fallback::None).map(drop),
+        }
+    }
+
     /// Stops trusting the cached addresses: connecting to every one of them failed, and the
     /// name may have moved. The next caller looks the name up first.
     pub(crate) fn distrust_cache(&self) {
@@ -143,14 +160,35 @@ impl Resolver {
     }
 }
 
+/// What a lookup that fails or is too slow may leave the caller with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fallback {
+    /// The addresses found before, if any (then the lookup gets half the budget).
+    Cached,
+    /// Nothing: the caller needs a fresh answer (the whole budget).
+    None,
+}
+
 impl Lookups {
     fn resolve(self: &Arc<Self>, budget: Duration) -> Result<Vec<SocketAddr>, ResolveError> {
+        self.look_up_within(budget, Fallback::Cached)
+    }
+
+    fn look_up_within(
+        self: &Arc<Self>,
+        budget: Duration,
+        fallback: Fallback,
+    ) -> Result<Vec<SocketAddr>, ResolveError> {
         let started = Instant::now();
         let mut state = self.state.lock();
         if let Some(cached) = &state.cached {
             if started < cached.trusted_until {
                 return Ok(cached.addresses.clone());
             }
+        }
+        if fallback == Fallback::None {
+            // Below, only what this lookup finds counts.
+            return self.wait_for_fresh_lookup(state, started, budget);
         }
         let wait = if state.cached.is_some() {
             budget / 2
@@ -218,6 +256,48 @@ impl Lookups {
             self.host
         );
         Err(ResolveError::TimedOut(wait))
+    }
+
+    /// Starts a lookup unless one is under way, and waits for it until `budget` has passed
+    /// since `started`; answers what it found, or why nothing.
+    fn wait_for_fresh_lookup(
+        self: &Arc<Self>,
+        mut state: parking_lot::MutexGuard<'_, LookupState>,
+        started: Instant,
+        budget: Duration,
+    ) -> Result<Vec<SocketAddr>, ResolveError> {
+        if !state.in_flight {
+            let lookups = Arc::clone(self);
+            std::thread::Builder::new()
+                .name("redlease-resolve".into())
+                .spawn(move || lookups.look_up())
+                .map_err(ResolveError::ThreadSpawn)?;
+            state.in_flight = true;
+        }
+        let awaited = state.lookups_ended + 1;
+        let give_up_at = started + budget;
+        while state.lookups_ended < awaited {
+            if self.finished.wait_until(&mut state, give_up_at).timed_out() {
+                break;
+            }
+        }
+        if state.lookups_ended < awaited {
+            log::warn!(
+                "looking up {} took longer than {budget:?}, the connect budget",
+                self.host
+            );
+            return Err(ResolveError::TimedOut(budget));
+        }
+        match (&state.last_failure, &state.cached) {
+            (None, Some(cached)) => Ok(cached.addresses.clone()),
+            (Some((kind, message)), _) => {
+                Err(ResolveError::Failed(io::Error::new(*kind, message.clone())))
+            }
+            (None, None) => Err(ResolveError::Failed(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} resolved to no address", self.host),
+            ))),
+        }
     }
 
     fn cache_age(&self, state: &LookupState) -> Duration {
@@ -314,6 +394,26 @@ mod tests {
             1,
             "served from the cache"
         );
+    }
+
+    #[test]
+    fn confirming_a_name_uses_the_trusted_cache_or_a_fresh_lookup() {
+        let resolver = Resolver::new("localhost", 6379);
+        let Kind::Name(lookups) = &resolver.kind else {
+            panic!("localhost is a name");
+        };
+        resolver.confirm(Duration::from_secs(5)).unwrap();
+        assert_eq!(lookups.state.lock().lookups_ended, 1);
+        resolver.confirm(Duration::ZERO).unwrap();
+        assert_eq!(lookups.state.lock().lookups_ended, 1, "trusted cache");
+        resolver.distrust_cache();
+        // Distrusted: a fresh lookup or nothing, never the old addresses.
+        assert!(matches!(
+            resolver.confirm(Duration::ZERO),
+            Err(ResolveError::TimedOut(_))
+        ));
+        resolver.confirm(Duration::from_secs(5)).unwrap();
+        assert!(lookups.state.lock().lookups_ended >= 2);
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The transport of the subscribed connection: where it goes (a host and port looked up
 //! through the manager's resolver, a Unix socket, or the master the sentinels name now),
-//! connecting within the connect timeout, `AUTH`, and the socket handles with their timeouts.
+//! connecting within the connect timeout (for `rediss://`, the TLS handshake included: see
+//! [`super::tls`]), `AUTH`, and the handles with their timeouts.
 //!
-//! Knows nothing of channels or waiters; touches only sockets, the resolver and the master
-//! locator.
+//! Knows nothing of channels or waiters; touches only sockets, the TLS stream, the resolver
+//! and the master locator.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -17,14 +18,19 @@ use std::time::{Duration, Instant};
 use redis::{ConnectionAddr, ConnectionInfo};
 
 use super::frame::{self, Frame};
+#[cfg(feature = "tls")]
+use super::tls::TlsStream;
 use super::LoginRefused;
 use crate::error::{Error, Result};
 use crate::resolve::{ResolveError, Resolver};
 use crate::sentinel::MasterLocator;
+use crate::tls::TlsConnector;
 
 /// Where the subscribed connection goes, and how it authenticates.
 pub(super) struct Endpoint {
     address: Address,
+    /// For `rediss://`: the TLS set-up the command connections use too.
+    tls: Option<TlsConnector>,
     username: Option<String>,
     password: Option<String>,
 }
@@ -45,49 +51,56 @@ impl Endpoint {
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
         located: Option<Arc<MasterLocator>>,
+        tls: Option<TlsConnector>,
     ) -> Result<Self> {
-        let address = match (located, info.addr()) {
-            (Some(locator), _) => Address::Master(locator),
-            (None, ConnectionAddr::Tcp(host, port)) => {
+        let address = match (located, info.addr(), &tls) {
+            (Some(locator), _, _) => Address::Master(locator),
+            (None, ConnectionAddr::Tcp(host, port), None)
+            | (None, ConnectionAddr::TcpTls { host, port, .. }, Some(_)) => {
                 Address::Tcp(resolver.unwrap_or_else(|| Arc::new(Resolver::new(host, *port))))
             }
             #[cfg(unix)]
-            (None, ConnectionAddr::Unix(path)) => Address::Unix(path.clone()),
-            (None, other) => {
+            (None, ConnectionAddr::Unix(path), None) => Address::Unix(path.clone()),
+            (None, other, _) => {
                 return Err(Error::InvalidArgument(format!(
-                    "unsupported redis address {other}: use redis:// or redis+unix://"
+                    "unsupported redis address {other}: use redis://, rediss:// or redis+unix://"
                 )))
             }
         };
         let settings = info.redis_settings();
         Ok(Endpoint {
             address,
+            tls,
             username: settings.username().map(str::to_owned),
             password: settings.password().map(str::to_owned),
         })
     }
 
-    /// Connects (the host name lookup included) within `timeout`, then authenticates
-    /// within `timeout` again.
+    /// Connects (the host name lookup and the TLS handshake included) within `timeout`, then
+    /// authenticates within `timeout` again.
     pub(super) fn connect(&self, timeout: Duration) -> io::Result<Stream> {
+        let give_up_at = Instant::now() + timeout;
         let stream = match &self.address {
-            Address::Tcp(resolver) => Stream::Tcp(connect_tcp(resolver, Instant::now() + timeout)?),
+            Address::Tcp(resolver) => {
+                let socket = connect_tcp(resolver, give_up_at)?;
+                self.secure(socket, None, give_up_at, timeout)?
+            }
             #[cfg(unix)]
             Address::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
             Address::Master(locator) => {
                 let (info, _) = locator.master();
-                let resolver = match info.addr() {
+                let (host, port) = match info.addr() {
                     ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                        Resolver::new(host, *port)
+                        (host.clone(), *port)
                     }
                     other => return Err(io::Error::other(format!("unexpected address {other}"))),
                 };
-                let connected = connect_tcp(&resolver, Instant::now() + timeout);
+                let connected = connect_tcp(&Resolver::new(&host, port), give_up_at);
                 if connected.is_err() {
                     // The master may have moved: the next try goes where the sentinels say.
                     locator.ask_again();
                 }
-                Stream::Tcp(connected?)
+                self.secure(connected?, Some(&host), give_up_at, timeout)?
             }
         };
         if let Some(password) = &self.password {
@@ -103,6 +116,37 @@ impl Endpoint {
             }
         }
         Ok(stream)
+    }
+}
+
+impl Endpoint {
+    /// `socket` as it is, or with TLS over it for `rediss://` (the certificate checked
+    /// against `host` when given, else against the URL's host), the handshake done by
+    /// `give_up_at`.
+    fn secure(
+        &self,
+        socket: TcpStream,
+        host: Option<&str>,
+        give_up_at: Instant,
+        timeout: Duration,
+    ) -> io::Result<Stream> {
+        match &self.tls {
+            None => Ok(Stream::Tcp(socket)),
+            #[cfg(feature = "tls")]
+            Some(connector) => {
+                let session = match host {
+                    Some(host) => connector.session_for(host)?,
+                    None => connector.session()?,
+                };
+                let stream = TlsStream::handshake(socket, session, give_up_at, timeout)?;
+                Ok(Stream::Tls(stream))
+            }
+            #[cfg(not(feature = "tls"))]
+            Some(never) => {
+                let _ = (socket, host, give_up_at, timeout);
+                match *never {}
+            }
+        }
     }
 }
 
@@ -155,11 +199,14 @@ fn read_one_frame(stream: &Stream, give_up_at: Instant) -> io::Result<Frame> {
     }
 }
 
-/// A TCP or Unix socket. The listener reads from one handle while the writer of the hub's
-/// outbox writes to a clone of it (see `try_clone`); either may end the connection for
-/// both.
+/// A TCP or Unix socket, or a TLS stream over TCP. The listener reads from one handle while
+/// the writer of the hub's outbox writes to a clone of it (see `try_clone`); either may end
+/// the connection for both.
 pub(super) enum Stream {
     Tcp(TcpStream),
+    /// Its clones share one TLS session (see [`super::tls`]).
+    #[cfg(feature = "tls")]
+    Tls(TlsStream),
     #[cfg(unix)]
     Unix(UnixStream),
 }
@@ -168,6 +215,8 @@ impl Stream {
     pub(super) fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(stream) => Stream::Tcp(stream.try_clone()?),
+            #[cfg(feature = "tls")]
+            Stream::Tls(stream) => Stream::Tls(stream.try_clone()?),
             #[cfg(unix)]
             Stream::Unix(stream) => Stream::Unix(stream.try_clone()?),
         })
@@ -178,6 +227,11 @@ impl Stream {
     pub(super) fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(stream) => stream.shutdown(Shutdown::Both),
+            #[cfg(feature = "tls")]
+            Stream::Tls(stream) => {
+                stream.shutdown();
+                Ok(())
+            }
             #[cfg(unix)]
             Stream::Unix(stream) => stream.shutdown(Shutdown::Both),
         };
@@ -186,23 +240,20 @@ impl Stream {
     pub(super) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(stream) => stream.set_read_timeout(timeout),
+            #[cfg(feature = "tls")]
+            Stream::Tls(stream) => stream.socket().set_read_timeout(timeout),
             #[cfg(unix)]
             Stream::Unix(stream) => stream.set_read_timeout(timeout),
         }
     }
 
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(stream) => stream.set_write_timeout(timeout),
-            #[cfg(unix)]
-            Stream::Unix(stream) => stream.set_write_timeout(timeout),
-        }
-    }
-
-    /// Reads what has arrived, waiting at most the read timeout set last.
+    /// Reads what has arrived, waiting at most the read timeout set last (for TLS: for each
+    /// read of the socket, until a whole record has come).
     pub(super) fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(stream) => (&*stream).read(buffer),
+            #[cfg(feature = "tls")]
+            Stream::Tls(stream) => stream.read(buffer),
             #[cfg(unix)]
             Stream::Unix(stream) => (&*stream).read(buffer),
         }
@@ -223,11 +274,18 @@ impl Stream {
     /// the wait.
     pub(super) fn write_all_by(&self, mut bytes: &[u8], give_up_at: Instant) -> io::Result<()> {
         while !bytes.is_empty() {
-            self.set_write_timeout(Some(time_left(give_up_at)?))?;
             let written = match self {
-                Stream::Tcp(stream) => (&*stream).write(bytes),
+                Stream::Tcp(stream) => {
+                    stream.set_write_timeout(Some(time_left(give_up_at)?))?;
+                    (&*stream).write(bytes)
+                }
+                #[cfg(feature = "tls")]
+                Stream::Tls(stream) => return stream.write_all_by(bytes, give_up_at),
                 #[cfg(unix)]
-                Stream::Unix(stream) => (&*stream).write(bytes),
+                Stream::Unix(stream) => {
+                    stream.set_write_timeout(Some(time_left(give_up_at)?))?;
+                    (&*stream).write(bytes)
+                }
             };
             match written {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -242,7 +300,7 @@ impl Stream {
 
 /// The time until `deadline`, or a timeout error once it has passed (a zero socket timeout
 /// would mean "wait forever").
-fn time_left(deadline: Instant) -> io::Result<Duration> {
+pub(super) fn time_left(deadline: Instant) -> io::Result<Duration> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));

@@ -81,7 +81,7 @@ impl Shared {
                     log::warn!("redis refused the pub/sub connection's login: {reply}");
                 }
             }
-            _ => log::debug!("pub/sub connection failed: {err}"),
+            _ => log_connect_failure(err),
         }
     }
 
@@ -178,6 +178,17 @@ impl Shared {
         }
         parsed
     }
+}
+
+/// Logs why connecting failed: a TLS failure (a certificate, a host name, a server that does
+/// not speak TLS) as a warning, as it will not go away by itself; anything else for debugging.
+fn log_connect_failure(err: &io::Error) {
+    #[cfg(feature = "tls")]
+    if let Some(tls_failure) = crate::tls::failure_of_io_error(err) {
+        log::warn!("pub/sub connection failed: {tls_failure}");
+        return;
+    }
+    log::debug!("pub/sub connection failed: {err}");
 }
 
 /// What one frame from the subscribed connection called for.

@@ -27,6 +27,8 @@
 //!   thread at a time, so a stalled write holds up no one else.
 //! - [`listener`]: the thread that connects, reads, pings and dispatches frames.
 //! - [`connection`]: the socket, the address and `AUTH`.
+//! - [`tls`]: for `rediss://`, the TLS session that the reading and the writing handles of
+//!   the connection share.
 //! - [`frame`]: the RESP2 parser, total on any input.
 //!
 //! This module holds the types the rest of the crate uses and the glue between them.
@@ -38,6 +40,8 @@ mod listener;
 mod outbox;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "tls")]
+mod tls;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -50,6 +54,7 @@ use redis::ConnectionInfo;
 use crate::error::{Error, Permission, Result};
 use crate::resolve::Resolver;
 use crate::sentinel::MasterLocator;
+use crate::tls::TlsConnector;
 use connection::Endpoint;
 use hub::{State, Waiter};
 
@@ -182,6 +187,7 @@ impl PubSubHub {
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
         located: Option<Arc<MasterLocator>>,
+        tls: Option<TlsConnector>,
         connect_timeout: Duration,
         response_timeout: Duration,
         notices: Notices,
@@ -189,7 +195,7 @@ impl PubSubHub {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
-            endpoint: Endpoint::from_info(info, resolver, located)?,
+            endpoint: Endpoint::from_info(info, resolver, located, tls)?,
             user: info.redis_settings().username().map(str::to_owned),
             notices,
             connect_timeout,

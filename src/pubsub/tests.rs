@@ -67,6 +67,7 @@ impl ScriptedRedis {
             &info,
             None,
             None,
+            None,
             Duration::from_secs(2),
             response_timeout,
             notices,
@@ -263,6 +264,7 @@ fn a_refused_login_fails_the_start_at_once() {
         let started = Instant::now();
         let outcome = PubSubHub::start(
             &info,
+            None,
             None,
             None,
             connect_timeout,
