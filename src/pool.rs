@@ -48,6 +48,8 @@ use crate::resolve::Resolver;
 use crate::sentinel::MasterLocator;
 
 /// Where the pool's connections go.
+// One per pool, made once and never moved: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Target {
     /// One server at a fixed address, its host looked up through `resolver` (`None` for a
     /// Unix socket).
