@@ -40,6 +40,12 @@
 //!   [TLS](LockManagerBuilder#tls)). A failed handshake says why: an [`Error::Tls`] with a
 //!   [`TlsFailure`] kind (an unknown issuer, a wrong host name, a server that does not speak
 //!   TLS, or one that speaks nothing else...).
+//! - **Deployments.** A single server, TLS, ACL users (a refused login or permission is an
+//!   [`Error::AuthenticationFailed`] or [`Error::PermissionDenied`] naming what was refused),
+//!   a master with replicas behind Sentinel
+//!   ([`LockManager::builder_sentinel`]: failovers are followed, waits go on through them),
+//!   and writes acknowledged by replicas before a lock counts as taken
+//!   ([`replica_acks`](LockManagerBuilder::replica_acks)).
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -75,6 +81,8 @@
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
 //!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
+//!   |   sentinel          sentinel mode: where the master is now, and the thread that hears
+//!   |                     failovers (`+switch-master`)
 //!   |   tls               the TLS options, the rustls set-up, TLS failures sorted by kind
 //!   |   watchdog          renews leases in batches, reports losses to the instant
 //!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
