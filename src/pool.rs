@@ -113,7 +113,7 @@ impl Pool {
     ) -> Self {
         let info = match &target {
             Target::Fixed { client, .. } => client.get_connection_info().clone(),
-            Target::Sentinel(locator) => locator.master().0,
+            Target::Sentinel(locator) => locator.master_info(),
         };
         let settings = info.redis_settings();
         let setup_replies =
@@ -147,7 +147,7 @@ impl Pool {
             Target::Sentinel(locator) => format!(
                 "master {:?} db {}",
                 locator.master_name(),
-                locator.master().0.redis_settings().db()
+                locator.master_info().redis_settings().db()
             ),
         }
     }
@@ -495,17 +495,9 @@ impl Pool {
     /// A new connection to the master the sentinels name now; when it cannot be reached,
     /// the sentinels are asked again for the next try.
     fn connect_to_master(&self, locator: &MasterLocator, timeout: Duration) -> Result<Connection> {
-        let (info, _) = locator.master();
-        let resolver = match info.addr() {
-            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                Resolver::new(host, *port)
-            }
-            other => {
-                return Err(Error::InvalidArgument(format!(
-                    "a sentinel named an address of an unexpected kind: {other}"
-                )))
-            }
-        };
+        let (host, port) = locator.address();
+        let resolver = Resolver::new(&host, port);
+        let info = locator.info_at(host, port);
         let connected = if self.tls {
             redis::Client::open(info)
                 .map_err(|err| Error::from_redis(err, timeout))

@@ -93,13 +93,23 @@ impl MasterLocator {
         &self.master_name
     }
 
-    /// The connection info of the master now, and its generation.
-    pub(crate) fn master(&self) -> (ConnectionInfo, u64) {
-        let master = self.master.lock();
-        let generation = self.generation.load(Ordering::Acquire);
-        let (host, port) = master
+    /// The master's host and port now.
+    pub(crate) fn address(&self) -> (String, u16) {
+        // Known from `discover` on: the placeholder is never used.
+        self.master
+            .lock()
             .clone()
-            .unwrap_or_else(|| (String::from("127.0.0.1"), 0));
+            .unwrap_or_else(|| (String::from("127.0.0.1"), 0))
+    }
+
+    /// The connection info of the master now: the template's settings at its address.
+    pub(crate) fn master_info(&self) -> ConnectionInfo {
+        let (host, port) = self.address();
+        self.info_at(host, port)
+    }
+
+    /// The template's settings (credentials, database, TLS) at `host:port`.
+    pub(crate) fn info_at(&self, host: String, port: u16) -> ConnectionInfo {
         let addr = match self.template.addr() {
             ConnectionAddr::TcpTls {
                 insecure,
@@ -113,7 +123,7 @@ impl MasterLocator {
             },
             _ => ConnectionAddr::Tcp(host, port),
         };
-        (self.template.clone().set_addr(addr), generation)
+        self.template.clone().set_addr(addr)
     }
 
     /// The generation of the master now: it grows with every change of master.

@@ -88,13 +88,7 @@ impl Endpoint {
             #[cfg(unix)]
             Address::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
             Address::Master(locator) => {
-                let (info, _) = locator.master();
-                let (host, port) = match info.addr() {
-                    ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-                        (host.clone(), *port)
-                    }
-                    other => return Err(io::Error::other(format!("unexpected address {other}"))),
-                };
+                let (host, port) = locator.address();
                 let connected = connect_tcp(&Resolver::new(&host, port), give_up_at);
                 if connected.is_err() {
                     // The master may have moved: the next try goes where the sentinels say.
