@@ -99,6 +99,7 @@
 
 mod cancel;
 mod client;
+mod cluster;
 mod error;
 mod fanout;
 mod fence;

@@ -14,5 +14,6 @@ pub(crate) mod names;
 pub(crate) mod renew;
 pub(crate) mod script;
 pub(crate) mod semaphore;
+pub(crate) mod slot;
 
 pub(crate) use script::ScriptCall;
