@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, FromRedisValue, RedisError};
+use redis::{Connection, FromRedisValue, RedisError, RedisResult};
 
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::pool::{Pool, Target};
 use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
@@ -27,6 +28,7 @@ use crate::protocol::ScriptCall;
 use crate::pubsub::{Notices, PubSubHub};
 use crate::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
 use crate::resolve::Resolver;
+use crate::route::{self, Redirect, Routed, Router};
 use crate::script;
 use crate::sentinel::{MasterLocator, SwitchWatcher};
 use crate::stats::{Stats, WaitRecorder};
@@ -39,6 +41,8 @@ pub(crate) struct Settings {
     pub(crate) info: redis::ConnectionInfo,
     /// Sentinel mode: where the sentinels are and their name of the master.
     pub(crate) sentinel: Option<SentinelSettings>,
+    /// Cluster mode: the nodes to ask for the slot map (`info` is then the first of them).
+    pub(crate) cluster_seeds: Option<Vec<redis::ConnectionInfo>>,
     /// How long a wait rides out a failover (see [`Client::outage_grace`]).
     pub(crate) failover_grace: Duration,
     pub(crate) connect_timeout: Duration,
@@ -60,7 +64,7 @@ pub(crate) struct SentinelSettings {
 
 pub(crate) struct Client {
     id: String,
-    pool: Arc<Pool>,
+    router: Arc<Router>,
     watchdog: Watchdog,
     hub: Arc<PubSubHub>,
     /// Hears failovers, in sentinel mode.
@@ -84,6 +88,7 @@ impl Client {
         let Settings {
             info,
             sentinel,
+            cluster_seeds,
             failover_grace,
             connect_timeout,
             response_timeout,
@@ -125,22 +130,37 @@ impl Client {
             )?),
             None => None,
         };
-        let target = match &locator {
-            Some(locator) => Target::Sentinel(Arc::clone(locator)),
-            None => Target::Fixed {
-                client: redis_client,
-                resolver: resolver.clone(),
-            },
+        let router = match (cluster_seeds, &locator) {
+            (Some(seeds), _) => Router::Cluster(Cluster::discover(
+                &seeds,
+                // Every node's settings, TLS parameters included.
+                redis_client.get_connection_info().clone(),
+                connect_timeout,
+                response_timeout,
+                max_idle_connections,
+            )?),
+            (None, Some(locator)) => Router::Single(Arc::new(Pool::new(
+                Target::Sentinel(Arc::clone(locator)),
+                connect_timeout,
+                response_timeout,
+                max_idle_connections,
+            ))),
+            (None, None) => Router::Single(Arc::new(Pool::new(
+                Target::Fixed {
+                    client: redis_client,
+                    resolver: resolver.clone(),
+                },
+                connect_timeout,
+                response_timeout,
+                max_idle_connections,
+            ))),
         };
-        let pool = Arc::new(Pool::new(
-            target,
-            connect_timeout,
-            response_timeout,
-            max_idle_connections,
-        ));
-        pool.run(|connection| redis::cmd("PING").query::<()>(connection))?;
+        let router = Arc::new(router);
+        for pool in router.master_pools() {
+            pool.run(|connection| redis::cmd("PING").query::<()>(connection))?;
+        }
         let watchdog = Watchdog::start(
-            Arc::clone(&pool),
+            Arc::clone(&router),
             watchdog_timeout,
             replica_acks.clone(),
             on_lost,
@@ -152,6 +172,11 @@ impl Client {
                 Some(notice) => sink.force_released(notice.name, notice.holder, notice.token),
                 None => log::debug!("ignoring a malformed force-release notice"),
             }),
+        };
+        // (Cluster mode, until the hub has one connection per master: the first master's.)
+        let (info, resolver) = match router.cluster() {
+            Some(cluster) => (cluster.node_info(&cluster.masters()[0]), None),
+            None => (info, resolver),
         };
         let hub = match PubSubHub::start(
             &info,
@@ -168,11 +193,11 @@ impl Client {
                 return Err(err);
             }
         };
-        let switch_watcher = match locator {
-            Some(locator) => {
+        let switch_watcher = match (locator, &*router) {
+            (Some(locator), Router::Single(pool)) => {
                 // A new master: connections to the old one go, the listener moves.
                 let on_switch = {
-                    let pool = Arc::clone(&pool);
+                    let pool = Arc::clone(pool);
                     let hub = Arc::clone(&hub);
                     Box::new(move || {
                         pool.forget_idle();
@@ -188,20 +213,23 @@ impl Client {
                     }
                 }
             }
-            None => None,
+            _ => None,
+        };
+        // A failover, which the cluster or the sentinels resolve, is ridden out; a single
+        // server's outage is not.
+        let outage_grace = match (&switch_watcher, &*router) {
+            (Some(_), _) | (_, Router::Cluster(_)) => failover_grace,
+            _ => Duration::ZERO,
         };
         let release_latch_ms = (response_timeout * 4)
             .max(Duration::from_secs(10))
             .as_millis() as u64;
         Ok(Arc::new(Client {
             id: uuid::Uuid::new_v4().to_string(),
-            pool,
+            router,
             watchdog,
             hub,
-            outage_grace: match switch_watcher {
-                Some(_) => failover_grace,
-                None => Duration::ZERO,
-            },
+            outage_grace,
             switch_watcher,
             release_latch_ms,
             next_request: AtomicU64::new(0),
@@ -235,27 +263,69 @@ impl Client {
         call: &ScriptCall,
         mut on_timeout: impl FnMut(&mut Connection),
     ) -> Result<Acked<T>> {
+        self.router.check_slots(call)?;
+        let call = &*self.router.dialect(call);
+        let key = call.keys().next().unwrap_or_default();
         let Some(acks) = &self.acks else {
-            return self.pool.run(|connection| {
-                let answer = script::run(connection, call);
-                if answer.as_ref().is_err_and(RedisError::is_timeout) {
-                    on_timeout(connection);
-                }
-                answer.map(Acked::unasked)
+            return self.router.route(key, |pool, asking| {
+                pool.run(|connection| {
+                    route::ask_first(connection, asking)?;
+                    let answer = script::run(connection, call);
+                    if answer.as_ref().is_err_and(RedisError::is_timeout) {
+                        on_timeout(connection);
+                    }
+                    route::intercept(answer.map(Acked::unasked))
+                })
             });
         };
-        let response_timeout = self.pool.response_timeout();
-        let acked = self
-            .pool
-            .run_for(response_timeout + acks.timeout(), |connection| {
+        let response_timeout = self.router.response_timeout();
+        let acked = self.router.route(key, |pool, asking| {
+            pool.run_for(response_timeout + acks.timeout(), |connection| {
+                route::ask_first(connection, asking)?;
                 let answer_by = Instant::now() + response_timeout;
                 let outcome = script::run_acknowledged(connection, call, acks, answer_by);
                 if outcome.as_ref().is_err_and(RedisError::is_timeout) {
                     on_timeout(connection);
                 }
-                outcome
-            })?;
+                let (acked, reading) = outcome?;
+                Ok(match Redirect::of_value(&acked.answer) {
+                    Some(redirect) => (Routed::Redirected(redirect), reading),
+                    None => (Routed::Done(acked), reading),
+                })
+            })
+        })?;
         acked.read_as()
+    }
+
+    /// Runs one protocol call on the node that serves its keys, and answers its answer.
+    pub(crate) fn run_script<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
+        self.router.check_slots(call)?;
+        let call = &*self.router.dialect(call);
+        let key = call.keys().next().unwrap_or_default();
+        self.run(key, |connection| script::run(connection, call))
+    }
+
+    /// Runs `command` on a pooled connection of the node that serves `key`.
+    pub(crate) fn run<T>(
+        &self,
+        key: impl AsRef<[u8]>,
+        mut command: impl FnMut(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T> {
+        self.router.route(key.as_ref(), |pool, asking| {
+            pool.run(|connection| {
+                route::ask_first(connection, asking)?;
+                route::intercept(command(connection))
+            })
+        })
+    }
+
+    /// `call` in the dialect this deployment publishes releases in (see `Router::dialect`),
+    /// for a call sent by other means than [`Client::run_script`].
+    pub(crate) fn in_dialect(&self, call: ScriptCall) -> ScriptCall {
+        match self.router.dialect(&call) {
+            std::borrow::Cow::Owned(sharded) => sharded,
+            std::borrow::Cow::Borrowed(_) => call,
+        }
     }
 
     /// A release of the primitive `name` stood without enough replica acknowledgements: it
@@ -296,9 +366,14 @@ impl Client {
         &self.id
     }
 
-    /// The command connections.
-    pub(crate) fn pool(&self) -> &Pool {
-        &self.pool
+    /// Where the calls for a key go.
+    pub(crate) fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// The command connections of the node that serves `key` now.
+    pub(crate) fn pool_for(&self, key: &str) -> Arc<Pool> {
+        self.router.pool_for(key.as_bytes())
     }
 
     /// The thread that renews leases and reports losses.

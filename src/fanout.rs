@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, RedisResult, ServerErrorKind, Value};
 
+use std::sync::Arc;
+
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::pool::{self, Pool, Reading};
 use crate::protocol::ScriptCall;
@@ -32,10 +35,29 @@ const GRACE_AFTER_DEADLINE: Duration = Duration::from_millis(1);
 
 /// One script call to one server.
 pub(crate) struct Request<'a> {
-    pub(crate) pool: &'a Pool,
+    pub(crate) pool: Arc<Pool>,
     pub(crate) call: ScriptCall,
     /// The acknowledgements the call's write waits for (its manager's setting), if any.
     pub(crate) acks: Option<&'a ReplicaAcks>,
+}
+
+impl<'a> Request<'a> {
+    /// `call` through `client`: to the server (in cluster mode, the node) that serves its
+    /// keys, in the dialect the deployment publishes in, with the client's acknowledgements.
+    pub(crate) fn new(client: &'a Client, call: ScriptCall) -> Self {
+        let call = client.in_dialect(call);
+        let key = String::from_utf8_lossy(call.keys().next().unwrap_or_default()).into_owned();
+        Request {
+            pool: client.pool_for(&key),
+            call,
+            acks: client.replica_acks(),
+        }
+    }
+
+    /// The request without acknowledgements, for a write no failover may matter for.
+    pub(crate) fn without_acks(self) -> Self {
+        Request { acks: None, ..self }
+    }
 }
 
 /// A request written to its server, whose answer is still to be read.
@@ -84,13 +106,13 @@ impl<'a> FanOut<'a> {
             .zip(idle)
             .map(|((request, packed), idle)| {
                 idle.map(|connection| {
-                    send(request.pool, packed, Some(connection), deadline, budget)
+                    send(&request.pool, packed, Some(connection), deadline, budget)
                 })
             })
             .collect();
         for ((request, packed), flight) in requests.iter().zip(&packed).zip(&mut flights) {
             if flight.is_none() {
-                *flight = Some(send(request.pool, packed, None, deadline, budget));
+                *flight = Some(send(&request.pool, packed, None, deadline, budget));
             }
         }
         FanOut {
@@ -116,7 +138,7 @@ impl<'a> FanOut<'a> {
             .take()
             .unwrap_or(Err(Error::Timeout(budget)))?;
         let request = &self.requests[index];
-        let pool = request.pool;
+        let pool = &request.pool;
         let mut answer_by = deadline + extension;
         let answer = match read_in_time(&mut connection, answer_by) {
             Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
@@ -132,7 +154,7 @@ impl<'a> FanOut<'a> {
                 if in_step == Reading::AnswerLeft {
                     return Err(Error::Timeout(budget));
                 }
-                let mut both = script::load_command(request.call.script()).get_packed_command();
+                let mut both = script::load_command(&request.call).get_packed_command();
                 both.extend_from_slice(&self.packed[index]);
                 let reload_by = Instant::now() + budget;
                 // The `WAIT` behind the call sent again gets its time after this answer.
@@ -268,7 +290,10 @@ fn finish(
     }
     match value {
         Value::ServerError(err) => {
-            Err(Error::from_server(err.into()).for_user(request.pool.user()))
+            let err = err.into();
+            // A `MOVED` answer in cluster mode: the map learns it for the next attempt.
+            request.pool.failed(&err);
+            Err(Error::from_server(err).for_user(request.pool.user()))
         }
         answer => Ok(Acked {
             answer,

@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::lock::deadline_after;
 use crate::protocol::latch::{self as protocol, LatchKeys};
 use crate::protocol::ScriptCall;
-use crate::script;
 use crate::wait::{self, Attempt, WaitFor};
 
 /// The largest count a latch takes: Redis counts in signed 64-bit integers.
@@ -145,8 +144,9 @@ impl CountDownLatch {
         let name = &self.keys()?.name;
         let value: Option<Vec<u8>> = self
             .client
-            .pool()
-            .run(|connection| redis::cmd("GET").arg(name).query(connection))
+            .run(name, |connection| {
+                redis::cmd("GET").arg(name).query(connection)
+            })
             .map_err(|err| err.about_keys_of(&self.keys.name))?;
         protocol::count_from(value.as_deref()).ok_or_else(|| self.wrong_type())
     }
@@ -237,8 +237,7 @@ impl CountDownLatch {
 
     fn run<T: redis::FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
         self.client
-            .pool()
-            .run(|connection| script::run(connection, call))
+            .run_script(call)
             .map_err(|err| err.about_keys_of(&self.keys.name))
     }
 

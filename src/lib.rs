@@ -115,6 +115,7 @@ mod protocol;
 mod pubsub;
 mod replication;
 mod resolve;
+mod route;
 mod rwlock;
 mod script;
 mod semaphore;

@@ -81,6 +81,8 @@ pub struct LockManagerBuilder {
     on_lost: Option<LostCallback>,
     /// Sentinel mode: the sentinels (or why they could not be read) and the master's name.
     sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
+    /// Cluster mode: the nodes to ask for the slot map (or why they could not be read).
+    cluster: Option<std::result::Result<Vec<ConnectionInfo>, String>>,
     failover_grace: Duration,
     /// How many replicas must acknowledge a write, and within what time; `None`: off.
     replica_acks: Option<(u32, Duration)>,
@@ -126,6 +128,7 @@ impl LockManager {
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             on_lost: None,
             sentinel: None,
+            cluster: None,
             failover_grace: DEFAULT_FAILOVER_GRACE,
             replica_acks: None,
             tls: TlsOptions::default(),
@@ -183,6 +186,63 @@ impl LockManager {
         let mut builder = LockManager::builder(("127.0.0.1", 0));
         builder.info = master;
         builder.sentinel = Some((sentinels, master_name.to_owned()));
+        builder
+    }
+
+    /// Starts configuring a manager for the Redis Cluster that the nodes at `seed_urls`
+    /// belong to: any of its nodes, masters or replicas, as URLs or connection infos like
+    /// [`builder`](Self::builder)'s. The first one's credentials and TLS (`rediss://`) are
+    /// every node's; a cluster has only database 0.
+    ///
+    /// The manager asks the seeds, in turn, which master serves each of the cluster's 16 384
+    /// slots (`CLUSTER SLOTS`), and sends every call to the master of its key's slot. Every key
+    /// and channel of a lock is in the slot of its name (or of the name's hash tag: `{tenant}`
+    /// in `{tenant}:job`), so each call goes to one node. A node that answers `MOVED` (the slot
+    /// moved) has the call sent where it says, and the map asked for again; `ASK` (the slot
+    /// is being migrated) has the one call sent to the node named. A node that cannot be
+    /// reached, or `CLUSTERDOWN`, has the map asked for again, and waits ride out the
+    /// failover for up to [`failover_grace`](LockManagerBuilder::failover_grace). Renewals go
+    /// to each master in one pipeline per renewal interval. On Redis 7, releases publish on
+    /// shard channels (`SPUBLISH`) and waiters subscribe (`SSUBSCRIBE`) on the master of the
+    /// channel's slot; on Redis 6, with plain `PUBLISH` and `SUBSCRIBE`.
+    ///
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let manager = redlease::LockManager::builder_cluster([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])
+    /// .build()?;
+    /// let lock = manager.lock("{tenant-42}:export");
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors (at [`build`](LockManagerBuilder::build))
+    /// [`Error::InvalidArgument`] without a seed, for a seed that is not a TCP address or
+    /// whose node is not in cluster mode, for a database other than 0; otherwise the error of
+    /// the last seed asked.
+    pub fn builder_cluster<I>(seed_urls: I) -> LockManagerBuilder
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let seeds: std::result::Result<Vec<ConnectionInfo>, String> = seed_urls
+            .into_iter()
+            .map(|seed| seed.into_connection_info())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|err| err.to_string());
+        let first = match &seeds {
+            Ok(seeds) => match seeds.first() {
+                Some(first) => Ok(first.clone()),
+                None => Err("cluster mode needs at least one node address".to_owned()),
+            },
+            Err(err) => Err(err.clone()),
+        };
+        let mut builder = LockManager::builder(("127.0.0.1", 0));
+        builder.info = first;
+        builder.cluster = Some(seeds);
         builder
     }
 
@@ -469,12 +529,12 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Sentinel mode: how long a wait goes on through a failover (default 30 s). While the
-    /// master cannot be reached, answers late, or refuses writes (`READONLY`,
-    /// `MASTERDOWN`), waits try again every 100 ms instead of failing, until this long after
-    /// the first such error in a row, then fail with it. Allow for the sentinels'
-    /// `down-after-milliseconds` plus the failover itself. A single server has no grace: its
-    /// errors end waits at once.
+    /// Sentinel and cluster mode: how long a wait goes on through a failover (default 30 s).
+    /// While the master cannot be reached, answers late, or refuses writes (`READONLY`,
+    /// `MASTERDOWN`, `CLUSTERDOWN`), waits try again every 100 ms instead of failing, until
+    /// this long after the first such error in a row, then fail with it. Allow for the
+    /// sentinels' `down-after-milliseconds` (the cluster's `cluster-node-timeout`) plus the
+    /// failover itself. A single server has no grace: its errors end waits at once.
     pub fn failover_grace(mut self, grace: Duration) -> Self {
         self.failover_grace = grace;
         self
@@ -637,6 +697,12 @@ impl LockManagerBuilder {
             }),
             None => None,
         };
+        let cluster_seeds = match self.cluster {
+            Some(seeds) => Some(seeds.map_err(|err| {
+                Error::InvalidArgument(format!("bad cluster node connection info: {err}"))
+            })?),
+            None => None,
+        };
         if self.failover_grace > MAX_FAILOVER_GRACE {
             return Err(Error::InvalidArgument(format!(
                 "a failover grace of {:?} is longer than the maximum of {MAX_FAILOVER_GRACE:?}",
@@ -646,6 +712,7 @@ impl LockManagerBuilder {
         let client = Client::connect(Settings {
             info,
             sentinel,
+            cluster_seeds,
             failover_grace: self.failover_grace,
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,

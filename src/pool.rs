@@ -61,6 +61,10 @@ pub(crate) enum Target {
     Sentinel(Arc<MasterLocator>),
 }
 
+/// Told of every call of a pool that failed, before the error is sorted: in cluster mode,
+/// the slot map, which a `MOVED` answer or an unreachable node calls into doubt.
+pub(crate) type FailureHook = Box<dyn Fn(&redis::RedisError) + Send + Sync>;
+
 /// Whether a command read every answer it asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reading {
@@ -96,6 +100,7 @@ pub(crate) struct Pool {
     response_timeout: Duration,
     /// How many replies redis-rs waits for while setting up a new connection (at least 1).
     setup_replies: u32,
+    on_failure: Option<FailureHook>,
 }
 
 #[derive(Default)]
@@ -130,7 +135,14 @@ impl Pool {
             max_idle,
             connect_timeout,
             response_timeout,
+            on_failure: None,
         }
+    }
+
+    /// The pool, telling `hook` of every call that fails.
+    pub(crate) fn with_failure_hook(mut self, hook: FailureHook) -> Self {
+        self.on_failure = Some(hook);
+        self
     }
 
     pub(crate) fn response_timeout(&self) -> Duration {
@@ -245,8 +257,12 @@ impl Pool {
         })
     }
 
-    /// Tells the master locator, in sentinel mode, about a call that failed with `err`.
+    /// Tells the master locator, in sentinel mode, or the failure hook, in cluster mode,
+    /// about a call that failed with `err`.
     pub(crate) fn failed(&self, err: &redis::RedisError) {
+        if let Some(hook) = &self.on_failure {
+            hook(err);
+        }
         let demoted = matches!(err.kind(), ErrorKind::Server(ServerErrorKind::ReadOnly));
         if demoted || is_unreachable(err) {
             self.master_in_doubt();

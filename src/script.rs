@@ -14,7 +14,6 @@ use redis::{
 };
 
 use crate::pool::Reading;
-use crate::protocol::script::LuaScript;
 use crate::protocol::ScriptCall as Call;
 use crate::replication::{Acked, ReplicaAcks};
 
@@ -23,17 +22,17 @@ use crate::replication::{Acked, ReplicaAcks};
 pub(crate) fn run<T: FromRedisValue>(connection: &mut Connection, call: &Call) -> RedisResult<T> {
     match call.command().query(connection) {
         Err(err) if is_no_script(&err) => {
-            load_command(call.script()).query::<()>(connection)?;
+            load_command(call).query::<()>(connection)?;
             call.command().query(connection)
         }
         answer => answer,
     }
 }
 
-/// `SCRIPT LOAD` of `script`.
-pub(crate) fn load_command(script: &LuaScript) -> Cmd {
+/// `SCRIPT LOAD` of the script of `call`, in its dialect.
+pub(crate) fn load_command(call: &Call) -> Cmd {
     let mut load = redis::cmd("SCRIPT");
-    load.arg("LOAD").arg(script.source());
+    load.arg("LOAD").arg(call.source());
     load
 }
 
@@ -71,16 +70,12 @@ pub(crate) fn run_pipelined(
     }
     let mut answers = query_before(connection, &pipeline, calls.len() + other.len(), deadline)?;
     let other_answers = answers.split_off(calls.len());
-    let mut missing: Vec<&'static LuaScript> = Vec::new();
+    let mut missing: Vec<&Call> = Vec::new();
     for (call, answer) in calls.iter().zip(&answers) {
         let no_script = matches!(answer,
             Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript));
-        if no_script
-            && !missing
-                .iter()
-                .any(|script| std::ptr::eq(*script, call.script()))
-        {
-            missing.push(call.script());
+        if no_script && !missing.iter().any(|other| same_script(other, call)) {
+            missing.push(call);
         }
     }
     if missing.is_empty() {
@@ -104,8 +99,8 @@ pub(crate) fn run_pipelined(
         deadline += stale_from.elapsed();
     }
     let mut again = redis::pipe();
-    for script in &missing {
-        again.add_command(load_command(script));
+    for call in &missing {
+        again.add_command(load_command(call));
     }
     for call in calls {
         again.add_command(call.command().clone());
@@ -118,6 +113,11 @@ pub(crate) fn run_pipelined(
         reloaded.into_iter().skip(missing.len()).collect(),
         other_answers,
     ))
+}
+
+/// Whether two calls run the same script in the same dialect.
+fn same_script(one: &Call, other: &Call) -> bool {
+    std::ptr::eq(one.script(), other.script()) && one.is_sharded() == other.is_sharded()
 }
 
 /// Runs one call with the `WAIT` of `acks` behind it, in one round trip: the call's answer

@@ -24,7 +24,6 @@ use crate::protocol::semaphore::{self as protocol, Changed, SemaphoreKeys, MAX_C
 use crate::protocol::ScriptCall;
 use crate::pubsub::Subscription;
 use crate::replication::{Acked, Unreplicated};
-use crate::script;
 use crate::wait::{self, Attempt, WaitFor};
 
 /// A handle to one named counting semaphore, shared by every process that uses the name.
@@ -184,8 +183,7 @@ impl Semaphore {
     /// Runs one protocol call, telling a key of another kind by [`Error::WrongType`].
     pub(crate) fn run<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
         self.client
-            .pool()
-            .run(|connection| script::run(connection, call))
+            .run_script(call)
             .map_err(|err| err.about_keys_of(&self.keys.name))
     }
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-use redis::{ConnectionAddr, ConnectionInfo};
+use redis::ConnectionInfo;
 
 use crate::error::{Error, Result};
 
@@ -110,20 +110,7 @@ impl MasterLocator {
 
     /// The template's settings (credentials, database, TLS) at `host:port`.
     pub(crate) fn info_at(&self, host: String, port: u16) -> ConnectionInfo {
-        let addr = match self.template.addr() {
-            ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => ConnectionAddr::Tcp(host, port),
-        };
-        self.template.clone().set_addr(addr)
+        crate::resolve::info_at(&self.template, host, port)
     }
 
     /// The generation of the master now: it grows with every change of master.

@@ -100,18 +100,17 @@ impl FencedStore {
     /// when there is none. Reading needs no token.
     pub fn get<T: FromRedisValue>(&self) -> Result<Option<T>> {
         let key = self.checked_key()?;
-        self.client
-            .pool()
-            .run(|connection| redis::cmd("GET").arg(key).query(connection))
+        self.client.run(key, |connection| {
+            redis::cmd("GET").arg(key).query(connection)
+        })
     }
 
     /// The highest fencing token that has written the value (0 when none has).
     pub fn highest_token(&self) -> Result<u64> {
         self.checked_key()?;
-        let token: Option<u64> = self
-            .client
-            .pool()
-            .run(|connection| redis::cmd("GET").arg(&self.fence).query(connection))?;
+        let token: Option<u64> = self.client.run(&self.fence, |connection| {
+            redis::cmd("GET").arg(&self.fence).query(connection)
+        })?;
         Ok(token.unwrap_or(0))
     }
 

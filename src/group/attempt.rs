@@ -222,16 +222,15 @@ impl Group {
             .iter()
             .map(|&index| {
                 let member = &self.members[index];
-                Request {
-                    pool: member.client().pool(),
-                    call: protocol::acquire(
+                Request::new(
+                    member.client(),
+                    protocol::acquire(
                         member.keys_unchecked(),
                         &holders[index],
                         levels_held[index],
                         lease_ms[index],
                     ),
-                    acks: member.client().replica_acks(),
-                }
+                )
             })
             .collect();
         let deadline = sent_at + self.attempt_timeout;
@@ -335,8 +334,11 @@ impl Group {
         for (position, &index) in asked.iter().enumerate() {
             if fan_out.is_pending(position) {
                 let member = &self.members[index];
-                let undo =
-                    protocol::undo(member.keys_unchecked(), &holders[index], levels_held[index]);
+                let undo = member.client().in_dialect(protocol::undo(
+                    member.keys_unchecked(),
+                    &holders[index],
+                    levels_held[index],
+                ));
                 fan_out.abandon(position, &undo.as_eval().get_packed_command());
             }
         }
@@ -408,17 +410,11 @@ impl Group {
             .filter(|&index| which[index])
             .map(|index| {
                 let member = &self.members[index];
-                Request {
-                    pool: member.client().pool(),
-                    call: protocol::undo(
-                        member.keys_unchecked(),
-                        &holders[index],
-                        levels_held[index],
-                    ),
-                    // Undoing needs no acknowledgement: a key a failover brings back was
-                    // nobody's, and runs out with its lease.
-                    acks: None,
-                }
+                Request::new(
+                    member.client(),
+                    protocol::undo(member.keys_unchecked(), &holders[index], levels_held[index]),
+                )
+                .without_acks()
             })
             .collect();
         if requests.is_empty() {

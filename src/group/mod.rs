@@ -424,7 +424,7 @@ impl<T: FromGroup> GroupBuilder<T> {
                     member.name()
                 )));
             }
-            let server = member.client().pool().server();
+            let server = member.client().router().server_of(member.name());
             let identity = match kind {
                 Kind::RedLock => server.clone(),
                 Kind::MultiLock => format!("{server} {}", member.name()),
@@ -439,7 +439,7 @@ impl<T: FromGroup> GroupBuilder<T> {
         let attempt_timeout = attempt_timeout.unwrap_or_else(|| {
             members
                 .iter()
-                .map(|member| member.client().pool().response_timeout())
+                .map(|member| member.client().router().response_timeout())
                 .min()
                 .unwrap_or(Duration::from_secs(1))
         });
@@ -571,9 +571,9 @@ impl Group {
             .map(|(&(index, left), latch)| {
                 let member = &self.members[index];
                 let keys = member.keys_unchecked();
-                Request {
-                    pool: member.client().pool(),
-                    call: protocol::release(
+                Request::new(
+                    member.client(),
+                    protocol::release(
                         keys,
                         latch,
                         &holders[index],
@@ -581,8 +581,7 @@ impl Group {
                         member.client().release_latch_ms(),
                         left.total(),
                     ),
-                    acks: member.client().replica_acks(),
-                }
+                )
             })
             .collect();
         let mut outcomes: Vec<Option<Result<bool>>> =
@@ -680,12 +679,13 @@ impl Group {
             .zip(&chain.holders)
             .zip(&chain.members)
             .filter(|(_, hold)| hold.is_some())
-            .map(|((member, holder), _)| Request {
-                pool: member.client().pool(),
-                call: group_protocol::raise_token(member.keys_unchecked(), holder, token),
-                // A raise a failover could roll back would let a later holder's token fall
-                // below this one.
-                acks: member.client().replica_acks(),
+            // With the manager's acknowledgements: a raise a failover could roll back would
+            // let a later holder's token fall below this one.
+            .map(|((member, holder), _)| {
+                Request::new(
+                    member.client(),
+                    group_protocol::raise_token(member.keys_unchecked(), holder, token),
+                )
             })
             .collect();
         let deadline = Instant::now() + self.attempt_timeout;

@@ -29,7 +29,6 @@ use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
 use crate::replication::Acked;
-use crate::script;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::{Grant, Holding, LevelsLeft};
 
@@ -264,10 +263,7 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         self.keys()?;
         let call = protocol::force_release(&self.keys);
-        let freed: i64 = self
-            .client
-            .pool()
-            .run(|connection| script::run(connection, &call))?;
+        let freed: i64 = self.client.run_script(&call)?;
         Ok(freed == 1)
     }
 
@@ -332,8 +328,7 @@ impl Lock {
 
     fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
         self.client
-            .pool()
-            .run(|connection| command.query(connection))
+            .run(&self.keys.name, |connection| command.query(connection))
     }
 
     /// Tries until `deadline` (forever with `None`), in the shared wait loop: subscribed to
@@ -451,7 +446,9 @@ impl Lock {
             .run_acknowledged::<Acquired>(&call, |connection| {
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
-                let undo = protocol::undo(&self.keys, holder, levels_held);
+                let undo = self
+                    .client
+                    .in_dialect(protocol::undo(&self.keys, holder, levels_held));
                 let _ = connection.send_packed_command(&undo.as_eval().get_packed_command());
             });
         match answer {
@@ -476,10 +473,7 @@ impl Lock {
     /// they run out with the lease or the place).
     fn take_back(&self, holder: &str, levels_held: u32, cause: &dyn fmt::Display) {
         let undo = protocol::undo(&self.keys, holder, levels_held);
-        let undone = self
-            .client
-            .pool()
-            .run(|connection| script::run::<i64>(connection, &undo));
+        let undone = self.client.run_script::<i64>(&undo);
         if let Err(err) = undone {
             log::debug!("lock {:?}: undo after {cause} failed: {err}", self.name());
         }

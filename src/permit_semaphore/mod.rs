@@ -201,7 +201,11 @@ impl PermitSemaphore {
         let keys = self.semaphore.keys()?;
         let call = protocol::take_permit(keys, id, lease_ms);
         let taken = self.semaphore.run_acknowledged(&call, |connection| {
-            let undo = protocol::release_permit(keys, id).as_eval();
+            let undo = self
+                .semaphore
+                .client()
+                .in_dialect(protocol::release_permit(keys, id))
+                .as_eval();
             let _ = connection.send_packed_command(&undo.get_packed_command());
         })?;
         match taken {

@@ -18,6 +18,6 @@ for _, holder in ipairs(holders) do
 end
 redis.call('del', KEYS[1])
 if head then
-  redis.call('publish', ARGV[3] .. ':' .. head, ARGV[1])
+  redis.call(publish_command, ARGV[3] .. ':' .. head, ARGV[1])
 end
 return 1

@@ -19,7 +19,7 @@ end
 local function wake_next()
   local head = redis.call('lindex', KEYS[2], 0)
   if head then
-    redis.call('publish', ARGV[6] .. ':' .. head, ARGV[4])
+    redis.call(publish_command, ARGV[6] .. ':' .. head, ARGV[4])
   end
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then

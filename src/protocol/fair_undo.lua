@@ -29,7 +29,7 @@ end
 local function wake_next()
   local head = redis.pcall('lindex', KEYS[2], 0)
   if type(head) == 'string' then
-    redis.call('publish', ARGV[4] .. ':' .. head, ARGV[3])
+    redis.call(publish_command, ARGV[4] .. ':' .. head, ARGV[3])
   end
 end
 local count = redis.pcall('hget', KEYS[1], ARGV[1])

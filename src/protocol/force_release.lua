@@ -18,6 +18,6 @@ local token = redis.call('get', KEYS[3]) or '0'
 for _, holder in ipairs(holders) do
   redis.pcall('publish', ARGV[2], token .. ' ' .. holder .. ' ' .. KEYS[1])
 end
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(publish_command, KEYS[2], ARGV[1])
 redis.call('del', KEYS[1])
 return 1

@@ -16,6 +16,6 @@ if left > 0 then
 end
 redis.call('del', KEYS[1])
 if left == 0 then
-  redis.call('publish', KEYS[2], ARGV[1])
+  redis.call(publish_command, KEYS[2], ARGV[1])
 end
 return 0

@@ -13,5 +13,5 @@ if value then
   return 0
 end
 redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[2], ARGV[2])
+redis.call(publish_command, KEYS[2], ARGV[2])
 return 1

@@ -17,6 +17,6 @@ if #expired > 0 then
   redis.call('zrem', KEYS[3], unpack(expired))
   local count = redis.call('incrby', KEYS[1], #expired)
   if count > 0 then
-    redis.call('publish', KEYS[2], text(count))
+    redis.call(publish_command, KEYS[2], text(count))
   end
 end

@@ -9,6 +9,6 @@ if redis.call('zrem', KEYS[3], ARGV[1]) == 0 then
 end
 local count = redis.call('incrby', KEYS[1], 1)
 if count > 0 then
-  redis.call('publish', KEYS[2], text(count))
+  redis.call(publish_command, KEYS[2], text(count))
 end
 return 1

@@ -57,6 +57,6 @@ if redis.call('hlen', KEYS[1]) > 1 then
   end
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[4])
+redis.call(publish_command, KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], 1, 'px', ARGV[3])
 return 1

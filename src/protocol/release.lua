@@ -22,6 +22,6 @@ if tonumber(ARGV[5]) > 0 then
   return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3], ARGV[3])
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[4])
+redis.call(publish_command, KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], 1, 'px', ARGV[3])
 return 1

@@ -20,5 +20,5 @@ for _, field in ipairs(fields) do
   end
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(publish_command, KEYS[2], ARGV[1])
 return 1

@@ -26,12 +26,12 @@ end
 redis.call('hdel', KEYS[1], ARGV[1])
 if redis.call('hlen', KEYS[1]) <= 1 then
   redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], ARGV[4])
+  redis.call(publish_command, KEYS[2], ARGV[4])
   return 1
 end
 if ARGV[3] == '' then
   -- The writer's own read levels remain.
   redis.call('hset', KEYS[1], 'mode', 'read')
-  redis.call('publish', KEYS[2], ARGV[4])
+  redis.call(publish_command, KEYS[2], ARGV[4])
 end
 return 0

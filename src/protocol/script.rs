@@ -5,28 +5,57 @@ use std::sync::LazyLock;
 
 use redis::{Arg, Cmd, ToRedisArgs};
 
-/// One of the crate's Lua scripts.
+/// One of the crate's Lua scripts, in two dialects: the plain one publishes releases with
+/// `PUBLISH`, the sharded one with `SPUBLISH` (Redis 7 Cluster, whose waiters `SSUBSCRIBE`
+/// on the node of the channel's slot). A script names the command by the local
+/// `publish_command`, which the first line of its source sets.
 pub(crate) struct LuaScript {
     source: &'static str,
     /// Known to Redis by this hash once loaded.
     hash: LazyLock<String>,
+    /// The sharded dialect's source and hash.
+    sharded: LazyLock<(String, String)>,
 }
 
+/// The first line of every script's plain source.
+pub(crate) const PLAIN_PRELUDE: &str = "local publish_command = 'publish'\n";
+/// ... and of its sharded source.
+const SHARDED_PRELUDE: &str = "local publish_command = 'spublish'\n";
+
 impl LuaScript {
-    pub(crate) const fn new(source: &'static str, hash: fn() -> String) -> Self {
+    pub(crate) const fn new(
+        source: &'static str,
+        hash: fn() -> String,
+        sharded: fn() -> (String, String),
+    ) -> Self {
         LuaScript {
             source,
             hash: LazyLock::new(hash),
+            sharded: LazyLock::new(sharded),
         }
     }
 
-    pub(crate) fn source(&self) -> &'static str {
-        self.source
+    /// The source of the dialect that publishes with `SPUBLISH`, and its hash.
+    pub(crate) fn sharded_dialect(plain: &str) -> (String, String) {
+        let body = plain.strip_prefix(PLAIN_PRELUDE).unwrap_or(plain);
+        let source = format!("{SHARDED_PRELUDE}{body}");
+        let hash = redis::Script::new(&source).get_hash().to_owned();
+        (source, hash)
+    }
+
+    pub(crate) fn source(&self, sharded: bool) -> &str {
+        match sharded {
+            true => &self.sharded.0,
+            false => self.source,
+        }
     }
 
     /// The SHA1 of the source, in hex.
-    pub(crate) fn hash(&self) -> &str {
-        &self.hash
+    pub(crate) fn hash(&self, sharded: bool) -> &str {
+        match sharded {
+            true => &self.sharded.1,
+            false => &self.hash,
+        }
     }
 }
 
@@ -38,20 +67,25 @@ macro_rules! lua_script {
         $(#[$doc])*
         pub(crate) static $name: $crate::protocol::script::LuaScript =
             $crate::protocol::script::LuaScript::new(
-                concat!(include_str!($first) $(, include_str!($more))*),
+                concat!(
+                    "local publish_command = 'publish'\n",
+                    include_str!($first) $(, include_str!($more))*
+                ),
                 || {
-                    redis::Script::new(concat!(include_str!($first) $(, include_str!($more))*))
-                        .get_hash()
-                        .to_owned()
+                    redis::Script::new($name.source(false)).get_hash().to_owned()
                 },
+                || $crate::protocol::script::LuaScript::sharded_dialect($name.source(false)),
             );
     };
 }
 pub(crate) use lua_script;
 
 /// One call of a script: `EVALSHA` with its keys and arguments.
+#[derive(Clone)]
 pub(crate) struct ScriptCall {
     script: &'static LuaScript,
+    /// The call is of the sharded dialect.
+    sharded: bool,
     command: Cmd,
 }
 
@@ -59,8 +93,12 @@ impl ScriptCall {
     /// A call of `script` on `keys`; add arguments with [`arg`](ScriptCall::arg).
     pub(crate) fn new(script: &'static LuaScript, keys: &[&str]) -> Self {
         let mut command = redis::cmd("EVALSHA");
-        command.arg(script.hash()).arg(keys.len()).arg(keys);
-        ScriptCall { script, command }
+        command.arg(script.hash(false)).arg(keys.len()).arg(keys);
+        ScriptCall {
+            script,
+            sharded: false,
+            command,
+        }
     }
 
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
@@ -72,22 +110,64 @@ impl ScriptCall {
         self.script
     }
 
+    /// Whether the call is of the sharded dialect (see [`LuaScript`]).
+    pub(crate) fn is_sharded(&self) -> bool {
+        self.sharded
+    }
+
+    /// The script's source in the call's dialect.
+    pub(crate) fn source(&self) -> &'static str {
+        self.script.source(self.sharded)
+    }
+
+    /// The same call of the script's sharded dialect, which publishes with `SPUBLISH`.
+    pub(crate) fn sharded(&self) -> ScriptCall {
+        let mut command = redis::cmd("EVALSHA");
+        command.arg(self.script.hash(true));
+        for arg in self.arguments() {
+            command.arg(arg);
+        }
+        ScriptCall {
+            script: self.script,
+            sharded: true,
+            command,
+        }
+    }
+
     /// The `EVALSHA` command.
     pub(crate) fn command(&self) -> &Cmd {
         &self.command
+    }
+
+    /// The keys of the call.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        let mut arguments = self.arguments();
+        let count = arguments
+            .next()
+            .and_then(|count| std::str::from_utf8(count).ok()?.parse().ok())
+            .unwrap_or(0);
+        arguments.take(count)
     }
 
     /// The same call as `EVAL` with the script's source, which works whatever the server's
     /// script cache holds: for a call queued behind another whose answer is never read.
     pub(crate) fn as_eval(&self) -> Cmd {
         let mut eval = redis::cmd("EVAL");
-        eval.arg(self.script.source);
-        // Skip EVALSHA's hash; the key count, keys and arguments follow as they are.
-        for arg in self.command.args_iter().skip(2) {
-            if let Arg::Simple(bytes) = arg {
-                eval.arg(bytes);
-            }
+        eval.arg(self.source());
+        for arg in self.arguments() {
+            eval.arg(arg);
         }
         eval
+    }
+
+    /// The key count, the keys and the arguments: all of `EVALSHA`'s but its hash.
+    fn arguments(&self) -> impl Iterator<Item = &[u8]> {
+        self.command
+            .args_iter()
+            .skip(2)
+            .filter_map(|arg| match arg {
+                Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            })
     }
 }

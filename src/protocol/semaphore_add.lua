@@ -14,6 +14,6 @@ end
 -- INCRBY rather than SET: an expiry someone gave the key stays.
 redis.call('incrby', KEYS[1], ARGV[1])
 if change > 0 and new > 0 then
-  redis.call('publish', KEYS[2], text(new))
+  redis.call(publish_command, KEYS[2], text(new))
 end
 return {1, new}

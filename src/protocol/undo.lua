@@ -21,5 +21,5 @@ if kept > 0 then
   return 0
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[3])
+redis.call(publish_command, KEYS[2], ARGV[3])
 return 1

@@ -35,6 +35,6 @@ else
     redis.call('pexpire', KEYS[1], longest)
   end
 end
-redis.call('publish', KEYS[2], ARGV[4])
+redis.call(publish_command, KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], 1, 'px', ARGV[3])
 return 1

@@ -51,9 +51,9 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{LeaseState, LostLock};
-use crate::pool::Pool;
 use crate::protocol::renew::HoldKind;
 use crate::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
+use crate::route::Router;
 use latches::{LatchQueue, Queued};
 use loss::LossReports;
 use registry::{Entry, Registry};
@@ -105,7 +105,7 @@ struct Shared {
     work_arrived: Condvar,
     /// Wakes releases waiting for an in-flight renewal of their entry.
     renewal_done: Condvar,
-    pool: Arc<Pool>,
+    router: Arc<Router>,
     timeout: Duration,
     /// The timeout in whole milliseconds, rounded up as for acquisitions.
     timeout_ms: u64,
@@ -185,7 +185,7 @@ impl LevelsLeft {
 
 impl Watchdog {
     pub(crate) fn start(
-        pool: Arc<Pool>,
+        router: Arc<Router>,
         timeout: Duration,
         acks: Option<ReplicaAcks>,
         on_lost: Option<LostCallback>,
@@ -202,7 +202,7 @@ impl Watchdog {
             latches: Mutex::new(LatchQueue::new(interval)),
             work_arrived: Condvar::new(),
             renewal_done: Condvar::new(),
-            pool,
+            router,
             timeout,
             timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
             interval,
@@ -393,7 +393,7 @@ impl Watchdog {
         // A renewal reads its answers for at most the response timeout (it is applied before
         // any `WAIT` behind it is read); the bound only guards against a bug.
         let give_up_at =
-            Instant::now() + shared.pool.response_timeout() * 2 + Duration::from_secs(1);
+            Instant::now() + shared.router.response_timeout() * 2 + Duration::from_secs(1);
         let renewing = |state: &State| {
             state
                 .registry
@@ -517,14 +517,14 @@ impl Shared {
                 }) => {
                     let acks = self.acks.as_ref().map(|acks| AckWait { acks, by: acks_by });
                     let mut renewed = 0;
-                    let unreplicated = renewal::renew(
-                        &self.pool,
+                    let unreplicated = renewal::renew_everywhere(
+                        &self.router,
                         self.timeout_ms,
-                        &batch,
-                        &latches,
+                        batch,
+                        latches,
                         answer_by,
                         acks,
-                        |outcomes| renewed = self.apply(&batch, outcomes, sent_at),
+                        |batch, outcomes| renewed += self.apply(batch, outcomes, sent_at),
                     );
                     if let Some(why) = unreplicated {
                         self.renewals_unreplicated(renewed, &why);
@@ -566,7 +566,7 @@ impl Shared {
                 // Never wait for answers past a deadline the thread must meet: the earliest
                 // lease deadline of the batch, or any lease-end check due sooner. `WAIT`'s
                 // answer, which only reports, is given up on there too.
-                let answer_by = now + self.pool.response_timeout();
+                let answer_by = now + self.router.response_timeout();
                 let acks_by = answer_by
                     + self
                         .acks

@@ -10,9 +10,18 @@
 //! extended on the master is kept either way, and is not held back while the replicas are
 //! waited for.
 //!
+//! In cluster mode a batch is split by node first, one pipeline per node in turn, and within
+//! a node the script calls go by slot (one call touches the keys of one slot), so locks that
+//! share a hash tag share calls. A call answered `MOVED` (the slot moved) fails its renewals,
+//! which are tried again shortly where the map now says; one answered `ASK` (its slot is
+//! being migrated and its keys have left) is sent again at once to the node named.
+//!
 //! Runs on the watchdog thread, outside the state lock, and talks to Redis only through the
-//! [`Pool`]. It reads no entry: what it needs is copied into the [`Renewal`]s.
+//! [`Router`] and its pools. It reads no entry: what it needs is copied into the
+//! [`Renewal`]s.
 
+use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,7 +29,10 @@ use redis::{Cmd, ServerErrorKind, Value};
 
 use crate::pool::{Pool, Reading};
 use crate::protocol::renew::{self, HoldKind};
+use crate::protocol::slot::key_slot;
+use crate::protocol::ScriptCall;
 use crate::replication::{ReplicaAcks, Unreplicated};
+use crate::route::{self, Redirect, Router};
 use crate::script;
 
 /// How many locks one script call renews. Bounds the time one call blocks Redis (other
@@ -55,13 +67,92 @@ pub(super) struct AckWait<'a> {
     pub(super) by: Instant,
 }
 
+/// Renews `batch` and deletes `latches` wherever their keys are: as one pipeline on a single
+/// server; in cluster mode one per node, in turn, each read against `answer_by` moved on by
+/// the time the ones before took. Hands `apply` the outcomes of each part of the batch,
+/// and answers why some renewals are not known to be on enough replicas, if they are not.
+pub(super) fn renew_everywhere(
+    router: &Router,
+    lease_ms: u64,
+    batch: Vec<Renewal>,
+    latches: Vec<String>,
+    answer_by: Instant,
+    acks: Option<AckWait<'_>>,
+    mut apply: impl FnMut(&[Renewal], Vec<Outcome>),
+) -> Option<Unreplicated> {
+    let Router::Cluster(_) = router else {
+        let pool = router.pool_for(b"");
+        return renew(
+            &pool,
+            router,
+            lease_ms,
+            &batch,
+            &latches,
+            answer_by,
+            acks,
+            |outcomes| apply(&batch, outcomes),
+        );
+    };
+    let mut by_node: HashMap<*const Pool, (Arc<Pool>, Vec<Renewal>, Vec<String>)> = HashMap::new();
+    for renewal in batch {
+        let pool = router.pool_for(renewal_key(&renewal).as_bytes());
+        by_node
+            .entry(Arc::as_ptr(&pool))
+            .or_insert_with(|| (pool, Vec::new(), Vec::new()))
+            .1
+            .push(renewal);
+    }
+    for latch in latches {
+        let pool = router.pool_for(latch.as_bytes());
+        by_node
+            .entry(Arc::as_ptr(&pool))
+            .or_insert_with(|| (pool, Vec::new(), Vec::new()))
+            .2
+            .push(latch);
+    }
+    let started = Instant::now();
+    let mut unreplicated = None;
+    for (_, (pool, mut renewals, mut latches)) in by_node {
+        // One script call and one deletion per slot (and per thousand).
+        renewals.sort_by_cached_key(|renewal| key_slot(renewal_key(renewal).as_bytes()));
+        latches.sort_by_cached_key(|latch| key_slot(latch.as_bytes()));
+        let answer_by = answer_by + started.elapsed();
+        let acks = acks.map(|wait| AckWait {
+            by: wait.by + started.elapsed(),
+            ..wait
+        });
+        let why = renew(
+            &pool,
+            router,
+            lease_ms,
+            &renewals,
+            &latches,
+            answer_by,
+            acks,
+            |outcomes| apply(&renewals, outcomes),
+        );
+        unreplicated = unreplicated.or(why);
+    }
+    unreplicated
+}
+
+/// The key a renewal's slot is the slot of.
+fn renewal_key(renewal: &Renewal) -> std::borrow::Cow<'_, str> {
+    match renewal.kind {
+        HoldKind::Permit => crate::protocol::names::permit_timeouts(&renewal.name).into(),
+        _ => (&*renewal.name).into(),
+    }
+}
+
 /// Sends the renewals of `batch` to a lease of `lease_ms`, and the deletion of `latches`, in
 /// one pipeline (with the `WAIT` of `acks` at its end when it renews anything), reads the
 /// answers until `answer_by`, and hands `apply` one outcome per renewal (once, whatever
 /// happens). Then reads `WAIT`'s answer, and answers why the renewals are not known to be on
 /// enough replicas, if they are not.
-pub(super) fn renew(
+#[allow(clippy::too_many_arguments)]
+fn renew(
     pool: &Pool,
+    router: &Router,
     lease_ms: u64,
     batch: &[Renewal],
     latches: &[String],
@@ -69,9 +160,17 @@ pub(super) fn renew(
     acks: Option<AckWait<'_>>,
     apply: impl FnOnce(Vec<Outcome>),
 ) -> Option<Unreplicated> {
-    let calls: Vec<_> = batch
-        .chunks(LOCKS_PER_SCRIPT_CALL)
-        .map(|chunk| {
+    let by_slot = router.cluster().is_some();
+    let chunks = slot_runs(
+        batch.len(),
+        |index| renewal_key(&batch[index]),
+        by_slot,
+        LOCKS_PER_SCRIPT_CALL,
+    );
+    let calls: Vec<_> = chunks
+        .iter()
+        .map(|range| {
+            let chunk = &batch[range.clone()];
             let locks: Vec<(HoldKind, &str, &str)> = chunk
                 .iter()
                 .map(|renewal| (renewal.kind, &*renewal.name, &*renewal.holder))
@@ -79,14 +178,19 @@ pub(super) fn renew(
             renew::renew(lease_ms, &locks)
         })
         .collect();
-    let deletions: Vec<Cmd> = latches
-        .chunks(LATCHES_PER_UNLINK)
-        .map(|chunk| {
-            let mut unlink = redis::cmd("UNLINK");
-            unlink.arg(chunk);
-            unlink
-        })
-        .collect();
+    let deletions: Vec<Cmd> = slot_runs(
+        latches.len(),
+        |index| std::borrow::Cow::Borrowed(latches[index].as_str()),
+        by_slot,
+        LATCHES_PER_UNLINK,
+    )
+    .into_iter()
+    .map(|range| {
+        let mut unlink = redis::cmd("UNLINK");
+        unlink.arg(&latches[range]);
+        unlink
+    })
+    .collect();
     // Latch deletions alone need no acknowledgement: a latch left behind only expires.
     let acks = acks.filter(|_| !batch.is_empty());
     let read_by = acks.map_or(answer_by, |wait| wait.by.max(answer_by));
@@ -116,8 +220,9 @@ pub(super) fn renew(
         }
         // The leases count as extended from now: waiting for the replicas must not hold the
         // outcomes back past a lease deadline.
+        let renewal_answers = follow_redirections(router, &calls, renewal_answers);
         if let Some(apply) = apply.take() {
-            apply(decode(batch, renewal_answers));
+            apply(decode(batch, &chunks, renewal_answers));
         }
         Ok(match acks {
             Some(wait) => {
@@ -142,18 +247,73 @@ pub(super) fn renew(
                 latches.len()
             );
             if let Some(apply) = apply.take() {
-                apply(decode(batch, Vec::new()));
+                apply(decode(batch, &chunks, Vec::new()));
             }
             None
         }
     }
 }
 
-/// One outcome per renewal of `batch` from the answers of its script calls; a renewal
-/// without a well-formed answer failed.
-fn decode(batch: &[Renewal], answers: Vec<Value>) -> Vec<Outcome> {
+/// Splits `count` items into runs of at most `most`, and, with `by_slot`, of one slot each
+/// (the items come sorted by slot).
+fn slot_runs<'a>(
+    count: usize,
+    key: impl Fn(usize) -> std::borrow::Cow<'a, str>,
+    by_slot: bool,
+    most: usize,
+) -> Vec<Range<usize>> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    let mut slot = None;
+    for index in 0..count {
+        let this_slot = by_slot.then(|| key_slot(key(index).as_bytes()));
+        if index > start && (index - start == most || this_slot != slot) {
+            chunks.push(start..index);
+            start = index;
+        }
+        slot = this_slot;
+    }
+    if start < count {
+        chunks.push(start..count);
+    }
+    chunks
+}
+
+/// The answers, with each `ASK` followed: the call sent again, after `ASKING`, to the node
+/// that imports its slot. A `MOVED` answer tells the map, and fails its renewals, which are
+/// tried again shortly where the map then says.
+fn follow_redirections(router: &Router, calls: &[ScriptCall], answers: Vec<Value>) -> Vec<Value> {
+    let Some(cluster) = router.cluster() else {
+        return answers;
+    };
+    answers
+        .into_iter()
+        .zip(calls)
+        .map(|(answer, call)| {
+            let Some(redirect) = Redirect::of_value(&answer) else {
+                return answer;
+            };
+            let Some(importing) = redirect.ask_target() else {
+                cluster.call_failed(&redirect.into_error());
+                return answer;
+            };
+            cluster
+                .pool_at(importing)
+                .run(|connection| {
+                    route::ask_first(connection, true)?;
+                    script::run::<Value>(connection, call)
+                })
+                .unwrap_or(answer)
+        })
+        .collect()
+}
+
+/// One outcome per renewal of `batch` from the answers of its script calls, one per chunk;
+/// a renewal without a well-formed answer failed.
+fn decode(batch: &[Renewal], chunks: &[Range<usize>], answers: Vec<Value>) -> Vec<Outcome> {
     let mut outcomes = Vec::with_capacity(batch.len());
-    for (chunk, answer) in batch.chunks(LOCKS_PER_SCRIPT_CALL).zip(answers) {
+    for (range, answer) in chunks.iter().zip(answers) {
+        let chunk = &batch[range.clone()];
         match renew::renewed(&answer, chunk.len()) {
             Some(flags) => outcomes.extend(flags.into_iter().map(|held| match held {
                 true => Outcome::Renewed,

@@ -1,0 +1,238 @@
+//! Where a key's calls go: the one pool of a single server (or of the master the sentinels
+//! name), or in cluster mode the pool of the master that serves the key's slot, with the
+//! cluster's redirections followed.
+//!
+//! A call routed by [`Router::route`] that a node answers with `MOVED` is sent again where
+//! the answer says, and the slot map learns the move; one answered with `ASK` (its slot is
+//! being migrated, and its key has left) is sent once to the node named, after `ASKING` on
+//! the same connection. At most [`MAX_REDIRECTIONS`] in a row. A single server that answers a
+//! redirection is a cluster node that was given to the wrong builder: that is said as such.
+//!
+//! In cluster mode every key of one script call must share a slot, or the cluster refuses it
+//! (`CROSSSLOT`): [`Router::check_slots`] says so before, in words that name the lock. And
+//! releases publish on shard channels when the cluster has them: [`Router::dialect`] gives a
+//! call the script's sharded dialect then. Uses the pool, the cluster map and the protocol's
+//! slot rule.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use crate::cluster::{Cluster, NodeAddress};
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+use crate::protocol::slot::key_slot;
+use crate::protocol::ScriptCall;
+
+/// How many redirections one call follows before it fails with the last.
+pub(crate) const MAX_REDIRECTIONS: usize = 5;
+
+pub(crate) enum Router {
+    /// A single server, or the master the sentinels name.
+    Single(Arc<Pool>),
+    Cluster(Arc<Cluster>),
+}
+
+/// What a try on one node came to.
+pub(crate) enum Routed<T> {
+    Done(T),
+    /// The node answered that another serves the key.
+    Redirected(Redirect),
+}
+
+/// A `MOVED` or `ASK` answer.
+pub(crate) struct Redirect {
+    /// `ASK`: this one call goes there, after `ASKING`.
+    ask: bool,
+    slot: u16,
+    to: NodeAddress,
+    error: RedisError,
+}
+
+impl Redirect {
+    /// The redirection `err` is, if it is one.
+    pub(crate) fn of_error(err: &RedisError) -> Option<Redirect> {
+        let ask = match err.kind() {
+            ErrorKind::Server(ServerErrorKind::Ask) => true,
+            ErrorKind::Server(ServerErrorKind::Moved) => false,
+            _ => return None,
+        };
+        let (address, slot) = err.redirect_node()?;
+        Some(Redirect {
+            ask,
+            slot,
+            to: NodeAddress::parse(address)?,
+            error: err.clone(),
+        })
+    }
+
+    /// The redirection an answer read off a pipeline is, if it is one.
+    pub(crate) fn of_value(value: &Value) -> Option<Redirect> {
+        match value {
+            Value::ServerError(err) => Redirect::of_error(&RedisError::from(err.clone())),
+            _ => None,
+        }
+    }
+
+    /// The answer as an error, to tell the map.
+    pub(crate) fn into_error(self) -> RedisError {
+        self.error
+    }
+
+    /// `ASK`: the node the one call goes to.
+    pub(crate) fn ask_target(&self) -> Option<&NodeAddress> {
+        self.ask.then_some(&self.to)
+    }
+}
+
+/// `outcome`, with a redirection taken out of its error.
+pub(crate) fn intercept<T>(outcome: RedisResult<T>) -> RedisResult<Routed<T>> {
+    match outcome {
+        Ok(value) => Ok(Routed::Done(value)),
+        Err(err) => match Redirect::of_error(&err) {
+            Some(redirect) => Ok(Routed::Redirected(redirect)),
+            None => Err(err),
+        },
+    }
+}
+
+/// Sends `ASKING` on `connection` when `asking`: the next command may then touch a key of
+/// a slot the node is importing.
+pub(crate) fn ask_first(connection: &mut Connection, asking: bool) -> RedisResult<()> {
+    if asking {
+        redis::cmd("ASKING").query::<()>(connection)?;
+    }
+    Ok(())
+}
+
+impl Router {
+    /// The pool that serves `key` as far as anyone knows now.
+    pub(crate) fn pool_for(&self, key: &[u8]) -> Arc<Pool> {
+        match self {
+            Router::Single(pool) => Arc::clone(pool),
+            Router::Cluster(cluster) => cluster.pool_for_slot(key_slot(key)),
+        }
+    }
+
+    /// The cluster, in cluster mode.
+    pub(crate) fn cluster(&self) -> Option<&Arc<Cluster>> {
+        match self {
+            Router::Single(_) => None,
+            Router::Cluster(cluster) => Some(cluster),
+        }
+    }
+
+    /// The pool of every master: the one, or each of the cluster's now.
+    pub(crate) fn master_pools(&self) -> Vec<Arc<Pool>> {
+        match self {
+            Router::Single(pool) => vec![Arc::clone(pool)],
+            Router::Cluster(cluster) => cluster
+                .master_pools()
+                .into_iter()
+                .map(|(_, pool)| pool)
+                .collect(),
+        }
+    }
+
+    pub(crate) fn response_timeout(&self) -> Duration {
+        match self {
+            Router::Single(pool) => pool.response_timeout(),
+            Router::Cluster(cluster) => cluster.response_timeout(),
+        }
+    }
+
+    /// Which server answers for `key`, to tell the members of a group lock apart: a single
+    /// server, or in cluster mode the cluster and the slot.
+    pub(crate) fn server_of(&self, key: &str) -> String {
+        match self {
+            Router::Single(pool) => pool.server(),
+            Router::Cluster(cluster) => {
+                format!("{} slot {}", cluster.describe(), key_slot(key.as_bytes()))
+            }
+        }
+    }
+
+    /// Runs `attempt` on the pool that serves `key` (the pool, and whether to send `ASKING`
+    /// first) until it is done, following what redirections it answers.
+    pub(crate) fn route<T>(
+        &self,
+        key: &[u8],
+        mut attempt: impl FnMut(&Pool, bool) -> Result<Routed<T>>,
+    ) -> Result<T> {
+        let cluster = match self {
+            Router::Single(pool) => {
+                return match attempt(pool, false)? {
+                    Routed::Done(value) => Ok(value),
+                    Routed::Redirected(redirect) => Err(Error::InvalidArgument(format!(
+                        "{} is a Redis Cluster node (it answered {}): build the manager with \
+                         LockManager::builder_cluster",
+                        pool.server(),
+                        redirect.error
+                    ))),
+                };
+            }
+            Router::Cluster(cluster) => cluster,
+        };
+        let slot = key_slot(key);
+        let mut ask_at: Option<NodeAddress> = None;
+        let mut last = None;
+        for _ in 0..=MAX_REDIRECTIONS {
+            let (pool, asking) = match ask_at.take() {
+                Some(node) => (cluster.pool_at(&node), true),
+                None => (cluster.pool_for_slot(slot), false),
+            };
+            match attempt(&pool, asking)? {
+                Routed::Done(value) => return Ok(value),
+                Routed::Redirected(redirect) => {
+                    if redirect.ask {
+                        ask_at = Some(redirect.to.clone());
+                    } else {
+                        cluster.moved(redirect.slot, &redirect.to);
+                    }
+                    last = Some(redirect.error);
+                }
+            }
+        }
+        Err(match last {
+            Some(err) => Error::Redis(err),
+            None => Error::Timeout(self.response_timeout()),
+        })
+    }
+
+    /// In cluster mode, [`Error::InvalidArgument`] when the keys of `call` fall in different
+    /// slots: a name with a `{` that opens no hash tag (`a{b`), whose derived keys
+    /// (`prefix:a{b`) are hashed whole, unlike the name's own key.
+    pub(crate) fn check_slots(&self, call: &ScriptCall) -> Result<()> {
+        if let Router::Single(_) = self {
+            return Ok(());
+        }
+        let mut keys = call.keys();
+        let Some(first) = keys.next() else {
+            return Ok(());
+        };
+        let slot = key_slot(first);
+        match keys.find(|key| key_slot(key) != slot) {
+            None => Ok(()),
+            Some(other) => Err(Error::InvalidArgument(format!(
+                "{:?} cannot be used on a Redis Cluster: its keys fall in different slots \
+                 ({:?} in {slot}, {:?} in {}); a name with a brace must carry a whole hash \
+                 tag, such as {{tenant}}:job",
+                String::from_utf8_lossy(first),
+                String::from_utf8_lossy(first),
+                String::from_utf8_lossy(other),
+                key_slot(other)
+            ))),
+        }
+    }
+
+    /// `call` in the dialect the deployment publishes releases in: the sharded one
+    /// (`SPUBLISH`) on a cluster with shard channels, the plain one otherwise.
+    pub(crate) fn dialect<'a>(&self, call: &'a ScriptCall) -> Cow<'a, ScriptCall> {
+        match self {
+            Router::Cluster(cluster) if cluster.sharded_pubsub() => Cow::Owned(call.sharded()),
+            _ => Cow::Borrowed(call),
+        }
+    }
+}
