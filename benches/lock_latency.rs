@@ -13,6 +13,13 @@
 //! acknowledged by the replica (`replica_acks(1, ...)`) against the same pair without, both
 //! as ratios to the PING round trip to that master measured in the same run.
 //!
+//! Cluster (after the replica acknowledgements, or alone with `-- --cluster-only`): on a
+//! throwaway cluster of three masters, the lock+unlock pair against the PING round trip to
+//! the master of its name; the aggregate rate of lock+unlock pairs on many names from 8
+//! threads, on the cluster and on one single server in the same run (both share this
+//! machine's cores); and, for 100 000 locks held with a 3 s watchdog, how the renewals reach
+//! each master (pipelines, script calls, locks per call), from `INFO commandstats`.
+//!
 //! TLS (with the `tls` feature, last, or alone with `-- --tls-only`): on a throwaway TLS-only
 //! server reached as `rediss://localhost` with a test CA, the TLS PING round trip (and its
 //! ratio to a plaintext PING, the two interleaved), then the lock+unlock pair and the handoff
@@ -22,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redlease::testing::{url_or_throwaway, RedisServer};
+use redlease::testing::{url_or_throwaway, RedisCluster, RedisServer};
 #[cfg(feature = "tls")]
 use redlease::testing::{TlsFiles, TlsServerOptions};
 use redlease::{Lock, LockManager, RedLock};
@@ -42,6 +49,9 @@ const ACK_TIMEOUT: Duration = Duration::from_millis(500);
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::args().any(|arg| arg == "--tls-only") {
         return measure_tls();
+    }
+    if std::env::args().any(|arg| arg == "--cluster-only") {
+        return measure_cluster();
     }
     let url_argument = std::env::args()
         .skip(1)
@@ -88,7 +98,136 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     measure_held_locks(&url)?;
     measure_redlock()?;
     measure_replica_acks()?;
+    measure_cluster()?;
     measure_tls()
+}
+
+// ---------------------------------------------------------------------------------------
+// Redis Cluster: three masters.
+// ---------------------------------------------------------------------------------------
+
+/// How long each side of the aggregate rate runs.
+const AGGREGATE_RUN: Duration = Duration::from_secs(4);
+/// The threads taking and releasing locks on many names at once.
+const AGGREGATE_THREADS: usize = 8;
+
+/// The pair on a cluster master against the PING round trip to it; the aggregate rate of
+/// pairs on many names, cluster against single server; the renewals of 100 000 locks.
+fn measure_cluster() -> Result<(), Box<dyn std::error::Error>> {
+    let cluster = RedisCluster::start(3, 0)?;
+    let single = RedisServer::start()?;
+    let manager = LockManager::builder_cluster(cluster.seed_urls()).build()?;
+    let master_url = cluster.master_of_key("bench:pair")?.url();
+    let round_trip = Samples::new(measure_round_trips(&master_url)?);
+    println!(
+        "{:<36} {}",
+        "cluster: round trip (PING) to master",
+        round_trip.describe(None)
+    );
+    let pair = Samples::new(measure_pairs(&manager)?);
+    println!(
+        "{:<36} {}",
+        "cluster: lock+unlock pair",
+        pair.describe(Some(&round_trip))
+    );
+    let on_cluster = aggregate_rate(&manager)?;
+    let single_manager = LockManager::builder(single.url()).build()?;
+    let on_single = aggregate_rate(&single_manager)?;
+    println!(
+        "{:<36} cluster {on_cluster:.0} pairs/s, single server {on_single:.0} pairs/s = {:.2}x (all processes on this machine's cores)",
+        format!("{AGGREGATE_THREADS} threads, many names"),
+        on_cluster / on_single
+    );
+    measure_cluster_renewals(&cluster)
+}
+
+/// Lock+unlock pairs per second from [`AGGREGATE_THREADS`] threads, each on names of its own.
+fn aggregate_rate(manager: &LockManager) -> redlease::Result<f64> {
+    let pairs = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..AGGREGATE_THREADS)
+            .map(|thread| {
+                scope.spawn(move || -> redlease::Result<u64> {
+                    let locks: Vec<Lock> = (0..256)
+                        .map(|i| manager.lock(&format!("bench:aggregate:{thread}:{i}")))
+                        .collect();
+                    let until = Instant::now() + AGGREGATE_RUN;
+                    let mut pairs = 0u64;
+                    while Instant::now() < until {
+                        for lock in &locks {
+                            lock.lock()?.unlock()?;
+                            pairs += 1;
+                        }
+                    }
+                    Ok(pairs)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("a bench thread panicked"))
+            .sum::<redlease::Result<u64>>()
+    })?;
+    Ok(pairs as f64 / AGGREGATE_RUN.as_secs_f64())
+}
+
+/// Holds 100 000 locks with plain names on the cluster with a 3 s watchdog for three
+/// timeouts, and counts what reached each master.
+fn measure_cluster_renewals(cluster: &RedisCluster) -> Result<(), Box<dyn std::error::Error>> {
+    let watchdog = Duration::from_secs(3);
+    let manager = LockManager::builder_cluster(cluster.seed_urls())
+        .watchdog_timeout(watchdog)
+        .build()?;
+    let locks: Vec<_> = (0..HELD_LOCKS)
+        .map(|i| manager.lock(&format!("bench:held:{i}")))
+        .collect();
+    let guards = locks
+        .iter()
+        .map(|lock| lock.lock())
+        .collect::<redlease::Result<Vec<_>>>()?;
+    let masters = cluster.masters()?;
+    let scripts_before = masters
+        .iter()
+        .map(|master| evalsha_calls(master))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let stats_before = manager.stats();
+    std::thread::sleep(watchdog * 3);
+    let stats = manager.stats();
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    let renewed = stats.renewals_sent - stats_before.renewals_sent;
+    let pipelines = stats.renewal_batches - stats_before.renewal_batches;
+    for (master, before) in masters.iter().zip(scripts_before) {
+        let calls = evalsha_calls(master)? - before;
+        // The held locks are the only keys there.
+        let held_there: u64 = master
+            .command(&["DBSIZE"])?
+            .trim()
+            .trim_start_matches(':')
+            .parse()
+            .unwrap_or(0);
+        println!(
+            "{:<36} {held_there} locks, {calls} script calls in 3 intervals = {:.1} locks per call",
+            format!("  renewals on master :{}", master.port()),
+            held_there as f64 * 3.0 / calls.max(1) as f64
+        );
+    }
+    println!(
+        "{:<36} {renewed} renewals in {pipelines} pipelines ({:.0} locks per pipeline), {lost} lost",
+        format!("cluster: {HELD_LOCKS} held locks"),
+        renewed as f64 / pipelines.max(1) as f64
+    );
+    drop(guards);
+    Ok(())
+}
+
+/// How many `EVALSHA` calls `server` has run (`INFO commandstats`).
+fn evalsha_calls(server: &RedisServer) -> std::io::Result<u64> {
+    let info = server.command(&["INFO", "commandstats"])?;
+    Ok(info
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0))
 }
 
 // ---------------------------------------------------------------------------------------

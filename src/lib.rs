@@ -45,7 +45,10 @@
 //!   a master with replicas behind Sentinel
 //!   ([`LockManager::builder_sentinel`]: failovers are followed, waits go on through them),
 //!   and writes acknowledged by replicas before a lock counts as taken
-//!   ([`replica_acks`](LockManagerBuilder::replica_acks)).
+//!   ([`replica_acks`](LockManagerBuilder::replica_acks)), and Redis Cluster
+//!   ([`LockManager::builder_cluster`]: every call goes to the master of its name's slot,
+//!   renewals go to each master in one pipeline, waiters are woken by sharded pub/sub on
+//!   Redis 7).
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //!
@@ -80,6 +83,9 @@
 //!   |   cancel, stats     the wait loop's cancel token and its counters (read by `stats()`)
 //!   |   fanout            one script call to several servers for about one round trip
 //! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
+//!   |   route             where a key's calls go: the one pool, or the cluster node of its
+//!   |                     slot, `MOVED` and `ASK` followed
+//!   |   cluster           cluster mode: the slot map, one pool per node, kept true
 //!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
 //!   |   sentinel          sentinel mode: where the master is now, and the thread that hears
 //!   |                     failovers (`+switch-master`)
@@ -89,8 +95,9 @@
 //!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
 //!   |   replication       the replica acknowledgements a write waits for (WAIT) and their
 //!   |                     shortfalls
-//! protocol                key and channel names, holder ids, every Lua script with its
-//!                         arguments and replies; no I/O
+//! protocol                key and channel names, cluster key slots, holder ids, every Lua
+//!                         script (plain and sharded dialect) with its arguments and
+//!                         replies; no I/O
 //! error                   the one Error enum, used everywhere, and the sorting of Redis's
 //!                         answers into it (refused logins and permissions included)
 //! ```
