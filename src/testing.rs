@@ -5,7 +5,10 @@
 //! and a private working directory, and waits until it answers `PING`. The process can be
 //! killed, paused (`SIGSTOP`), resumed and restarted on the same port, which is what fault
 //! tests need; dropping the value kills it. [`RedisServer::start_with_replica`] starts a
-//! master and a replica of it (`--replicaof`) at once, for replication tests. Unix only.
+//! master and a replica of it (`--replicaof`) at once, for replication tests.
+//! [`RedisCluster::start`] runs a whole Redis Cluster of such servers (masters, replicas,
+//! `redis-cli --cluster create`), whose masters can be killed and whose slots can be moved
+//! step by step. Unix only.
 //! Nothing else in the crate uses it, and it is built only with the `testing` feature (off by
 //! default).
 //!
@@ -23,9 +26,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
-#[cfg(feature = "tls")]
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(feature = "tls")]
@@ -69,12 +70,17 @@ impl RedisServer {
         RedisServer::unstarted(extra_args)?.start_on_a_free_port()
     }
 
-    fn start_on_a_free_port(mut self) -> io::Result<Self> {
+    fn start_on_a_free_port(self) -> io::Result<Self> {
+        self.start_on(free_port)
+    }
+
+    /// Starts the server on a port that `choose_port` answers.
+    fn start_on(mut self, choose_port: fn() -> io::Result<u16>) -> io::Result<Self> {
         let server = &mut self;
         let mut last_error = None;
         // A free port can be taken by someone else before the server binds it: try again.
         for _ in 0..5 {
-            server.port = free_port()?;
+            server.port = choose_port()?;
             match server.spawn() {
                 Ok(()) => return Ok(self),
                 Err(err) => last_error = Some(err),
@@ -261,6 +267,76 @@ impl RedisServer {
         exchange(&mut stream, request.as_bytes())
     }
 
+    /// Sends one command (as words) and reads its whole reply, parsed (over TLS for a
+    /// TLS-only server, as [`command`](Self::command)).
+    fn call(&self, words: &[&str]) -> io::Result<Reply> {
+        let mut request = format!("*{}\r\n", words.len());
+        for word in words {
+            request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+        }
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(STARTUP_DEADLINE))?;
+        stream.set_write_timeout(Some(STARTUP_DEADLINE))?;
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            let mut stream = tls.stream(stream)?;
+            stream.write_all(request.as_bytes())?;
+            return read_reply(&mut io::BufReader::new(stream));
+        }
+        stream.write_all(request.as_bytes())?;
+        read_reply(&mut io::BufReader::new(stream))
+    }
+
+    /// Like [`call`](Self::call), for a reply of text (a status or a bulk string); an error
+    /// reply is an [`io::Error`] that names the command.
+    fn call_text(&self, words: &[&str]) -> io::Result<String> {
+        match self.call(words)? {
+            Reply::Status(text) | Reply::Bulk(Some(text)) => Ok(text),
+            other => Err(unexpected(self.port, words, &other)),
+        }
+    }
+
+    /// Like [`call`](Self::call), for a command that answers `OK`.
+    fn call_ok(&self, words: &[&str]) -> io::Result<()> {
+        match self.call(words)? {
+            Reply::Status(status) if status == "OK" => Ok(()),
+            other => Err(unexpected(self.port, words, &other)),
+        }
+    }
+
+    /// This node's view of its cluster (`CLUSTER NODES`), one line per node.
+    fn cluster_view(&self) -> io::Result<Vec<NodeLine>> {
+        let text = self.call_text(&["CLUSTER", "NODES"])?;
+        text.lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                NodeLine::parse(line).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("port {}: CLUSTER NODES line {line:?}", self.port),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// At most `count` keys of `slot` on this node (`CLUSTER GETKEYSINSLOT`).
+    fn keys_in_slot(&self, slot: u16, count: usize) -> io::Result<Vec<String>> {
+        let slot = slot.to_string();
+        let count = count.min(i64::MAX as usize).to_string();
+        let words = ["CLUSTER", "GETKEYSINSLOT", slot.as_str(), count.as_str()];
+        match self.call(&words)? {
+            Reply::Array(Some(keys)) => keys
+                .into_iter()
+                .map(|key| match key {
+                    Reply::Bulk(Some(key)) => Ok(key),
+                    other => Err(unexpected(self.port, &words, &other)),
+                })
+                .collect(),
+            other => Err(unexpected(self.port, &words, &other)),
+        }
+    }
+
     /// A server not started yet, with its private directory made.
     fn unstarted(extra_args: &[&str]) -> io::Result<Self> {
         Ok(RedisServer {
@@ -428,6 +504,798 @@ fn exchange(stream: &mut (impl Read + Write), request: &[u8]) -> io::Result<Stri
     let mut reply = vec![0u8; 64 * 1024];
     let read = stream.read(&mut reply)?;
     Ok(String::from_utf8_lossy(&reply[..read]).into_owned())
+}
+
+/// How many hash slots a Redis Cluster has.
+const CLUSTER_SLOTS: u16 = 16384;
+
+/// How long a cluster node may be unreachable before the others call it failed
+/// (`--cluster-node-timeout`, ms): a failover takes about twice this.
+const CLUSTER_NODE_TIMEOUT_MS: u32 = 1000;
+
+/// How long a fresh cluster, or one that changed its slot map, may take to agree everywhere.
+const CLUSTER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How many keys one `MIGRATE` moves at most.
+const MIGRATE_BATCH: usize = 100;
+
+/// A throwaway Redis Cluster: `redis-server` child processes with `--cluster-enabled yes` on
+/// free loopback ports, made one cluster by `redis-cli --cluster create` (`redis-cli` from
+/// `PATH`, or the path in the `REDLEASE_REDIS_CLI` environment variable, or the one next to
+/// `REDLEASE_REDIS_SERVER`). All nodes are killed when it is dropped.
+///
+/// Every node is a [`RedisServer`] (see [`nodes`](Self::nodes)) and can be killed, paused
+/// and restarted like one; a restarted node rejoins with its old identity (its
+/// `nodes.conf` stays in its private directory). The nodes run with a 1 s
+/// `--cluster-node-timeout` and `--cluster-replica-validity-factor 0`, so a replica takes
+/// over about two seconds after its master dies; while a master is down (before its replica
+/// is promoted) the whole cluster refuses commands, as a real one does
+/// (`cluster-require-full-coverage`).
+///
+/// Who serves which slot is asked of the nodes each time (`CLUSTER NODES`, `CLUSTER
+/// KEYSLOT`), never remembered, so the answers follow failovers and
+/// [migrations](Self::begin_migration).
+///
+/// ```
+/// use redlease::testing::RedisCluster;
+///
+/// let cluster = RedisCluster::start(3, 0).expect("redis-server and redis-cli on PATH");
+/// assert_eq!(cluster.seed_urls().len(), 3);
+/// assert_eq!(cluster.masters().unwrap().len(), 3);
+/// // Keys with the same hash tag share a slot, hence a master.
+/// let slot = cluster.key_slot("{tenant-7}:job").unwrap();
+/// assert_eq!(cluster.key_slot("{tenant-7}:other").unwrap(), slot);
+/// let master = cluster.master_of_key("{tenant-7}:job").unwrap();
+/// assert!(master.command(&["SET", "{tenant-7}:job", "1"]).unwrap().starts_with("+OK"));
+/// ```
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    /// Each node's id (`CLUSTER MYID`), in the order of `nodes`.
+    ids: Vec<String>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` masters (at least 3, which `redis-cli --cluster create` requires)
+    /// with `replicas_per_master` replicas each, all at once, and answers once the cluster
+    /// is whole (see [`wait_until_settled`](Self::wait_until_settled)): about two seconds for
+    /// three masters and three replicas (`redis-cli` waits a second for the nodes to meet,
+    /// and a master waits out the node timeout before it calls its cluster ok).
+    pub fn start(masters: usize, replicas_per_master: usize) -> io::Result<Self> {
+        Self::start_with_args(masters, replicas_per_master, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments for every node; they
+    /// come after the cluster's own, so `["--cluster-node-timeout", "3000"]` replaces the
+    /// 1 s one.
+    pub fn start_with_args(
+        masters: usize,
+        replicas_per_master: usize,
+        extra_args: &[&str],
+    ) -> io::Result<Self> {
+        if masters < 3 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a cluster needs at least 3 masters, not {masters}"),
+            ));
+        }
+        let count = masters * (1 + replicas_per_master);
+        let node_timeout = CLUSTER_NODE_TIMEOUT_MS.to_string();
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-timeout",
+            node_timeout.as_str(),
+            // A replica may take over however long it was cut off from its master.
+            "--cluster-replica-validity-factor",
+            "0",
+            // Replicas synchronize at once, without waiting for more of them.
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
+        args.extend_from_slice(extra_args);
+        let nodes = std::thread::scope(|scope| {
+            let starts: Vec<_> = (0..count)
+                .map(|_| scope.spawn(|| start_cluster_node(&args)))
+                .collect();
+            starts
+                .into_iter()
+                .map(|start| {
+                    start
+                        .join()
+                        .unwrap_or_else(|_| Err(io::Error::other("a node start panicked")))
+                })
+                .collect::<io::Result<Vec<_>>>()
+        })?;
+        let ids = nodes
+            .iter()
+            .map(|node| node.call_text(&["CLUSTER", "MYID"]))
+            .collect::<io::Result<_>>()?;
+        let cluster = RedisCluster { nodes, ids };
+        cluster.create(replicas_per_master)?;
+        cluster.wait_until_settled(CLUSTER_DEADLINE)?;
+        Ok(cluster)
+    }
+
+    /// Every node, live or killed, in the order they were started (the masters that
+    /// `redis-cli --cluster create` picked first).
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The node on `port`, if one of this cluster's nodes listens there.
+    pub fn node(&self, port: u16) -> Option<&RedisServer> {
+        self.nodes.iter().find(|node| node.port == port)
+    }
+
+    /// The node on `port`, to kill or restart it.
+    pub fn node_mut(&mut self, port: u16) -> Option<&mut RedisServer> {
+        self.nodes.iter_mut().find(|node| node.port == port)
+    }
+
+    /// A node's cluster id (`CLUSTER MYID`), which a restart keeps.
+    ///
+    /// # Panics
+    /// When `node` is not one of this cluster's nodes.
+    pub fn node_id(&self, node: &RedisServer) -> &str {
+        let index = self
+            .index_of(node)
+            .unwrap_or_else(|| panic!("port {} is not a node of this cluster", node.port));
+        &self.ids[index]
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every node, killed ones included.
+    pub fn seed_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The live nodes that are masters now, each by its own account.
+    pub fn masters(&self) -> io::Result<Vec<&RedisServer>> {
+        self.live_with_role("master")
+    }
+
+    /// The live nodes that are replicas now, each by its own account.
+    pub fn replicas(&self) -> io::Result<Vec<&RedisServer>> {
+        self.live_with_role("slave")
+    }
+
+    /// The live nodes that replicate `master` now, each by its own account.
+    pub fn replicas_of(&self, master: &RedisServer) -> io::Result<Vec<&RedisServer>> {
+        let master_id = self.node_id(master);
+        let mut replicas = Vec::new();
+        for (_, node) in self.live() {
+            let myself = myself_in(&node.cluster_view()?, node)?;
+            if myself.master_id.as_deref() == Some(master_id) {
+                replicas.push(node);
+            }
+        }
+        Ok(replicas)
+    }
+
+    /// The slot of `key` (`CLUSTER KEYSLOT`, asked of a live node).
+    pub fn key_slot(&self, key: &str) -> io::Result<u16> {
+        let node = self.any_live()?;
+        let words = ["CLUSTER", "KEYSLOT", key];
+        match node.call(&words)? {
+            Reply::Integer(slot) => u16::try_from(slot).map_err(io::Error::other),
+            other => Err(unexpected(node.port, &words, &other)),
+        }
+    }
+
+    /// The master that serves `slot` as a live node sees it (`CLUSTER NODES`): right after a
+    /// master is killed, that may be the killed one, until its replica takes over (see
+    /// [`wait_for_failover`](Self::wait_for_failover)).
+    pub fn master_of_slot(&self, slot: u16) -> io::Result<&RedisServer> {
+        check_slot(slot)?;
+        let asked = self.any_live()?;
+        let view = asked.cluster_view()?;
+        let owner = view
+            .iter()
+            .find(|line| line.has("master") && line.owns(slot))
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("port {}: nobody serves slot {slot}", asked.port),
+                )
+            })?;
+        self.node_with_id(&owner.id)
+    }
+
+    /// The master that serves `key`'s slot (see [`master_of_slot`](Self::master_of_slot)).
+    pub fn master_of_key(&self, key: &str) -> io::Result<&RedisServer> {
+        self.master_of_slot(self.key_slot(key)?)
+    }
+
+    /// The slot ranges (first, last) that `master` serves, by its own account.
+    pub fn slots_of(&self, master: &RedisServer) -> io::Result<Vec<(u16, u16)>> {
+        Ok(myself_in(&master.cluster_view()?, master)?.slots)
+    }
+
+    /// The keys in `slot` on the master that serves it (`CLUSTER GETKEYSINSLOT`).
+    pub fn keys_in_slot(&self, slot: u16) -> io::Result<Vec<String>> {
+        self.master_of_slot(slot)?.keys_in_slot(slot, usize::MAX)
+    }
+
+    /// Kills (`SIGKILL`) the master that serves `slot` and answers its port; its replica, if
+    /// it has one, takes over about two seconds later
+    /// ([`wait_for_failover`](Self::wait_for_failover)).
+    pub fn kill_master_of_slot(&mut self, slot: u16) -> io::Result<u16> {
+        let port = self.master_of_slot(slot)?.port;
+        self.node_mut(port)
+            .expect("the master is a node of the cluster")
+            .kill()?;
+        Ok(port)
+    }
+
+    /// Waits until a live master serves `slot` and the cluster is settled again (see
+    /// [`wait_until_settled`](Self::wait_until_settled)), at most `within`, and answers
+    /// that master: after [`kill_master_of_slot`](Self::kill_master_of_slot), the promoted
+    /// replica.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::TimedOut`], saying what was still missing, when that does not
+    /// happen by then.
+    pub fn wait_for_failover(&self, slot: u16, within: Duration) -> io::Result<&RedisServer> {
+        check_slot(slot)?;
+        let owner = self.wait_for(within, |owners| {
+            owners
+                .iter()
+                .find(|(first, last, _)| (*first..=*last).contains(&slot))
+                .map(|(_, _, owner)| *owner)
+                .ok_or_else(|| format!("nobody serves slot {slot}"))
+        })?;
+        Ok(&self.nodes[owner])
+    }
+
+    /// Waits until the cluster is settled, at most `within`: every live node reports
+    /// `cluster_state:ok` with all 16384 slots assigned, knows every other live node in good
+    /// standing (not failed, not in handshake), and sees the same live masters serving the
+    /// same slots and the same live replicas replicating the same masters; every live replica
+    /// has its link to its master up (`master_link_status:up`). A paused node counts as live
+    /// (and makes this time out).
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::TimedOut`], saying what was still missing, when the cluster is not
+    /// settled by then.
+    pub fn wait_until_settled(&self, within: Duration) -> io::Result<()> {
+        self.wait_for(within, |_| Ok(()))
+    }
+
+    /// Moves `slot` with its keys to the master `to`, the whole way:
+    /// [`begin_migration`](Self::begin_migration), then
+    /// [`finish`](SlotMigration::finish).
+    pub fn migrate_slot(&self, slot: u16, to: &RedisServer) -> io::Result<()> {
+        self.begin_migration(slot, to)?.finish()
+    }
+
+    /// Starts moving `slot` to the master `to`: `CLUSTER SETSLOT <slot> IMPORTING <source>`
+    /// on `to`, then `CLUSTER SETSLOT <slot> MIGRATING <to>` on the master that serves it now.
+    /// From then on the source answers commands on keys of the slot it still has, and `ASK`
+    /// redirects those on keys it has not (to `to`, which serves them after `ASKING`), until
+    /// the [keys are moved](SlotMigration::move_keys) and the migration is
+    /// [finished](SlotMigration::finish).
+    ///
+    /// ```
+    /// use redlease::testing::RedisCluster;
+    ///
+    /// let cluster = RedisCluster::start(3, 0).expect("redis-server and redis-cli on PATH");
+    /// let slot = cluster.key_slot("moving").unwrap();
+    /// let source = cluster.master_of_slot(slot).unwrap();
+    /// source.command(&["SET", "moving", "1"]).unwrap();
+    /// let target = *cluster.masters().unwrap().iter().find(|m| m.port() != source.port()).unwrap();
+    ///
+    /// let migration = cluster.begin_migration(slot, target).unwrap();
+    /// // The source still serves the key it has...
+    /// assert!(source.command(&["GET", "moving"]).unwrap().ends_with("1\r\n"));
+    /// assert_eq!(migration.move_keys().unwrap(), 1);
+    /// // ...and redirects for it once it has moved.
+    /// assert!(source.command(&["GET", "moving"]).unwrap().starts_with("-ASK"));
+    /// migration.finish().unwrap();
+    /// assert_eq!(cluster.master_of_slot(slot).unwrap().port(), target.port());
+    /// ```
+    pub fn begin_migration(&self, slot: u16, to: &RedisServer) -> io::Result<SlotMigration<'_>> {
+        check_slot(slot)?;
+        let invalid = |message: String| io::Error::new(io::ErrorKind::InvalidInput, message);
+        let source = self
+            .index_of(self.master_of_slot(slot)?)
+            .expect("the master is a node of the cluster");
+        let target = self
+            .index_of(to)
+            .ok_or_else(|| invalid(format!("port {} is not a node of this cluster", to.port)))?;
+        if source == target {
+            return Err(invalid(format!(
+                "port {} serves slot {slot} already",
+                to.port
+            )));
+        }
+        if !myself_in(&to.cluster_view()?, to)?.has("master") {
+            return Err(invalid(format!("port {} is not a master", to.port)));
+        }
+        let slot_text = slot.to_string();
+        to.call_ok(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot_text,
+            "IMPORTING",
+            &self.ids[source],
+        ])?;
+        self.nodes[source].call_ok(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot_text,
+            "MIGRATING",
+            &self.ids[target],
+        ])?;
+        Ok(SlotMigration {
+            cluster: self,
+            slot,
+            source,
+            target,
+        })
+    }
+
+    /// Runs `redis-cli --cluster create` on every node.
+    fn create(&self, replicas_per_master: usize) -> io::Result<()> {
+        let program = redis_cli();
+        let output = Command::new(&program)
+            .args(["--cluster", "create"])
+            .args(
+                self.nodes
+                    .iter()
+                    .map(|node| format!("127.0.0.1:{}", node.port)),
+            )
+            .args(["--cluster-replicas", &replicas_per_master.to_string()])
+            .arg("--cluster-yes")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|err| {
+                io::Error::new(
+                    err.kind(),
+                    format!("cannot run {program:?} (install redis-cli): {err}"),
+                )
+            })?;
+        if !output.status.success() {
+            return Err(io::Error::other(format!(
+                "redis-cli --cluster create failed ({}): {}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Polls until the cluster is settled and `accept` takes its slot map (first slot, last
+    /// slot, index of the node that serves them), at most `within`; answers what `accept`
+    /// answered.
+    fn wait_for<T>(
+        &self,
+        within: Duration,
+        mut accept: impl FnMut(&[(u16, u16, usize)]) -> Result<T, String>,
+    ) -> io::Result<T> {
+        let deadline = Instant::now() + within;
+        loop {
+            let why_not = match self.settled_slot_map() {
+                Ok(owners) => match accept(&owners) {
+                    Ok(accepted) => return Ok(accepted),
+                    Err(why_not) => why_not,
+                },
+                Err(why_not) => why_not,
+            };
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the cluster did not settle within {within:?}: {why_not}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The slot map that every live node agrees on, when the cluster is settled (see
+    /// [`wait_until_settled`](Self::wait_until_settled)); else what is amiss.
+    fn settled_slot_map(&self) -> Result<Vec<(u16, u16, usize)>, String> {
+        let mut agreed = None;
+        let mut asked_any = false;
+        for (_, node) in self.live() {
+            asked_any = true;
+            let port = node.port;
+            let failed = |err: io::Error| format!("port {port}: {err}");
+            let info = node.call_text(&["CLUSTER", "INFO"]).map_err(failed)?;
+            for wanted in ["cluster_state:ok", "cluster_slots_assigned:16384"] {
+                if !info.lines().any(|line| line.trim_end() == wanted) {
+                    return Err(format!("port {port} does not report {wanted}"));
+                }
+            }
+            let view = node.cluster_view().map_err(failed)?;
+            let myself = myself_in(&view, node).map_err(failed)?;
+            if myself.has("slave") {
+                let replication = node.call_text(&["INFO", "replication"]).map_err(failed)?;
+                if !replication.contains("master_link_status:up") {
+                    return Err(format!("replica on port {port} has no link to its master"));
+                }
+            }
+            for (index, other) in self.live() {
+                let line = view
+                    .iter()
+                    .find(|line| line.id == self.ids[index])
+                    .ok_or_else(|| format!("port {port} does not know port {}", other.port))?;
+                if let Some(flag) = ["fail", "fail?", "handshake", "noaddr"]
+                    .into_iter()
+                    .find(|flag| line.has(flag))
+                {
+                    return Err(format!("port {port} sees port {} {flag}", other.port));
+                }
+            }
+            let mut owners: Vec<(u16, u16, String)> = view
+                .iter()
+                .filter(|line| line.has("master"))
+                .flat_map(|line| {
+                    line.slots
+                        .iter()
+                        .map(|&(first, last)| (first, last, line.id.clone()))
+                })
+                .collect();
+            owners.sort_unstable();
+            let mut replicas: Vec<(String, Option<String>)> = view
+                .iter()
+                .filter(|line| line.has("slave") && self.is_live_id(&line.id))
+                .map(|line| (line.id.clone(), line.master_id.clone()))
+                .collect();
+            replicas.sort_unstable();
+            match &agreed {
+                None => agreed = Some((owners, replicas)),
+                Some(seen) if *seen == (owners, replicas) => {}
+                Some(_) => return Err(format!("port {port} sees another slot map")),
+            }
+        }
+        if !asked_any {
+            return Err("no node is alive".to_owned());
+        }
+        let (owners, _) = agreed.unwrap_or_default();
+        owners
+            .into_iter()
+            .map(|(first, last, id)| {
+                let index = self
+                    .ids
+                    .iter()
+                    .position(|known| *known == id)
+                    .ok_or_else(|| format!("slots {first}-{last}: unknown node {id}"))?;
+                if self.nodes[index].child.is_none() {
+                    return Err(format!(
+                        "slots {first}-{last}: served by port {}, which is dead",
+                        self.nodes[index].port
+                    ));
+                }
+                Ok((first, last, index))
+            })
+            .collect()
+    }
+
+    /// The live nodes whose own `CLUSTER NODES` line carries `role`.
+    fn live_with_role(&self, role: &str) -> io::Result<Vec<&RedisServer>> {
+        let mut found = Vec::new();
+        for (_, node) in self.live() {
+            if myself_in(&node.cluster_view()?, node)?.has(role) {
+                found.push(node);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The nodes that run (paused ones included), with their indexes.
+    fn live(&self) -> impl Iterator<Item = (usize, &RedisServer)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| node.child.is_some())
+    }
+
+    fn any_live(&self) -> io::Result<&RedisServer> {
+        self.live()
+            .map(|(_, node)| node)
+            .next()
+            .ok_or_else(|| io::Error::other("no node of the cluster is alive"))
+    }
+
+    fn is_live_id(&self, id: &str) -> bool {
+        self.live().any(|(index, _)| self.ids[index] == id)
+    }
+
+    fn index_of(&self, node: &RedisServer) -> Option<usize> {
+        self.nodes.iter().position(|known| known.port == node.port)
+    }
+
+    fn node_with_id(&self, id: &str) -> io::Result<&RedisServer> {
+        self.ids
+            .iter()
+            .position(|known| known == id)
+            .map(|index| &self.nodes[index])
+            .ok_or_else(|| io::Error::other(format!("node {id} is not one of the cluster's")))
+    }
+}
+
+/// A slot on its way from one master to another, begun by
+/// [`RedisCluster::begin_migration`]: the source has it `MIGRATING`, the target
+/// `IMPORTING`, until [`finish`](Self::finish). Dropping it unfinished leaves the slot so.
+#[derive(Debug)]
+pub struct SlotMigration<'a> {
+    cluster: &'a RedisCluster,
+    slot: u16,
+    source: usize,
+    target: usize,
+}
+
+impl SlotMigration<'_> {
+    /// The slot that moves.
+    pub fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// The master the slot moves from.
+    pub fn source(&self) -> &RedisServer {
+        &self.cluster.nodes[self.source]
+    }
+
+    /// The master the slot moves to.
+    pub fn target(&self) -> &RedisServer {
+        &self.cluster.nodes[self.target]
+    }
+
+    /// Moves the keys of the slot that the source has now to the target
+    /// (`CLUSTER GETKEYSINSLOT`, then `MIGRATE ... KEYS`, 100 at a time, until none is left),
+    /// with their time to live; answers how many it moved. Can be called more than once.
+    pub fn move_keys(&self) -> io::Result<usize> {
+        let source = self.source();
+        let target_port = self.target().port.to_string();
+        let mut moved = 0;
+        loop {
+            let keys = source.keys_in_slot(self.slot, MIGRATE_BATCH)?;
+            if keys.is_empty() {
+                return Ok(moved);
+            }
+            let mut words = vec![
+                "MIGRATE",
+                "127.0.0.1",
+                &target_port,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+            ];
+            words.extend(keys.iter().map(String::as_str));
+            match source.call(&words)? {
+                // NOKEY: they were all deleted in the meantime.
+                Reply::Status(status) if status == "OK" || status == "NOKEY" => {}
+                other => return Err(unexpected(source.port, &words[..7], &other)),
+            }
+            moved += keys.len();
+        }
+    }
+
+    /// Moves the keys left (see [`move_keys`](Self::move_keys)), then gives the slot to the
+    /// target: `CLUSTER SETSLOT <slot> NODE <target>` on the target, the source and every
+    /// other master; answers once every live node agrees (see
+    /// [`RedisCluster::wait_until_settled`]). The source then ends its clients' shard
+    /// subscriptions to channels of the slot (it sends them `sunsubscribe`).
+    pub fn finish(self) -> io::Result<()> {
+        self.move_keys()?;
+        let cluster = self.cluster;
+        let slot_text = self.slot.to_string();
+        let target_id = cluster.ids[self.target].as_str();
+        let set_node = ["CLUSTER", "SETSLOT", slot_text.as_str(), "NODE", target_id];
+        self.target().call_ok(&set_node)?;
+        self.source().call_ok(&set_node)?;
+        for master in cluster.masters()? {
+            if master.port != self.source().port && master.port != self.target().port {
+                master.call_ok(&set_node)?;
+            }
+        }
+        cluster.wait_for(CLUSTER_DEADLINE, |owners| {
+            let served_by_target = owners.iter().any(|&(first, last, owner)| {
+                owner == self.target && (first..=last).contains(&self.slot)
+            });
+            if served_by_target {
+                Ok(())
+            } else {
+                Err(format!("slot {} has not moved yet", self.slot))
+            }
+        })
+    }
+}
+
+/// One node's line of `CLUSTER NODES`, as one node sees it.
+#[derive(Debug, Clone)]
+struct NodeLine {
+    id: String,
+    flags: Vec<String>,
+    /// The master it replicates, for a replica.
+    master_id: Option<String>,
+    /// Slot ranges it serves (first, last), without the slots being moved.
+    slots: Vec<(u16, u16)>,
+}
+
+impl NodeLine {
+    /// `<id> <ip:port@cport> <flags> <master> <ping> <pong> <epoch> <link> <slot>...`
+    fn parse(line: &str) -> Option<NodeLine> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [id, _address, flags, master, _ping, _pong, _epoch, _link, slots @ ..] =
+            fields.as_slice()
+        else {
+            return None;
+        };
+        let slots = slots
+            .iter()
+            // `[slot->-id]` and `[slot-<-id]`: a slot being moved, not served.
+            .filter(|slot| !slot.starts_with('['))
+            .map(|slot| match slot.split_once('-') {
+                Some((first, last)) => Some((first.parse().ok()?, last.parse().ok()?)),
+                None => slot.parse().ok().map(|slot| (slot, slot)),
+            })
+            .collect::<Option<_>>()?;
+        Some(NodeLine {
+            id: id.to_string(),
+            flags: flags.split(',').map(str::to_owned).collect(),
+            master_id: (*master != "-").then(|| master.to_string()),
+            slots,
+        })
+    }
+
+    fn has(&self, flag: &str) -> bool {
+        self.flags.iter().any(|known| known == flag)
+    }
+
+    fn owns(&self, slot: u16) -> bool {
+        self.slots
+            .iter()
+            .any(|&(first, last)| (first..=last).contains(&slot))
+    }
+}
+
+/// The line `node` has about itself in its `view`.
+fn myself_in(view: &[NodeLine], node: &RedisServer) -> io::Result<NodeLine> {
+    view.iter()
+        .find(|line| line.has("myself"))
+        .cloned()
+        .ok_or_else(|| io::Error::other(format!("port {}: no myself in CLUSTER NODES", node.port)))
+}
+
+fn check_slot(slot: u16) -> io::Result<()> {
+    if slot < CLUSTER_SLOTS {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("no slot {slot}: slots go from 0 to {}", CLUSTER_SLOTS - 1),
+        ))
+    }
+}
+
+/// Starts one cluster node on a free port whose cluster bus port (10000 above it) is free
+/// too.
+fn start_cluster_node(args: &[&str]) -> io::Result<RedisServer> {
+    let mut last_error = None;
+    for _ in 0..5 {
+        let mut node = RedisServer::unstarted(args)?;
+        let config = node.dir.join("nodes.conf");
+        node.extra_args.push("--cluster-config-file".to_owned());
+        node.extra_args.push(config.to_string_lossy().into_owned());
+        let node = match node.start_on(free_cluster_port) {
+            Ok(node) => node,
+            Err(err) => {
+                last_error = Some(err);
+                continue;
+            }
+        };
+        // Another server may have answered on a port this one could not bind after all.
+        let pid = node.pid().unwrap_or_default();
+        match node.call_text(&["INFO", "server"]) {
+            Ok(info) if info.contains(&format!("process_id:{pid}\r\n")) => return Ok(node),
+            Ok(_) => last_error = Some(io::Error::other("another server took the port")),
+            Err(err) => last_error = Some(err),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| io::Error::other("a cluster node did not start")))
+}
+
+/// A free port below 55536 whose cluster bus port (10000 above) is free too.
+fn free_cluster_port() -> io::Result<u16> {
+    for _ in 0..100 {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        if let Some(bus_port) = port.checked_add(10000) {
+            if TcpListener::bind(("127.0.0.1", bus_port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "no free port with a free cluster bus port",
+    ))
+}
+
+/// `redis-cli`: the `REDLEASE_REDIS_CLI` environment variable, else the one next to
+/// `REDLEASE_REDIS_SERVER` when that is a path and it is there, else from `PATH`.
+fn redis_cli() -> std::ffi::OsString {
+    if let Some(cli) = std::env::var_os("REDLEASE_REDIS_CLI") {
+        return cli;
+    }
+    if let Some(server) = std::env::var_os("REDLEASE_REDIS_SERVER") {
+        let server = Path::new(&server);
+        if server
+            .parent()
+            .is_some_and(|dir| !dir.as_os_str().is_empty())
+        {
+            let sibling = server.with_file_name("redis-cli");
+            if sibling.is_file() {
+                return sibling.into_os_string();
+            }
+        }
+    }
+    "redis-cli".into()
+}
+
+/// One reply of the Redis protocol (RESP2), as [`RedisServer`]'s own checks read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reply {
+    Status(String),
+    Error(String),
+    Integer(i64),
+    /// A bulk string (text, lossily), or nil.
+    Bulk(Option<String>),
+    /// An array, or nil.
+    Array(Option<Vec<Reply>>),
+}
+
+/// Reads one whole reply.
+fn read_reply(input: &mut impl io::BufRead) -> io::Result<Reply> {
+    let mut line = Vec::new();
+    input.read_until(b'\n', &mut line)?;
+    if !line.ends_with(b"\r\n") {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    line.truncate(line.len() - 2);
+    let text = String::from_utf8_lossy(line.get(1..).unwrap_or_default()).into_owned();
+    let length = || {
+        text.parse::<i64>()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("length {text:?}")))
+    };
+    match line.first() {
+        Some(b'+') => Ok(Reply::Status(text)),
+        Some(b'-') => Ok(Reply::Error(text)),
+        Some(b':') => Ok(Reply::Integer(length()?)),
+        Some(b'$') => match usize::try_from(length()?) {
+            Err(_) => Ok(Reply::Bulk(None)),
+            Ok(length) => {
+                let mut bulk = vec![0u8; length + 2];
+                input.read_exact(&mut bulk)?;
+                bulk.truncate(length);
+                Ok(Reply::Bulk(Some(
+                    String::from_utf8_lossy(&bulk).into_owned(),
+                )))
+            }
+        },
+        Some(b'*') => match usize::try_from(length()?) {
+            Err(_) => Ok(Reply::Array(None)),
+            Ok(count) => (0..count)
+                .map(|_| read_reply(input))
+                .collect::<io::Result<_>>()
+                .map(|items| Reply::Array(Some(items))),
+        },
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a reply: {:?}", String::from_utf8_lossy(&line)),
+        )),
+    }
+}
+
+/// The error for a reply a check did not expect (an error reply among them).
+fn unexpected(port: u16, words: &[&str], reply: &Reply) -> io::Error {
+    io::Error::other(format!(
+        "{} on port {port} answered {reply:?}",
+        words.join(" ")
+    ))
 }
 
 /// The host name in the certificate that [`TlsServerOptions::wrong_name_certificate`] picks.
