@@ -472,7 +472,13 @@ impl Pool {
     }
 
     fn connect(&self, timeout: Duration) -> Result<Connection> {
-        let connection = self.open(timeout)?;
+        let connection = self.open(timeout).inspect_err(|err| {
+            if let (Some(hook), Error::Unreachable(_) | Error::Timeout(_)) = (&self.on_failure, err)
+            {
+                // The node could not be reached: it may have failed over.
+                hook(&io::Error::from(io::ErrorKind::ConnectionRefused).into());
+            }
+        })?;
         for outcome in [
             connection.set_read_timeout(Some(self.response_timeout)),
             connection.set_write_timeout(Some(self.response_timeout)),

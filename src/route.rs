@@ -5,7 +5,9 @@
 //! A call routed by [`Router::route`] that a node answers with `MOVED` is sent again where
 //! the answer says, and the slot map learns the move; one answered with `ASK` (its slot is
 //! being migrated, and its key has left) is sent once to the node named, after `ASKING` on
-//! the same connection. At most [`MAX_REDIRECTIONS`] in a row. A single server that answers a
+//! the same connection. At most [`MAX_REDIRECTIONS`] moves in a row. A call whose keys a
+//! migration has split between two nodes (`TRYAGAIN`) is sent again every [`TRY_AGAIN_AFTER`]
+//! for up to the response timeout, and `ASK` is followed for as long. A single server that answers a
 //! redirection is a cluster node that was given to the wrong builder: that is said as such.
 //!
 //! In cluster mode every key of one script call must share a slot, or the cluster refuses it
@@ -16,7 +18,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
@@ -26,8 +28,12 @@ use crate::pool::Pool;
 use crate::protocol::slot::key_slot;
 use crate::protocol::ScriptCall;
 
-/// How many redirections one call follows before it fails with the last.
+/// How many `MOVED` answers one call follows before it fails with the last.
 pub(crate) const MAX_REDIRECTIONS: usize = 5;
+
+/// How long a call answered `TRYAGAIN` waits before it is sent again (for up to the response
+/// timeout in all).
+const TRY_AGAIN_AFTER: Duration = Duration::from_millis(20);
 
 pub(crate) enum Router {
     /// A single server, or the master the sentinels name.
@@ -178,17 +184,36 @@ impl Router {
         let slot = key_slot(key);
         let mut ask_at: Option<NodeAddress> = None;
         let mut last = None;
-        for _ in 0..=MAX_REDIRECTIONS {
+        let try_again_until = Instant::now() + self.response_timeout();
+        let mut moves = 0;
+        while moves <= MAX_REDIRECTIONS {
             let (pool, asking) = match ask_at.take() {
                 Some(node) => (cluster.pool_at(&node), true),
                 None => (cluster.pool_for_slot(slot), false),
             };
-            match attempt(&pool, asking)? {
+            let tried = match attempt(&pool, asking) {
+                // The slot is being migrated and the call's keys are split between the two
+                // nodes (`TRYAGAIN`): it runs once the keys have moved, or the slot has.
+                Err(Error::Redis(err))
+                    if err.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
+                        && Instant::now() + TRY_AGAIN_AFTER < try_again_until =>
+                {
+                    std::thread::sleep(TRY_AGAIN_AFTER);
+                    continue;
+                }
+                tried => tried?,
+            };
+            match tried {
                 Routed::Done(value) => return Ok(value),
                 Routed::Redirected(redirect) => {
                     if redirect.ask {
+                        // Only while the migration lasts, which `TRYAGAIN` bounds.
+                        if Instant::now() >= try_again_until {
+                            return Err(Error::Redis(redirect.error));
+                        }
                         ask_at = Some(redirect.to.clone());
                     } else {
+                        moves += 1;
                         cluster.moved(redirect.slot, &redirect.to);
                     }
                     last = Some(redirect.error);
