@@ -29,8 +29,9 @@ use crate::tls::TlsConnector;
 /// Where the subscribed connection goes, and how it authenticates.
 pub(super) struct Endpoint {
     address: Address,
-    /// For `rediss://`: the TLS set-up the command connections use too.
-    tls: Option<TlsConnector>,
+    /// For `rediss://`: the TLS set-up the command connections use too (shareable by
+    /// several endpoints).
+    tls: Option<Arc<TlsConnector>>,
     username: Option<String>,
     password: Option<String>,
 }
@@ -70,7 +71,7 @@ impl Endpoint {
         let settings = info.redis_settings();
         Ok(Endpoint {
             address,
-            tls,
+            tls: tls.map(Arc::new),
             username: settings.username().map(str::to_owned),
             password: settings.password().map(str::to_owned),
         })
@@ -138,7 +139,7 @@ impl Endpoint {
             #[cfg(not(feature = "tls"))]
             Some(never) => {
                 let _ = (socket, host, give_up_at, timeout);
-                match *never {}
+                match **never {}
             }
         }
     }

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use super::connection::Stream;
 use super::frame::{self, Frame};
 use super::hub::{Sent, State};
-use super::{LoginRefused, Shared};
+use super::node::Shared;
+use super::LoginRefused;
 
 /// How often the listener wakes up when nothing arrives, to check its keep-alive ping.
 const LISTENER_TICK: Duration = Duration::from_millis(500);
@@ -94,7 +95,7 @@ impl Shared {
             if state.is_stopping() {
                 return Ok(());
             }
-            state.connected(writer, &self.notices.channel);
+            state.connected(writer, &self.notice_channel);
         }
         self.changed.notify_all();
         self.flush();
@@ -157,7 +158,7 @@ impl Shared {
             match frame::parse(&buffer[used..]) {
                 Ok(Some((frame, length))) => {
                     used += length;
-                    match dispatch(&mut state, frame, &self.notices.channel) {
+                    match dispatch(&mut state, frame, &self.notice_channel) {
                         Handled::Answered => answered_any = true,
                         Handled::Notice(payload) => notices.push(payload),
                         Handled::Nothing => {}
@@ -174,7 +175,7 @@ impl Shared {
             self.changed.notify_all();
         }
         for payload in notices {
-            (self.notices.handler)(&payload);
+            (self.notice_handler)(&payload);
         }
         parsed
     }

@@ -21,6 +21,7 @@
 //! is down.
 //!
 //! The parts, each in its own module:
+//! - [`node`]: one hub: its listener thread, its shared state, joining and leaving channels.
 //! - [`hub`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
 //!   rules); no I/O.
 //! - [`outbox`]: commands queued under that lock and written outside it, in order, by one
@@ -37,6 +38,7 @@ mod connection;
 mod frame;
 mod hub;
 mod listener;
+mod node;
 mod outbox;
 #[cfg(test)]
 mod tests;
@@ -44,19 +46,17 @@ mod tests;
 mod tls;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use parking_lot::{Condvar, Mutex};
 use redis::ConnectionInfo;
 
-use crate::error::{Error, Permission, Result};
+use crate::error::{Error, Result};
 use crate::resolve::Resolver;
 use crate::sentinel::MasterLocator;
 use crate::tls::TlsConnector;
 use connection::Endpoint;
-use hub::{State, Waiter};
+use node::{Member, NodeHub, NodeSettings};
 
 /// Handles one message of the notice channel.
 pub(crate) type NoticeHandler = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -93,92 +93,49 @@ pub(crate) struct Notices {
     pub(crate) handler: NoticeHandler,
 }
 
+impl Notices {
+    /// The settings of a node hub.
+    fn settings(self, connect_timeout: Duration, response_timeout: Duration) -> NodeSettings {
+        NodeSettings {
+            notice_channel: self.channel,
+            notice_handler: Arc::from(self.handler),
+            connect_timeout,
+            response_timeout,
+        }
+    }
+}
+
+/// The pub/sub hub of one manager.
 pub(crate) struct PubSubHub {
-    shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// What the listener thread and the waiting threads share.
-struct Shared {
-    state: Mutex<State>,
-    /// Signalled when a subscription is confirmed, the connection comes or goes, or the hub
-    /// stops.
-    changed: Condvar,
-    endpoint: Endpoint,
-    /// The user the connection logs in as, for errors; `None` for Redis's default user.
-    user: Option<String>,
-    notices: Notices,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-}
-
-impl Shared {
-    /// Why no waiter could use the hub, from what Redis answered on the first connection:
-    /// it refused the login, or the `SUBSCRIBE` command itself (an ACL without the notice
-    /// channel only costs the notices).
-    fn unusable(&self, state: &State) -> Option<Error> {
-        let user = || self.user.clone();
-        if state.login_refusal().is_some() {
-            // Whatever the words: `WRONGPASS`, or `ERR` for a password where none is set.
-            return Some(Error::AuthenticationFailed { user: user() });
-        }
-        match Error::from_reply(state.notices_refusal()?) {
-            Error::AuthenticationFailed { .. } => {
-                Some(Error::AuthenticationFailed { user: user() })
-            }
-            err @ Error::PermissionDenied {
-                permission: Permission::Command(_),
-                ..
-            } => Some(err),
-            _ => None,
-        }
-    }
-
-    /// Writes the commands queued in the outbox, outside the hub's lock (or leaves them to
-    /// the thread writing already).
-    fn flush(&self) {
-        outbox::flush(&self.state, self.response_timeout);
-    }
+    hub: NodeHub,
 }
 
 /// A waiting thread's membership in the subscription to one channel; leaving is dropping it.
 pub(crate) struct Subscription {
-    shared: Arc<Shared>,
-    channel: String,
-    waiter: Arc<Waiter>,
+    member: Member,
 }
 
 impl Subscription {
     /// Whether Redis has confirmed the subscription and the connection still stands: only
     /// then will a release wake this waiter.
     pub(crate) fn is_live(&self) -> bool {
-        let state = self.shared.state.lock();
-        state.is_connected() && state.is_confirmed(&self.channel)
+        self.member.is_live()
     }
 
     /// Sleeps until this waiter is woken or `timeout` passes; answers whether it was woken.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        self.waiter.woken.recv_timeout(timeout).is_ok()
+        self.member.wait(timeout)
     }
 
     /// The receiver that gets this waiter's wakes, to wait on several subscriptions at once.
     pub(crate) fn woken(&self) -> &Receiver<()> {
-        &self.waiter.woken
+        self.member.woken()
     }
 
     /// Gives back a wake this waiter took and will not use; on leaving, it goes to another
     /// waiter.
     pub(crate) fn pass_wake_on(&self) {
-        self.waiter.wake();
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let queued = self.shared.state.lock().leave(&self.channel, &self.waiter);
-        if queued {
-            self.shared.flush();
-        }
+        self.member.pass_wake_on();
     }
 }
 
@@ -192,42 +149,22 @@ impl PubSubHub {
         response_timeout: Duration,
         notices: Notices,
     ) -> Result<Self> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
-            endpoint: Endpoint::from_info(info, resolver, located, tls)?,
-            user: info.redis_settings().username().map(str::to_owned),
-            notices,
-            connect_timeout,
-            response_timeout,
-        });
-        let thread = std::thread::Builder::new()
-            .name("redlease-pubsub".into())
-            .spawn({
-                let shared = Arc::clone(&shared);
-                move || shared.run()
-            })
-            .map_err(Error::ThreadSpawn)?;
+        let settings = notices.settings(connect_timeout, response_timeout);
+        let hub = NodeHub::spawn(
+            Endpoint::from_info(info, resolver, located, tls)?,
+            info.redis_settings().username().map(str::to_owned),
+            &settings,
+            "redlease-pubsub".into(),
+        )?;
         // Give the first connection a chance, so the first waiters find a live subscription
         // and no notice is missed from the start.
         let ready_by = Instant::now() + connect_timeout;
-        let mut state = shared.state.lock();
-        while !state.notices_answered()
-            && state.login_refusal().is_none()
-            && !shared.changed.wait_until(&mut state, ready_by).timed_out()
-        {}
-        let unusable = shared.unusable(&state);
-        drop(state);
-        let hub = PubSubHub {
-            shared,
-            thread: Mutex::new(Some(thread)),
-        };
-        match unusable {
+        match hub.shared().await_first_connection(ready_by) {
             Some(err) => {
                 hub.stop();
                 Err(err)
             }
-            None => Ok(hub),
+            None => Ok(PubSubHub { hub }),
         }
     }
 
@@ -247,71 +184,29 @@ impl PubSubHub {
     }
 
     fn join(&self, channel: &str, lock: Option<&str>) -> Result<Subscription> {
-        let shared = &self.shared;
-        let give_up_at = Instant::now() + shared.response_timeout;
-        let waiter = Arc::new(Waiter::new(lock));
-        let queued = {
-            let mut state = shared.state.lock();
-            if state.is_stopping() {
-                return Err(Error::ShutDown);
-            }
-            state.join(channel, Arc::clone(&waiter))
-        };
-        if queued {
-            shared.flush();
-        }
-        let mut state = shared.state.lock();
-        while state.is_connected()
-            && !state.is_stopping()
-            && !state.is_confirmed(channel)
-            && state.refusal(channel).is_none()
-        {
-            if shared
-                .changed
-                .wait_until(&mut state, give_up_at)
-                .timed_out()
-            {
-                break;
-            }
-        }
-        let refused = state.refusal(channel).map(Error::from_reply);
-        drop(state);
-        let subscription = Subscription {
-            shared: Arc::clone(shared),
-            channel: channel.to_owned(),
-            waiter,
-        };
-        match refused {
-            // Dropping the subscription leaves the channel.
-            Some(err) => Err(err.for_user(shared.user.as_deref())),
-            None => Ok(subscription),
-        }
+        Ok(Subscription {
+            member: self.hub.shared().join(channel, lock)?,
+        })
     }
 
     /// How many times the listener connected again after its first connection.
     pub(crate) fn reconnects(&self) -> u64 {
-        self.shared.state.lock().reconnects()
+        self.hub.shared().reconnects()
     }
 
     /// How many channels the hub is subscribed to, or busy subscribing or unsubscribing.
     pub(crate) fn channel_count(&self) -> usize {
-        self.shared.state.lock().channel_count()
+        self.hub.shared().channel_count()
     }
 
     /// Ends the subscribed connection, so the listener connects again (to where the master
     /// is now) and subscribes anew; waiters poll meanwhile.
     pub(crate) fn reconnect(&self) {
-        self.shared.state.lock().drop_connection();
+        self.hub.shared().reconnect();
     }
 
     /// Stops and joins the listener thread; waiters fall back to their PTTL hints.
     pub(crate) fn stop(&self) {
-        self.shared.state.lock().stop();
-        self.shared.changed.notify_all();
-        if let Some(thread) = self.thread.lock().take() {
-            if thread.join().is_err() {
-                log::error!("the pub/sub listener thread panicked");
-            }
-        }
+        self.hub.stop();
     }
 }
