@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::connection::Stream;
 use super::frame::{self, Frame};
-use super::hub::{Sent, State};
+use super::hub::{is_redirection, Mode, Sent, State};
 use super::node::Shared;
 use super::LoginRefused;
 
@@ -202,7 +202,8 @@ enum Handled {
     Notice(Vec<u8>),
 }
 
-/// Acts on one frame from the subscribed connection.
+/// Acts on one frame from the subscribed connection. Release channels speak in the hub's
+/// mode (`message` or `smessage`, and so on); the notice channel is always a plain one.
 fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
     let items = match frame {
         Frame::Array(Some(items)) => items,
@@ -211,7 +212,7 @@ fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
         }
         Frame::Simple(_) => {
             // +PONG outside subscribed mode (the notice channel was refused).
-            state.answer_arrived();
+            state.answer_arrived(|sent| matches!(sent, Sent::Ping));
             return Handled::Nothing;
         }
         _ => return Handled::Nothing,
@@ -220,41 +221,53 @@ fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
     let channel = items.get(1).and_then(Frame::as_bytes).unwrap_or_default();
     let channel = String::from_utf8_lossy(channel);
     let payload = || items.get(2).and_then(Frame::as_bytes).unwrap_or_default();
+    let mode = state.mode();
     match kind {
         b"message" if channel == notice_channel => Handled::Notice(payload().to_vec()),
-        b"message" => {
-            state.released(&channel, payload());
-            Handled::Nothing
-        }
         b"subscribe" if channel == notice_channel => {
-            state.answer_arrived();
+            state.answer_arrived(|sent| matches!(sent, Sent::Notices));
             state.notices_now_answered();
             Handled::Answered
         }
-        b"subscribe" | b"unsubscribe" => {
-            state.answer_arrived();
-            if state.subscription_answered(&channel) {
-                Handled::Answered
-            } else {
-                Handled::Nothing
-            }
+        kind if kind == mode.message_kind() => {
+            state.released(&channel, payload());
+            Handled::Nothing
         }
+        kind if kind == mode.subscribed_kind() => {
+            state.answer_arrived(|sent| matches!(sent, Sent::Subscribe(due) if *due == channel));
+            answered_if(state.subscription_answered(&channel))
+        }
+        kind if kind == mode.unsubscribed_kind() => answered_if(state.unsubscribed(&channel)),
         b"pong" => {
-            state.answer_arrived();
+            state.answer_arrived(|sent| matches!(sent, Sent::Ping));
             Handled::Nothing
         }
         _ => Handled::Nothing,
     }
 }
 
+/// [`Handled::Answered`] when waiters blocked on a channel may go on.
+fn answered_if(answered: bool) -> Handled {
+    if answered {
+        Handled::Answered
+    } else {
+        Handled::Nothing
+    }
+}
+
 /// Acts on an error reply: Redis refused the oldest command awaiting its answer.
 fn refused(state: &mut State, reply: &str, notice_channel: &str) -> Handled {
+    let redirected = state.mode() == Mode::Sharded && is_redirection(reply);
     match state.refused(reply) {
         Some(Sent::Notices) => {
             log::warn!(
                 "force-release notices unavailable (grant the channel {notice_channel}): \
                  {reply}; holders learn of force releases at their next renewal"
             );
+            Handled::Answered
+        }
+        Some(Sent::Subscribe(channel)) if redirected => {
+            log::debug!("subscription to {channel:?} sent elsewhere: {reply}");
             Handled::Answered
         }
         Some(Sent::Subscribe(channel)) => {
@@ -264,12 +277,23 @@ fn refused(state: &mut State, reply: &str, notice_channel: &str) -> Handled {
             );
             Handled::Answered
         }
+        Some(Sent::Unsubscribe(channel)) if redirected => {
+            // The slot left the node, which ended the subscription already.
+            log::debug!("unsubscribed from {channel:?} elsewhere: {reply}");
+            Handled::Nothing
+        }
         Some(Sent::Unsubscribe(channel)) => {
             log::warn!("redis refused to unsubscribe from {channel:?}: {reply}");
             Handled::Nothing
         }
         Some(Sent::Ping) => {
             log::warn!("redis refused the pub/sub connection's ping: {reply}");
+            Handled::Nothing
+        }
+        // The node's answer to a `SUNSUBSCRIBE` whose answer was taken already (see the
+        // module doc of `hub`).
+        None if redirected => {
+            log::debug!("redis answered the pub/sub connection with an error: {reply}");
             Handled::Nothing
         }
         None => {

@@ -23,7 +23,7 @@
 //! The parts, each in its own module:
 //! - [`node`]: one hub: its listener thread, its shared state, joining and leaving channels.
 //! - [`hub`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
-//!   rules); no I/O.
+//!   rules, plain or sharded commands); no I/O.
 //! - [`outbox`]: commands queued under that lock and written outside it, in order, by one
 //!   thread at a time, so a stalled write holds up no one else.
 //! - [`listener`]: the thread that connects, reads, pings and dispatches frames.
@@ -56,6 +56,7 @@ use crate::resolve::Resolver;
 use crate::sentinel::MasterLocator;
 use crate::tls::TlsConnector;
 use connection::Endpoint;
+use hub::Mode;
 use node::{Member, NodeHub, NodeSettings};
 
 /// Handles one message of the notice channel.
@@ -95,8 +96,14 @@ pub(crate) struct Notices {
 
 impl Notices {
     /// The settings of a node hub.
-    fn settings(self, connect_timeout: Duration, response_timeout: Duration) -> NodeSettings {
+    fn settings(
+        self,
+        mode: Mode,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> NodeSettings {
         NodeSettings {
+            mode,
             notice_channel: self.channel,
             notice_handler: Arc::from(self.handler),
             connect_timeout,
@@ -149,7 +156,7 @@ impl PubSubHub {
         response_timeout: Duration,
         notices: Notices,
     ) -> Result<Self> {
-        let settings = notices.settings(connect_timeout, response_timeout);
+        let settings = notices.settings(Mode::Plain, connect_timeout, response_timeout);
         let hub = NodeHub::spawn(
             Endpoint::from_info(info, resolver, located, tls)?,
             info.redis_settings().username().map(str::to_owned),

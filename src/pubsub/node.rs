@@ -2,8 +2,8 @@
 //! (a single server, or the master Sentinel names), and the waiters' memberships in its
 //! channels.
 //!
-//! A hub is spawned with its endpoint and its [`NodeSettings`] (the notice channel and its
-//! handler, shareable by several hubs, and the timeouts). Waiters join a channel with
+//! A hub is spawned with its endpoint and its [`NodeSettings`] (the mode, the notice channel
+//! and its handler, shareable by several hubs, and the timeouts). Waiters join a channel with
 //! [`Shared::join`], which returns once Redis confirmed the subscription (or refused it, or
 //! the connection is down, or the response timeout passed), and leave it by dropping their
 //! [`Member`]. Stopping a hub ends its connection and its thread; joining the thread waits at
@@ -20,7 +20,7 @@ use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 
 use super::connection::Endpoint;
-use super::hub::{State, Waiter};
+use super::hub::{Mode, State, Waiter};
 use super::outbox;
 use crate::error::{Error, Permission, Result};
 
@@ -30,6 +30,7 @@ pub(super) type SharedNoticeHandler = Arc<dyn Fn(&[u8]) + Send + Sync>;
 /// What a node hub is made with.
 #[derive(Clone)]
 pub(super) struct NodeSettings {
+    pub(super) mode: Mode,
     pub(super) notice_channel: String,
     pub(super) notice_handler: SharedNoticeHandler,
     pub(super) connect_timeout: Duration,
@@ -67,7 +68,7 @@ impl NodeHub {
         thread_name: String,
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State::new(settings.mode)),
             changed: Condvar::new(),
             endpoint,
             user,
@@ -168,6 +169,7 @@ impl Shared {
             && !state.is_stopping()
             && !state.is_confirmed(channel)
             && state.refusal(channel).is_none()
+            && !state.is_dropped(channel)
         {
             if self.changed.wait_until(&mut state, give_up_at).timed_out() {
                 break;
