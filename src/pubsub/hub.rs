@@ -131,6 +131,8 @@ pub(super) struct State {
     stopping: bool,
     /// Connections made so far.
     connections: u64,
+    /// The first attempt to connect has ended, made or failed.
+    attempted: bool,
 }
 
 /// A command queued for the subscribed connection whose answer is due.
@@ -249,6 +251,16 @@ impl State {
         self.login_refusal.replace(reply.to_owned()).is_none()
     }
 
+    /// An attempt to connect failed.
+    pub(super) fn attempt_failed(&mut self) {
+        self.attempted = true;
+    }
+
+    /// Whether the first attempt to connect has ended, made or failed.
+    pub(super) fn has_attempted(&self) -> bool {
+        self.attempted
+    }
+
     /// How many times a connection was made after the first.
     pub(super) fn reconnects(&self) -> u64 {
         self.connections.saturating_sub(1)
@@ -332,6 +344,7 @@ impl State {
     /// previous connection is dropped with it), and wakes every waiter.
     pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
         self.connections += 1;
+        self.attempted = true;
         let mut names = Vec::new();
         self.channels.retain(|name, channel| {
             channel.confirmed = false;

@@ -5,7 +5,9 @@
 //! It is the only reader of the connection. It touches the hub's state under its lock for
 //! each batch of frames, queues its own commands (re-subscriptions, pings) through the
 //! outbox like any other thread, and calls the notice handler outside the lock. A frame that
-//! breaks the protocol ends the connection like any read error: the listener reconnects.
+//! breaks the protocol ends the connection like any read error: the listener reconnects. In
+//! cluster mode it tells the cluster hub (outside every lock) when its node cannot be
+//! reached, as the cluster's map may be out of date.
 //!
 //! What Redis refuses is recorded for the threads that wait for it: a refused login for
 //! [`PubSubHub::start`](super::PubSubHub::start), which fails the manager's build; a refused
@@ -45,8 +47,15 @@ impl Shared {
                     if let Err(err) = self.serve(stream) {
                         log::debug!("pub/sub connection lost: {err}");
                     }
-                    self.state.lock().disconnected();
+                    let stopping = {
+                        let mut state = self.state.lock();
+                        state.disconnected();
+                        state.is_stopping()
+                    };
                     self.changed.notify_all();
+                    if !stopping {
+                        self.in_trouble();
+                    }
                     // A server that accepts and then refuses at once must not make us spin.
                     if connected_at.elapsed() >= HEALTHY_CONNECTION {
                         reconnect_delay = MIN_RECONNECT_DELAY;
@@ -56,6 +65,7 @@ impl Shared {
                 }
                 Err(err) => {
                     self.connect_failed(&err);
+                    self.in_trouble();
                     reconnect_delay = (reconnect_delay * 2).min(MAX_RECONNECT_DELAY);
                 }
             }
@@ -66,10 +76,20 @@ impl Shared {
         }
     }
 
-    /// Records a refused login where `start` looks for it, and warns of it once per run of
-    /// refusals (the listener keeps trying: the password may be fixed); any other failure
-    /// is only logged, as the next attempt may well succeed.
+    /// Tells the cluster hub, if any, that the node could not be reached: the cluster's map
+    /// may be out of date.
+    fn in_trouble(&self) {
+        if let Some(on_trouble) = &self.on_trouble {
+            on_trouble();
+        }
+    }
+
+    /// Records the failed attempt, and a refused login where `start` looks for it, and warns
+    /// of it once per run of refusals (the listener keeps trying: the password may be
+    /// fixed); any other failure is only logged, as the next attempt may well succeed.
     fn connect_failed(&self, err: &io::Error) {
+        self.state.lock().attempt_failed();
+        self.changed.notify_all();
         let refused = err
             .get_ref()
             .and_then(|inner| inner.downcast_ref::<LoginRefused>());

@@ -1,5 +1,5 @@
-//! The pub/sub hub: one listener thread and one subscribed connection per manager, serving
-//! every waiting thread of the process.
+//! The pub/sub hub: one listener thread and one subscribed connection per manager (per
+//! master in cluster mode), serving every waiting thread of the process.
 //!
 //! A waiter [`subscribe`](PubSubHub::subscribe)s to the release channel of a lock and gets a
 //! [`Subscription`] once Redis has confirmed it, so a release published after that point is
@@ -20,7 +20,15 @@
 //! refused (the ACL changed under a running manager) poll, as they do while the connection
 //! is down.
 //!
+//! In cluster mode ([`PubSubHub::start_cluster`]) there is one such hub per master, and each
+//! subscription goes to the master of its channel's slot: with `SSUBSCRIBE` when the cluster
+//! publishes releases on shard channels (Redis 7), else with `SUBSCRIBE`; the notice channel
+//! is a plain one everywhere. A subscription follows its slot when the slot moves (a
+//! failover, a migration): the wait loop asks it to, with [`Subscription::follow`], before
+//! each sleep.
+//!
 //! The parts, each in its own module:
+//! - [`nodes`]: cluster mode: a hub per master, and subscriptions that follow their slot.
 //! - [`node`]: one hub: its listener thread, its shared state, joining and leaving channels.
 //! - [`hub`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
 //!   rules, plain or sharded commands); no I/O.
@@ -39,6 +47,7 @@ mod frame;
 mod hub;
 mod listener;
 mod node;
+mod nodes;
 mod outbox;
 #[cfg(test)]
 mod tests;
@@ -51,6 +60,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use redis::ConnectionInfo;
 
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::resolve::Resolver;
 use crate::sentinel::MasterLocator;
@@ -58,6 +68,8 @@ use crate::tls::TlsConnector;
 use connection::Endpoint;
 use hub::Mode;
 use node::{Member, NodeHub, NodeSettings};
+pub(crate) use nodes::SlotOwners;
+use nodes::{Nodes, Route};
 
 /// Handles one message of the notice channel.
 pub(crate) type NoticeHandler = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -95,7 +107,7 @@ pub(crate) struct Notices {
 }
 
 impl Notices {
-    /// The settings of a node hub.
+    /// The settings every node hub of one manager is made with.
     fn settings(
         self,
         mode: Mode,
@@ -112,14 +124,22 @@ impl Notices {
     }
 }
 
-/// The pub/sub hub of one manager.
+/// The pub/sub hub of one manager: one node hub, or in cluster mode one per master.
 pub(crate) struct PubSubHub {
-    hub: NodeHub,
+    kind: Kind,
+}
+
+enum Kind {
+    /// A single server, or the master Sentinel names.
+    Single(NodeHub),
+    Cluster(Arc<Nodes>),
 }
 
 /// A waiting thread's membership in the subscription to one channel; leaving is dropping it.
 pub(crate) struct Subscription {
     member: Member,
+    /// Cluster mode: how the subscription follows its channel's slot.
+    route: Option<Route>,
 }
 
 impl Subscription {
@@ -144,6 +164,22 @@ impl Subscription {
     pub(crate) fn pass_wake_on(&self) {
         self.member.pass_wake_on();
     }
+
+    /// In cluster mode, moves the subscription to the master that serves its channel's slot
+    /// now, if it is elsewhere (the slot moved, the node ended the subscription, or the node
+    /// cannot be reached and the map names another); answers whether it moved and is live,
+    /// so the caller tries again at once (a release may have gone by unheard). Cheap while
+    /// nothing changed; always `false` on a single server.
+    ///
+    /// # Errors
+    /// Redis's refusal of the subscription at the new node, as for a new subscription, or
+    /// [`Error::ShutDown`] once the hub stopped.
+    pub(crate) fn follow(&mut self) -> Result<bool> {
+        match &mut self.route {
+            Some(route) => route.follow(&mut self.member),
+            None => Ok(false),
+        }
+    }
 }
 
 impl PubSubHub {
@@ -161,6 +197,7 @@ impl PubSubHub {
             Endpoint::from_info(info, resolver, located, tls)?,
             info.redis_settings().username().map(str::to_owned),
             &settings,
+            None,
             "redlease-pubsub".into(),
         )?;
         // Give the first connection a chance, so the first waiters find a live subscription
@@ -171,8 +208,53 @@ impl PubSubHub {
                 hub.stop();
                 Err(err)
             }
-            None => Ok(PubSubHub { hub }),
+            None => Ok(PubSubHub {
+                kind: Kind::Single(hub),
+            }),
         }
+    }
+
+    /// The hub of a cluster manager: one node hub per master, each connecting with the
+    /// manager's settings at that node ([`Cluster::node_info`], over TLS with `tls`);
+    /// release channels are shard channels when the cluster publishes on them
+    /// ([`Cluster::sharded_pubsub`]). The first master's hub is started at once and fails
+    /// the start as a single server's does (a refused login, a refused `SUBSCRIBE`
+    /// command); the others start when a waiter first needs them.
+    pub(crate) fn start_cluster(
+        cluster: Arc<Cluster>,
+        tls: Option<TlsConnector>,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        notices: Notices,
+    ) -> Result<Self> {
+        let mode = if cluster.sharded_pubsub() {
+            Mode::Sharded
+        } else {
+            Mode::Plain
+        };
+        Self::start_over(
+            cluster,
+            mode,
+            tls,
+            connect_timeout,
+            response_timeout,
+            notices,
+        )
+    }
+
+    /// [`start_cluster`](PubSubHub::start_cluster) over any map of slot owners.
+    fn start_over(
+        owners: Arc<dyn SlotOwners>,
+        mode: Mode,
+        tls: Option<TlsConnector>,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        notices: Notices,
+    ) -> Result<Self> {
+        let settings = notices.settings(mode, connect_timeout, response_timeout);
+        Ok(PubSubHub {
+            kind: Kind::Cluster(Nodes::start(owners, settings, tls)?),
+        })
     }
 
     /// Joins the waiters for `lock` on its release `channel`; returns once Redis confirmed
@@ -191,29 +273,51 @@ impl PubSubHub {
     }
 
     fn join(&self, channel: &str, lock: Option<&str>) -> Result<Subscription> {
-        Ok(Subscription {
-            member: self.hub.shared().join(channel, lock)?,
-        })
+        match &self.kind {
+            Kind::Single(hub) => Ok(Subscription {
+                member: hub.shared().join(channel, lock)?,
+                route: None,
+            }),
+            Kind::Cluster(nodes) => {
+                let (member, route) = nodes.subscribe(channel, lock)?;
+                Ok(Subscription {
+                    member,
+                    route: Some(route),
+                })
+            }
+        }
     }
 
-    /// How many times the listener connected again after its first connection.
+    /// How many times the listeners connected again after their first connections.
     pub(crate) fn reconnects(&self) -> u64 {
-        self.hub.shared().reconnects()
+        match &self.kind {
+            Kind::Single(hub) => hub.shared().reconnects(),
+            Kind::Cluster(nodes) => nodes.reconnects(),
+        }
     }
 
     /// How many channels the hub is subscribed to, or busy subscribing or unsubscribing.
     pub(crate) fn channel_count(&self) -> usize {
-        self.hub.shared().channel_count()
+        match &self.kind {
+            Kind::Single(hub) => hub.shared().channel_count(),
+            Kind::Cluster(nodes) => nodes.channel_count(),
+        }
     }
 
-    /// Ends the subscribed connection, so the listener connects again (to where the master
-    /// is now) and subscribes anew; waiters poll meanwhile.
+    /// Ends the subscribed connections, so the listeners connect again (to where the master
+    /// is now) and subscribe anew; waiters poll meanwhile.
     pub(crate) fn reconnect(&self) {
-        self.hub.shared().reconnect();
+        match &self.kind {
+            Kind::Single(hub) => hub.shared().reconnect(),
+            Kind::Cluster(nodes) => nodes.reconnect(),
+        }
     }
 
-    /// Stops and joins the listener thread; waiters fall back to their PTTL hints.
+    /// Stops and joins the listener threads; waiters fall back to their PTTL hints.
     pub(crate) fn stop(&self) {
-        self.hub.stop();
+        match &self.kind {
+            Kind::Single(hub) => hub.stop(),
+            Kind::Cluster(nodes) => nodes.stop(),
+        }
     }
 }

@@ -1,16 +1,17 @@
 //! One node hub: a listener thread and the one subscribed connection it keeps to one server
-//! (a single server, or the master Sentinel names), and the waiters' memberships in its
-//! channels.
+//! (a single server, the master Sentinel names, or one master of a cluster), and the waiters'
+//! memberships in its channels.
 //!
-//! A hub is spawned with its endpoint and its [`NodeSettings`] (the mode, the notice channel
-//! and its handler, shareable by several hubs, and the timeouts). Waiters join a channel with
+//! A hub is spawned with its endpoint and the [`NodeSettings`] every hub of a manager shares
+//! (the mode, the notice channel and its handler, the timeouts). Waiters join a channel with
 //! [`Shared::join`], which returns once Redis confirmed the subscription (or refused it, or
 //! the connection is down, or the response timeout passed), and leave it by dropping their
 //! [`Member`]. Stopping a hub ends its connection and its thread; joining the thread waits at
 //! most for the connection attempt under way.
 //!
 //! Touches the hub's bookkeeping ([`State`]) under its lock, the outbox, and the endpoint
-//! through the listener.
+//! through the listener; knows nothing of clusters beyond a hook it calls when its node
+//! cannot be reached.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,10 +25,15 @@ use super::hub::{Mode, State, Waiter};
 use super::outbox;
 use crate::error::{Error, Permission, Result};
 
-/// Handles one message of the notice channel; shareable by several hubs.
+/// Handles one message of the notice channel; shared by every node hub of a cluster, each of
+/// which hears every notice (handling one twice is harmless).
 pub(super) type SharedNoticeHandler = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
-/// What a node hub is made with.
+/// Called by a hub's listener when its node could not be reached, or the connection to it
+/// was lost (outside every lock).
+pub(super) type TroubleHook = Box<dyn Fn() + Send + Sync>;
+
+/// What every node hub of one manager is made with.
 #[derive(Clone)]
 pub(super) struct NodeSettings {
     pub(super) mode: Mode,
@@ -40,14 +46,16 @@ pub(super) struct NodeSettings {
 /// What the listener thread and the waiting threads share.
 pub(super) struct Shared {
     pub(super) state: Mutex<State>,
-    /// Signalled when a subscription is confirmed, the connection comes or goes, or the hub
-    /// stops.
+    /// Signalled when a subscription is confirmed, an attempt to connect ends, the
+    /// connection comes or goes, or the hub stops.
     pub(super) changed: Condvar,
     pub(super) endpoint: Endpoint,
     /// The user the connection logs in as, for errors; `None` for Redis's default user.
     user: Option<String>,
     pub(super) notice_channel: String,
     pub(super) notice_handler: SharedNoticeHandler,
+    /// Cluster mode: tells the cluster hub that the node could not be reached.
+    pub(super) on_trouble: Option<TroubleHook>,
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
 }
@@ -65,6 +73,7 @@ impl NodeHub {
         endpoint: Endpoint,
         user: Option<String>,
         settings: &NodeSettings,
+        on_trouble: Option<TroubleHook>,
         thread_name: String,
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
@@ -74,6 +83,7 @@ impl NodeHub {
             user,
             notice_channel: settings.notice_channel.clone(),
             notice_handler: Arc::clone(&settings.notice_handler),
+            on_trouble,
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
         });
@@ -94,11 +104,30 @@ impl NodeHub {
         &self.shared
     }
 
-    /// Stops and joins the listener thread; waiters fall back to their PTTL hints.
-    pub(super) fn stop(&self) {
+    /// Tells the listener to stop, without waiting for it.
+    pub(super) fn signal_stop(&self) {
         self.shared.state.lock().stop();
         self.shared.changed.notify_all();
-        if let Some(thread) = self.thread.lock().take() {
+    }
+
+    /// Whether the listener thread has ended (or was joined).
+    pub(super) fn is_finished(&self) -> bool {
+        self.thread
+            .lock()
+            .as_ref()
+            .is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Stops and joins the listener thread; waiters fall back to their PTTL hints.
+    pub(super) fn stop(&self) {
+        self.signal_stop();
+        self.join_thread();
+    }
+
+    /// Joins the listener thread of a hub told to stop (once).
+    pub(super) fn join_thread(&self) {
+        let thread = self.thread.lock().take();
+        if let Some(thread) = thread {
             if thread.join().is_err() {
                 log::error!("the pub/sub listener thread panicked");
             }
@@ -118,6 +147,17 @@ impl Shared {
             && !self.changed.wait_until(&mut state, ready_by).timed_out()
         {}
         self.unusable(&state)
+    }
+
+    /// Waits until `deadline` for the first attempt to connect to end, made or failed (a hub
+    /// spawned for a waiter: it subscribes at once on a connection that came, and polls
+    /// without one).
+    pub(super) fn await_first_attempt(&self, deadline: Instant) {
+        let mut state = self.state.lock();
+        while !state.has_attempted()
+            && !state.is_stopping()
+            && !self.changed.wait_until(&mut state, deadline).timed_out()
+        {}
     }
 
     /// Why no waiter could use the hub, from what Redis answered on the first connection:
@@ -178,7 +218,7 @@ impl Shared {
         let refused = state.refusal(channel).map(Error::from_reply);
         drop(state);
         let member = Member {
-            hub: Arc::clone(self),
+            hub: Some(Arc::clone(self)),
             channel: channel.to_owned(),
             waiter,
         };
@@ -187,6 +227,20 @@ impl Shared {
             Some(err) => Err(err.for_user(self.user.as_deref())),
             None => Ok(member),
         }
+    }
+
+    /// Stops the hub if no channel has waiters or commands due (no waiter is left to move
+    /// away); answers whether it did. Nothing joins a stopped hub: a waiter that tries gets
+    /// [`Error::ShutDown`].
+    pub(super) fn retire_if_unused(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.channel_count() > 0 {
+            return false;
+        }
+        state.stop();
+        drop(state);
+        self.changed.notify_all();
+        true
     }
 
     pub(super) fn reconnects(&self) -> u64 {
@@ -204,18 +258,46 @@ impl Shared {
 }
 
 /// One waiting thread's place among the waiters of one channel of one node hub; leaving is
-/// dropping it.
+/// dropping it. A member of no hub (cluster mode, while no node serves the channel's slot)
+/// is never live and woken only by its own [`pass_wake_on`](Member::pass_wake_on).
 pub(super) struct Member {
-    hub: Arc<Shared>,
+    hub: Option<Arc<Shared>>,
     channel: String,
     waiter: Arc<Waiter>,
 }
 
 impl Member {
+    /// A member of no hub.
+    pub(super) fn detached(channel: &str, lock: Option<&str>) -> Self {
+        Member {
+            hub: None,
+            channel: channel.to_owned(),
+            waiter: Arc::new(Waiter::new(lock)),
+        }
+    }
+
+    pub(super) fn channel(&self) -> &str {
+        &self.channel
+    }
+
     /// Whether Redis has confirmed the subscription and the connection still stands.
     pub(super) fn is_live(&self) -> bool {
-        let state = self.hub.state.lock();
-        state.is_connected() && state.is_confirmed(&self.channel)
+        self.hub.as_ref().is_some_and(|hub| {
+            let state = hub.state.lock();
+            state.is_connected() && state.is_confirmed(&self.channel)
+        })
+    }
+
+    /// Whether the hub is connected, and whether Redis dropped the channel (see
+    /// [`State::is_dropped`]); a member of no hub is neither.
+    pub(super) fn status(&self) -> (bool, bool) {
+        match &self.hub {
+            Some(hub) => {
+                let state = hub.state.lock();
+                (state.is_connected(), state.is_dropped(&self.channel))
+            }
+            None => (false, false),
+        }
     }
 
     /// Sleeps until this waiter is woken or `timeout` passes; answers whether it was woken.
@@ -231,13 +313,21 @@ impl Member {
     pub(super) fn pass_wake_on(&self) {
         self.waiter.wake();
     }
+
+    /// Takes the wake pending for this waiter, if any.
+    pub(super) fn take_wake(&self) -> bool {
+        self.waiter.woken.try_recv().is_ok()
+    }
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
-        let queued = self.hub.state.lock().leave(&self.channel, &self.waiter);
+        let Some(hub) = &self.hub else {
+            return;
+        };
+        let queued = hub.state.lock().leave(&self.channel, &self.waiter);
         if queued {
-            self.hub.flush();
+            hub.flush();
         }
     }
 }
