@@ -449,3 +449,68 @@ fn a_stopped_cluster_hub_refuses_new_waiters() {
     map.set(Some(address_of(node.port)), vec![]);
     assert!(matches!(subscription.follow(), Ok(false)));
 }
+
+#[test]
+fn the_wait_loop_moves_a_subscription_the_node_ended_and_is_woken_at_the_new_node() {
+    use crate::stats::WaitRecorder;
+    use crate::wait::{wait_until, Attempt, WaitFor};
+
+    let first = ScriptedRedis::start();
+    let second = ScriptedRedis::start();
+    let both = vec![address_of(first.port), address_of(second.port)];
+    let map = FixedMap::new(Some(address_of(first.port)), both.clone());
+    let (hub, _) = cluster_hub(&map, Mode::Sharded);
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tries = Arc::new(AtomicUsize::new(0));
+    let recorder = WaitRecorder::new();
+    let hint = Duration::from_secs(30);
+    /// Lets the waiter through when the test ends, failed assertions included, so the scope
+    /// does not wait for it forever.
+    struct Release<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Release<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    std::thread::scope(|scope| {
+        let _release_at_the_end = Release(&released);
+        let waiting = scope.spawn(|| {
+            wait_until(WaitFor {
+                deadline: None,
+                default_hint: hint,
+                subscribe: || Ok(vec![hub.subscribe("m", "m")?]),
+                attempt: || {
+                    tries.fetch_add(1, Ordering::SeqCst);
+                    Ok(if released.load(Ordering::SeqCst) {
+                        Attempt::Taken(())
+                    } else {
+                        Attempt::Held { hint: Some(hint) }
+                    })
+                },
+                ensure_running: || Ok(()),
+                cancel: None,
+                outage_grace: Duration::ZERO,
+                recorder: &recorder,
+            })
+        });
+        // Asleep on a live subscription at the first node, for the whole hint.
+        assert!(eventually(LIMIT, || first.got("SSUBSCRIBE m")
+            && tries.load(Ordering::SeqCst) == 2));
+
+        // The slot migrates: the map names the second node, and the first ends the
+        // subscription, which wakes the waiter to move.
+        map.set(Some(address_of(second.port)), both);
+        first.send_raw(&ended("sunsubscribe", "m", 0));
+        assert!(eventually(LIMIT, || second.got("SSUBSCRIBE m")));
+        // Tried once when woken and once more after the move.
+        assert!(eventually(LIMIT, || tries.load(Ordering::SeqCst) == 4));
+
+        let started = std::time::Instant::now();
+        released.store(true, Ordering::SeqCst);
+        second.send_raw(&frame_of(["smessage", "m", "0"]));
+        assert!(matches!(waiting.join().unwrap(), Ok(Some(()))));
+        // Woken by the release at the new node, not by the end of the hint.
+        assert!(started.elapsed() < LIMIT);
+    });
+    hub.stop();
+}
