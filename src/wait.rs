@@ -6,7 +6,9 @@
 //! subscribes after the first failed try and tries again before it sleeps, so a release
 //! between the two is never missed; it sleeps until a wake on any channel, the hint of the
 //! last try (the holder's remaining lease), or the deadline; while a subscription is not live
-//! (the pub/sub connection is down) it polls. A wake it took and did not use (the next try
+//! (the pub/sub connection is down) it polls. In cluster mode each subscription follows its
+//! channel's slot before each sleep; one that moved (a failover, a migration) makes the loop
+//! try again at once, as a release may have gone by while it was elsewhere. A wake it took and did not use (the next try
 //! failed with an error) is passed on to another waiter of the same lock. A cancel token, when
 //! the handle has one, is checked before every try and wakes every sleep, and ends the wait
 //! with [`Error::Cancelled`]. A subscription Redis refuses (the ACL user lacks the release
@@ -149,11 +151,16 @@ where
             // A release may have gone by while subscribing: look again before sleeping.
             continue;
         }
+        woken.clear();
+        if follow_slots(&mut subscriptions)? {
+            // A subscription moved to where its channel's slot went: a release may have gone
+            // by while it was elsewhere, so look again before sleeping.
+            continue;
+        }
         let until_deadline = |sleep: Duration| match deadline {
             Some(deadline) => sleep.min(deadline.saturating_duration_since(now)),
             None => sleep,
         };
-        woken.clear();
         waiting.get_or_insert_with(|| recorder.start_waiting());
         match pause {
             Pause::BackOff { delay } => {
@@ -189,6 +196,16 @@ pub(crate) fn without_deadline<T>(mut acquire: impl FnMut() -> Result<Option<T>>
             return Ok(taken);
         }
     }
+}
+
+/// Asks every subscription to follow its channel's slot (cluster mode; nothing on a single
+/// server); answers whether any moved and is live.
+fn follow_slots(subscriptions: &mut [Subscription]) -> Result<bool> {
+    let mut moved = false;
+    for subscription in subscriptions {
+        moved |= subscription.follow()?;
+    }
+    Ok(moved)
 }
 
 /// Gives the wakes a wait took and will not use back to their subscriptions, for other

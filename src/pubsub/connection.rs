@@ -1,10 +1,11 @@
 //! The transport of the subscribed connection: where it goes (a host and port looked up
-//! through the manager's resolver, a Unix socket, or the master the sentinels name now),
+//! through the manager's resolver, a Unix socket, the master the sentinels name now, or a
+//! node of a cluster),
 //! connecting within the connect timeout (for `rediss://`, the TLS handshake included: see
 //! [`super::tls`]), `AUTH`, and the handles with their timeouts.
 //!
 //! Knows nothing of channels or waiters; touches only sockets, the TLS stream, the resolver
-//! and the master locator.
+//! and the master locator (and reads a cluster node's address).
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -21,6 +22,7 @@ use super::frame::{self, Frame};
 #[cfg(feature = "tls")]
 use super::tls::TlsStream;
 use super::LoginRefused;
+use crate::cluster::NodeAddress;
 use crate::error::{Error, Result};
 use crate::resolve::{ResolveError, Resolver};
 use crate::sentinel::MasterLocator;
@@ -29,8 +31,12 @@ use crate::tls::TlsConnector;
 /// Where the subscribed connection goes, and how it authenticates.
 pub(super) struct Endpoint {
     address: Address,
-    /// For `rediss://`: the TLS set-up the command connections use too.
-    tls: Option<TlsConnector>,
+    /// For `rediss://`: the TLS set-up the command connections use too (shared by the node
+    /// hubs of a cluster).
+    tls: Option<Arc<TlsConnector>>,
+    /// The name the server's certificate must be valid for, when not the URL's host: a
+    /// cluster node's host, as the cluster names it.
+    tls_host: Option<String>,
     username: Option<String>,
     password: Option<String>,
 }
@@ -70,6 +76,35 @@ impl Endpoint {
         let settings = info.redis_settings();
         Ok(Endpoint {
             address,
+            tls: tls.map(Arc::new),
+            tls_host: None,
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+        })
+    }
+
+    /// The endpoint of a cluster node at `address`, with the credentials of `info` (the
+    /// manager's settings at that node), over TLS when `info` asks for it; the node's
+    /// certificate is checked against the host the cluster names, as the command connections
+    /// check it.
+    pub(super) fn node(
+        address: &NodeAddress,
+        info: &ConnectionInfo,
+        tls: Option<Arc<TlsConnector>>,
+    ) -> Result<Self> {
+        match (info.addr(), &tls) {
+            (ConnectionAddr::Tcp(..), None) | (ConnectionAddr::TcpTls { .. }, Some(_)) => {}
+            (other, _) => {
+                return Err(Error::InvalidArgument(format!(
+                    "unsupported redis address {other} for a cluster node: use redis:// or \
+                     rediss://"
+                )))
+            }
+        }
+        let settings = info.redis_settings();
+        Ok(Endpoint {
+            address: Address::Tcp(Arc::new(Resolver::new(&address.host, address.port))),
+            tls_host: tls.as_ref().map(|_| address.host.clone()),
             tls,
             username: settings.username().map(str::to_owned),
             password: settings.password().map(str::to_owned),
@@ -83,7 +118,7 @@ impl Endpoint {
         let stream = match &self.address {
             Address::Tcp(resolver) => {
                 let socket = connect_tcp(resolver, give_up_at)?;
-                self.secure(socket, None, give_up_at, timeout)?
+                self.secure(socket, self.tls_host.as_deref(), give_up_at, timeout)?
             }
             #[cfg(unix)]
             Address::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
@@ -138,7 +173,7 @@ impl Endpoint {
             #[cfg(not(feature = "tls"))]
             Some(never) => {
                 let _ = (socket, host, give_up_at, timeout);
-                match *never {}
+                match **never {}
             }
         }
     }

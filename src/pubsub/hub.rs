@@ -15,6 +15,31 @@
 //! A refused subscription is remembered on its channel until it is asked for again, for the
 //! waiters that wait for its answer to see.
 //!
+//! Modes: a hub subscribes its release channels with `SUBSCRIBE` (a single server, Sentinel,
+//! a Redis 6 cluster) or, in [`Mode::Sharded`], with `SSUBSCRIBE` on the node that serves the
+//! channel's slot (a Redis 7 cluster, whose releases are `SPUBLISH`ed). The notice channel is
+//! always a plain `SUBSCRIBE`: notices are published with `PUBLISH`, which a cluster hands to
+//! every node.
+//!
+//! What a cluster node does on its own: when a slot leaves it (a migration, a failover that
+//! demotes it), it ends every subscription to the shard channels of that slot with a
+//! `sunsubscribe` frame that answers no command. It is told from the answer to our own
+//! `SUNSUBSCRIBE` by the commands due: Redis answers in order, so our answer comes when that
+//! `SUNSUBSCRIBE` is the oldest command due; one that comes for a channel whose last command
+//! (`SSUBSCRIBE`) was confirmed with nothing due is the node's own. It answers no command, so
+//! no command's answer is taken for it; the channel is marked [dropped](State::is_dropped)
+//! and its waiters are woken, to try again and to move their subscription to where the slot
+//! went. A `MOVED` (or `ASK`, `CLUSTERDOWN`, `TRYAGAIN`) answer to `SSUBSCRIBE` drops the
+//! channel the same way, instead of failing its waiters: the slot is served elsewhere, or not
+//! now.
+//!
+//! One race is left, as frames cannot tell it: a slot that leaves the node while our
+//! `SUNSUBSCRIBE` of one of its channels is on its way. The node's own frame is taken for the
+//! answer, and the node's error answer to our command (it serves the slot no more) for the
+//! next command's. The next confirmation puts the commands due right again (see
+//! [`State::answer_arrived`]), and a channel wrongly taken as moved is asked for again by its
+//! waiters, which move it.
+//!
 //! Everything here runs under the hub's lock and does no I/O: commands are only queued in
 //! the [`Outbox`], in the order decided, for a writer to send after the lock is released.
 
@@ -26,8 +51,68 @@ use crossbeam_channel::{Receiver, Sender};
 use super::connection::Stream;
 use super::outbox::Outbox;
 
+/// How a hub subscribes its release channels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// `SUBSCRIBE`/`UNSUBSCRIBE`, messages `message`.
+    #[default]
+    Plain,
+    /// `SSUBSCRIBE`/`SUNSUBSCRIBE`, messages `smessage` (shard channels of a Redis 7
+    /// cluster).
+    Sharded,
+}
+
+impl Mode {
+    fn subscribe_command(self) -> &'static str {
+        match self {
+            Mode::Plain => "SUBSCRIBE",
+            Mode::Sharded => "SSUBSCRIBE",
+        }
+    }
+
+    fn unsubscribe_command(self) -> &'static str {
+        match self {
+            Mode::Plain => "UNSUBSCRIBE",
+            Mode::Sharded => "SUNSUBSCRIBE",
+        }
+    }
+
+    /// The kind of frame of a message on a release channel.
+    pub(super) fn message_kind(self) -> &'static [u8] {
+        match self {
+            Mode::Plain => b"message",
+            Mode::Sharded => b"smessage",
+        }
+    }
+
+    /// The kind of frame that confirms a subscription to a release channel.
+    pub(super) fn subscribed_kind(self) -> &'static [u8] {
+        match self {
+            Mode::Plain => b"subscribe",
+            Mode::Sharded => b"ssubscribe",
+        }
+    }
+
+    /// The kind of frame that ends a subscription to a release channel.
+    pub(super) fn unsubscribed_kind(self) -> &'static [u8] {
+        match self {
+            Mode::Plain => b"unsubscribe",
+            Mode::Sharded => b"sunsubscribe",
+        }
+    }
+}
+
+/// Whether an error answer to `SSUBSCRIBE` says the channel's slot is served elsewhere or not
+/// now, rather than refusing the subscription.
+pub(super) fn is_redirection(reply: &str) -> bool {
+    ["MOVED ", "ASK ", "CLUSTERDOWN", "TRYAGAIN"]
+        .iter()
+        .any(|prefix| reply.starts_with(prefix))
+}
+
 #[derive(Default)]
 pub(super) struct State {
+    mode: Mode,
     channels: HashMap<String, Channel>,
     /// The commands for the subscribed connection, and its writing handle while there is
     /// one: the hub is connected exactly while the outbox is open.
@@ -46,14 +131,17 @@ pub(super) struct State {
     stopping: bool,
     /// Connections made so far.
     connections: u64,
+    /// The first attempt to connect has ended, made or failed.
+    attempted: bool,
 }
 
 /// A command queued for the subscribed connection whose answer is due.
 pub(super) enum Sent {
     /// `SUBSCRIBE` of the notice channel.
     Notices,
-    /// `SUBSCRIBE` of a release channel.
+    /// `SUBSCRIBE` (or `SSUBSCRIBE`) of a release channel.
     Subscribe(String),
+    /// `UNSUBSCRIBE` (or `SUNSUBSCRIBE`) of a release channel.
     Unsubscribe(String),
     Ping,
 }
@@ -78,6 +166,9 @@ struct Channel {
     confirmed: bool,
     /// Redis's error reply to the last `SUBSCRIBE` of the channel, until it is sent again.
     refusal: Option<String>,
+    /// Redis ended the subscription on its own, or sent it to another node (see the module
+    /// doc), since it was last asked for.
+    dropped: bool,
 }
 
 /// One waiting thread's place on a channel.
@@ -109,6 +200,17 @@ impl Waiter {
 }
 
 impl State {
+    pub(super) fn new(mode: Mode) -> Self {
+        State {
+            mode,
+            ..State::default()
+        }
+    }
+
+    pub(super) fn mode(&self) -> Mode {
+        self.mode
+    }
+
     pub(super) fn is_stopping(&self) -> bool {
         self.stopping
     }
@@ -149,6 +251,16 @@ impl State {
         self.login_refusal.replace(reply.to_owned()).is_none()
     }
 
+    /// An attempt to connect failed.
+    pub(super) fn attempt_failed(&mut self) {
+        self.attempted = true;
+    }
+
+    /// Whether the first attempt to connect has ended, made or failed.
+    pub(super) fn has_attempted(&self) -> bool {
+        self.attempted
+    }
+
     /// How many times a connection was made after the first.
     pub(super) fn reconnects(&self) -> u64 {
         self.connections.saturating_sub(1)
@@ -170,15 +282,24 @@ impl State {
         self.channels.get(channel)?.refusal.as_deref()
     }
 
+    /// Whether Redis ended the subscription to `channel` on its own, or answered that the
+    /// channel's slot is served elsewhere, since it was last asked for.
+    pub(super) fn is_dropped(&self, channel: &str) -> bool {
+        self.channels
+            .get(channel)
+            .is_some_and(|channel| channel.dropped)
+    }
+
     /// Adds a waiter to `channel`, queuing `SUBSCRIBE` if the channel is not subscribed (or
     /// its subscription was refused); answers whether it queued a command.
     pub(super) fn join(&mut self, channel: &str, waiter: Arc<Waiter>) -> bool {
         let entry = self.channels.entry(channel.to_owned()).or_default();
         entry.waiters.push_back(waiter);
-        if !entry.subscribed && self.outbox.queue("SUBSCRIBE", channel) {
+        if !entry.subscribed && self.outbox.queue(self.mode.subscribe_command(), channel) {
             entry.subscribed = true;
             entry.unconfirmed += 1;
             entry.refusal = None;
+            entry.dropped = false;
             self.awaiting.push_back(Sent::Subscribe(channel.to_owned()));
             return true;
         }
@@ -202,7 +323,7 @@ impl State {
         if !entry.waiters.is_empty() {
             return false;
         }
-        if entry.subscribed && self.outbox.queue("UNSUBSCRIBE", channel) {
+        if entry.subscribed && self.outbox.queue(self.mode.unsubscribe_command(), channel) {
             entry.subscribed = false;
             entry.confirmed = false;
             entry.unconfirmed += 1;
@@ -218,15 +339,17 @@ impl State {
         false
     }
 
-    /// A new connection: queues `SUBSCRIBE` for the notice channel and again for every
-    /// channel with waiters, one command each (anything queued for the previous connection
-    /// is dropped with it), and wakes every waiter.
+    /// A new connection: queues `SUBSCRIBE` for the notice channel and again (in the hub's
+    /// mode) for every channel with waiters, one command each (anything queued for the
+    /// previous connection is dropped with it), and wakes every waiter.
     pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
         self.connections += 1;
+        self.attempted = true;
         let mut names = Vec::new();
         self.channels.retain(|name, channel| {
             channel.confirmed = false;
             channel.refusal = None;
+            channel.dropped = false;
             channel.subscribed = !channel.waiters.is_empty();
             channel.unconfirmed = u32::from(channel.subscribed);
             if channel.subscribed {
@@ -243,7 +366,7 @@ impl State {
         self.outbox.queue("SUBSCRIBE", notice_channel);
         self.awaiting.push_back(Sent::Notices);
         for name in names {
-            self.outbox.queue("SUBSCRIBE", &name);
+            self.outbox.queue(self.mode.subscribe_command(), &name);
             self.awaiting.push_back(Sent::Subscribe(name));
         }
         self.wake_everyone();
@@ -268,6 +391,7 @@ impl State {
             channel.subscribed = false;
             channel.confirmed = false;
             channel.refusal = None;
+            channel.dropped = false;
             channel.unconfirmed = 0;
             !channel.waiters.is_empty()
         });
@@ -279,10 +403,52 @@ impl State {
         self.notices_answered = true;
     }
 
-    /// An answer that is no error arrived (a confirmation, a pong): the oldest command
-    /// awaiting its answer has it.
-    pub(super) fn answer_arrived(&mut self) {
-        self.awaiting.pop_front();
+    /// An answer that is no error arrived (a confirmation, a pong) for a command `answers`
+    /// picks: the oldest such command awaiting its answer has it, and the commands before it,
+    /// whose answers were taken for others', are due no more. One that answers no command
+    /// due changes nothing.
+    ///
+    /// Redis answers in order, so while every answer is taken for the right command the
+    /// oldest one due is the one answered. The search only matters after an error answer
+    /// was taken for the wrong command (error answers name no channel, see the module doc):
+    /// the next confirmation puts the queue right again.
+    pub(super) fn answer_arrived(&mut self, answers: impl Fn(&Sent) -> bool) {
+        if let Some(position) = self.awaiting.iter().position(answers) {
+            self.awaiting.drain(..=position);
+        }
+    }
+
+    /// A frame that ends the subscription to `channel` (`unsubscribe`, `sunsubscribe`)
+    /// arrived: the answer to our command when that is the oldest one due, else (shard
+    /// channels only) the node's own. Answers whether waiters blocked on the channel may go
+    /// on.
+    pub(super) fn unsubscribed(&mut self, channel: &str) -> bool {
+        let ours = matches!(
+            self.awaiting.front(),
+            Some(Sent::Unsubscribe(due)) if due == channel
+        );
+        if ours || self.mode == Mode::Plain {
+            self.awaiting.pop_front();
+            return self.subscription_answered(channel);
+        }
+        self.dropped_by_server(channel)
+    }
+
+    /// The node ended the subscription to `channel` with no command of ours due for it: the
+    /// channel's slot left the node. Marks it dropped and wakes its waiters; answers whether
+    /// it did. (With a command of ours due for the channel, its answer settles the channel.)
+    fn dropped_by_server(&mut self, channel: &str) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        if !(entry.subscribed && entry.confirmed && entry.unconfirmed == 0) {
+            return false;
+        }
+        entry.subscribed = false;
+        entry.confirmed = false;
+        entry.dropped = true;
+        entry.waiters.iter().for_each(|waiter| waiter.wake());
+        true
     }
 
     /// Redis answered the oldest command awaiting its answer with the error `reply`: records
@@ -295,9 +461,13 @@ impl State {
                 self.notices_answered = true;
                 self.notices_refusal = Some(reply.to_owned());
             }
+            Sent::Subscribe(channel) if self.mode == Mode::Sharded && is_redirection(reply) => {
+                self.subscription_moved(channel);
+            }
             Sent::Subscribe(channel) => self.subscription_refused(channel, reply),
             // Redis keeps the channel subscribed; its messages find no waiters and are
-            // dropped.
+            // dropped. (A cluster node refuses `SUNSUBSCRIBE` for a slot it does not serve:
+            // then it has ended the subscription already.)
             Sent::Unsubscribe(channel) => {
                 self.subscription_answered(channel);
             }
@@ -319,6 +489,26 @@ impl State {
         if entry.subscribed {
             entry.subscribed = false;
             entry.refusal = Some(reply.to_owned());
+        } else if entry.waiters.is_empty() {
+            self.channels.remove(channel);
+        }
+    }
+
+    /// The node answered an `SSUBSCRIBE` of `channel` that the channel's slot is served
+    /// elsewhere, or not now: if it was the last command for the channel, the channel is
+    /// dropped, and its waiters are woken to move their subscription.
+    fn subscription_moved(&mut self, channel: &str) {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return;
+        };
+        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
+        if entry.unconfirmed > 0 {
+            return;
+        }
+        if entry.subscribed {
+            entry.subscribed = false;
+            entry.dropped = true;
+            entry.waiters.iter().for_each(|waiter| waiter.wake());
         } else if entry.waiters.is_empty() {
             self.channels.remove(channel);
         }

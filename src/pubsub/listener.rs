@@ -5,7 +5,9 @@
 //! It is the only reader of the connection. It touches the hub's state under its lock for
 //! each batch of frames, queues its own commands (re-subscriptions, pings) through the
 //! outbox like any other thread, and calls the notice handler outside the lock. A frame that
-//! breaks the protocol ends the connection like any read error: the listener reconnects.
+//! breaks the protocol ends the connection like any read error: the listener reconnects. In
+//! cluster mode it tells the cluster hub (outside every lock) when its node cannot be
+//! reached, as the cluster's map may be out of date.
 //!
 //! What Redis refuses is recorded for the threads that wait for it: a refused login for
 //! [`PubSubHub::start`](super::PubSubHub::start), which fails the manager's build; a refused
@@ -18,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use super::connection::Stream;
 use super::frame::{self, Frame};
-use super::hub::{Sent, State};
-use super::{LoginRefused, Shared};
+use super::hub::{is_redirection, Mode, Sent, State};
+use super::node::Shared;
+use super::LoginRefused;
 
 /// How often the listener wakes up when nothing arrives, to check its keep-alive ping.
 const LISTENER_TICK: Duration = Duration::from_millis(500);
@@ -44,8 +47,15 @@ impl Shared {
                     if let Err(err) = self.serve(stream) {
                         log::debug!("pub/sub connection lost: {err}");
                     }
-                    self.state.lock().disconnected();
+                    let stopping = {
+                        let mut state = self.state.lock();
+                        state.disconnected();
+                        state.is_stopping()
+                    };
                     self.changed.notify_all();
+                    if !stopping {
+                        self.in_trouble();
+                    }
                     // A server that accepts and then refuses at once must not make us spin.
                     if connected_at.elapsed() >= HEALTHY_CONNECTION {
                         reconnect_delay = MIN_RECONNECT_DELAY;
@@ -55,6 +65,7 @@ impl Shared {
                 }
                 Err(err) => {
                     self.connect_failed(&err);
+                    self.in_trouble();
                     reconnect_delay = (reconnect_delay * 2).min(MAX_RECONNECT_DELAY);
                 }
             }
@@ -65,10 +76,20 @@ impl Shared {
         }
     }
 
-    /// Records a refused login where `start` looks for it, and warns of it once per run of
-    /// refusals (the listener keeps trying: the password may be fixed); any other failure
-    /// is only logged, as the next attempt may well succeed.
+    /// Tells the cluster hub, if any, that the node could not be reached: the cluster's map
+    /// may be out of date.
+    fn in_trouble(&self) {
+        if let Some(on_trouble) = &self.on_trouble {
+            on_trouble();
+        }
+    }
+
+    /// Records the failed attempt, and a refused login where `start` looks for it, and warns
+    /// of it once per run of refusals (the listener keeps trying: the password may be
+    /// fixed); any other failure is only logged, as the next attempt may well succeed.
     fn connect_failed(&self, err: &io::Error) {
+        self.state.lock().attempt_failed();
+        self.changed.notify_all();
         let refused = err
             .get_ref()
             .and_then(|inner| inner.downcast_ref::<LoginRefused>());
@@ -94,7 +115,7 @@ impl Shared {
             if state.is_stopping() {
                 return Ok(());
             }
-            state.connected(writer, &self.notices.channel);
+            state.connected(writer, &self.notice_channel);
         }
         self.changed.notify_all();
         self.flush();
@@ -157,7 +178,7 @@ impl Shared {
             match frame::parse(&buffer[used..]) {
                 Ok(Some((frame, length))) => {
                     used += length;
-                    match dispatch(&mut state, frame, &self.notices.channel) {
+                    match dispatch(&mut state, frame, &self.notice_channel) {
                         Handled::Answered => answered_any = true,
                         Handled::Notice(payload) => notices.push(payload),
                         Handled::Nothing => {}
@@ -174,7 +195,7 @@ impl Shared {
             self.changed.notify_all();
         }
         for payload in notices {
-            (self.notices.handler)(&payload);
+            (self.notice_handler)(&payload);
         }
         parsed
     }
@@ -201,7 +222,8 @@ enum Handled {
     Notice(Vec<u8>),
 }
 
-/// Acts on one frame from the subscribed connection.
+/// Acts on one frame from the subscribed connection. Release channels speak in the hub's
+/// mode (`message` or `smessage`, and so on); the notice channel is always a plain one.
 fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
     let items = match frame {
         Frame::Array(Some(items)) => items,
@@ -210,7 +232,7 @@ fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
         }
         Frame::Simple(_) => {
             // +PONG outside subscribed mode (the notice channel was refused).
-            state.answer_arrived();
+            state.answer_arrived(|sent| matches!(sent, Sent::Ping));
             return Handled::Nothing;
         }
         _ => return Handled::Nothing,
@@ -219,41 +241,53 @@ fn dispatch(state: &mut State, frame: Frame, notice_channel: &str) -> Handled {
     let channel = items.get(1).and_then(Frame::as_bytes).unwrap_or_default();
     let channel = String::from_utf8_lossy(channel);
     let payload = || items.get(2).and_then(Frame::as_bytes).unwrap_or_default();
+    let mode = state.mode();
     match kind {
         b"message" if channel == notice_channel => Handled::Notice(payload().to_vec()),
-        b"message" => {
-            state.released(&channel, payload());
-            Handled::Nothing
-        }
         b"subscribe" if channel == notice_channel => {
-            state.answer_arrived();
+            state.answer_arrived(|sent| matches!(sent, Sent::Notices));
             state.notices_now_answered();
             Handled::Answered
         }
-        b"subscribe" | b"unsubscribe" => {
-            state.answer_arrived();
-            if state.subscription_answered(&channel) {
-                Handled::Answered
-            } else {
-                Handled::Nothing
-            }
+        kind if kind == mode.message_kind() => {
+            state.released(&channel, payload());
+            Handled::Nothing
         }
+        kind if kind == mode.subscribed_kind() => {
+            state.answer_arrived(|sent| matches!(sent, Sent::Subscribe(due) if *due == channel));
+            answered_if(state.subscription_answered(&channel))
+        }
+        kind if kind == mode.unsubscribed_kind() => answered_if(state.unsubscribed(&channel)),
         b"pong" => {
-            state.answer_arrived();
+            state.answer_arrived(|sent| matches!(sent, Sent::Ping));
             Handled::Nothing
         }
         _ => Handled::Nothing,
     }
 }
 
+/// [`Handled::Answered`] when waiters blocked on a channel may go on.
+fn answered_if(answered: bool) -> Handled {
+    if answered {
+        Handled::Answered
+    } else {
+        Handled::Nothing
+    }
+}
+
 /// Acts on an error reply: Redis refused the oldest command awaiting its answer.
 fn refused(state: &mut State, reply: &str, notice_channel: &str) -> Handled {
+    let redirected = state.mode() == Mode::Sharded && is_redirection(reply);
     match state.refused(reply) {
         Some(Sent::Notices) => {
             log::warn!(
                 "force-release notices unavailable (grant the channel {notice_channel}): \
                  {reply}; holders learn of force releases at their next renewal"
             );
+            Handled::Answered
+        }
+        Some(Sent::Subscribe(channel)) if redirected => {
+            log::debug!("subscription to {channel:?} sent elsewhere: {reply}");
             Handled::Answered
         }
         Some(Sent::Subscribe(channel)) => {
@@ -263,12 +297,23 @@ fn refused(state: &mut State, reply: &str, notice_channel: &str) -> Handled {
             );
             Handled::Answered
         }
+        Some(Sent::Unsubscribe(channel)) if redirected => {
+            // The slot left the node, which ended the subscription already.
+            log::debug!("unsubscribed from {channel:?} elsewhere: {reply}");
+            Handled::Nothing
+        }
         Some(Sent::Unsubscribe(channel)) => {
             log::warn!("redis refused to unsubscribe from {channel:?}: {reply}");
             Handled::Nothing
         }
         Some(Sent::Ping) => {
             log::warn!("redis refused the pub/sub connection's ping: {reply}");
+            Handled::Nothing
+        }
+        // The node's answer to a `SUNSUBSCRIBE` whose answer was taken already (see the
+        // module doc of `hub`).
+        None if redirected => {
+            log::debug!("redis answered the pub/sub connection with an error: {reply}");
             Handled::Nothing
         }
         None => {

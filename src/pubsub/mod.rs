@@ -1,5 +1,5 @@
-//! The pub/sub hub: one listener thread and one subscribed connection per manager, serving
-//! every waiting thread of the process.
+//! The pub/sub hub: one listener thread and one subscribed connection per manager (per
+//! master in cluster mode), serving every waiting thread of the process.
 //!
 //! A waiter [`subscribe`](PubSubHub::subscribe)s to the release channel of a lock and gets a
 //! [`Subscription`] once Redis has confirmed it, so a release published after that point is
@@ -20,9 +20,18 @@
 //! refused (the ACL changed under a running manager) poll, as they do while the connection
 //! is down.
 //!
+//! In cluster mode ([`PubSubHub::start_cluster`]) there is one such hub per master, and each
+//! subscription goes to the master of its channel's slot: with `SSUBSCRIBE` when the cluster
+//! publishes releases on shard channels (Redis 7), else with `SUBSCRIBE`; the notice channel
+//! is a plain one everywhere. A subscription follows its slot when the slot moves (a
+//! failover, a migration): the wait loop asks it to, with [`Subscription::follow`], before
+//! each sleep.
+//!
 //! The parts, each in its own module:
+//! - [`nodes`]: cluster mode: a hub per master, and subscriptions that follow their slot.
+//! - [`node`]: one hub: its listener thread, its shared state, joining and leaving channels.
 //! - [`hub`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
-//!   rules); no I/O.
+//!   rules, plain or sharded commands); no I/O.
 //! - [`outbox`]: commands queued under that lock and written outside it, in order, by one
 //!   thread at a time, so a stalled write holds up no one else.
 //! - [`listener`]: the thread that connects, reads, pings and dispatches frames.
@@ -37,6 +46,8 @@ mod connection;
 mod frame;
 mod hub;
 mod listener;
+mod node;
+mod nodes;
 mod outbox;
 #[cfg(test)]
 mod tests;
@@ -44,19 +55,21 @@ mod tests;
 mod tls;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use parking_lot::{Condvar, Mutex};
 use redis::ConnectionInfo;
 
-use crate::error::{Error, Permission, Result};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
 use crate::resolve::Resolver;
 use crate::sentinel::MasterLocator;
 use crate::tls::TlsConnector;
 use connection::Endpoint;
-use hub::{State, Waiter};
+use hub::Mode;
+use node::{Member, NodeHub, NodeSettings};
+pub(crate) use nodes::SlotOwners;
+use nodes::{Nodes, Route};
 
 /// Handles one message of the notice channel.
 pub(crate) type NoticeHandler = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -93,91 +106,78 @@ pub(crate) struct Notices {
     pub(crate) handler: NoticeHandler,
 }
 
+impl Notices {
+    /// The settings every node hub of one manager is made with.
+    fn settings(
+        self,
+        mode: Mode,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> NodeSettings {
+        NodeSettings {
+            mode,
+            notice_channel: self.channel,
+            notice_handler: Arc::from(self.handler),
+            connect_timeout,
+            response_timeout,
+        }
+    }
+}
+
+/// The pub/sub hub of one manager: one node hub, or in cluster mode one per master.
 pub(crate) struct PubSubHub {
-    shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    kind: Kind,
 }
 
-/// What the listener thread and the waiting threads share.
-struct Shared {
-    state: Mutex<State>,
-    /// Signalled when a subscription is confirmed, the connection comes or goes, or the hub
-    /// stops.
-    changed: Condvar,
-    endpoint: Endpoint,
-    /// The user the connection logs in as, for errors; `None` for Redis's default user.
-    user: Option<String>,
-    notices: Notices,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-}
-
-impl Shared {
-    /// Why no waiter could use the hub, from what Redis answered on the first connection:
-    /// it refused the login, or the `SUBSCRIBE` command itself (an ACL without the notice
-    /// channel only costs the notices).
-    fn unusable(&self, state: &State) -> Option<Error> {
-        let user = || self.user.clone();
-        if state.login_refusal().is_some() {
-            // Whatever the words: `WRONGPASS`, or `ERR` for a password where none is set.
-            return Some(Error::AuthenticationFailed { user: user() });
-        }
-        match Error::from_reply(state.notices_refusal()?) {
-            Error::AuthenticationFailed { .. } => {
-                Some(Error::AuthenticationFailed { user: user() })
-            }
-            err @ Error::PermissionDenied {
-                permission: Permission::Command(_),
-                ..
-            } => Some(err),
-            _ => None,
-        }
-    }
-
-    /// Writes the commands queued in the outbox, outside the hub's lock (or leaves them to
-    /// the thread writing already).
-    fn flush(&self) {
-        outbox::flush(&self.state, self.response_timeout);
-    }
+enum Kind {
+    /// A single server, or the master Sentinel names.
+    Single(NodeHub),
+    Cluster(Arc<Nodes>),
 }
 
 /// A waiting thread's membership in the subscription to one channel; leaving is dropping it.
 pub(crate) struct Subscription {
-    shared: Arc<Shared>,
-    channel: String,
-    waiter: Arc<Waiter>,
+    member: Member,
+    /// Cluster mode: how the subscription follows its channel's slot.
+    route: Option<Route>,
 }
 
 impl Subscription {
     /// Whether Redis has confirmed the subscription and the connection still stands: only
     /// then will a release wake this waiter.
     pub(crate) fn is_live(&self) -> bool {
-        let state = self.shared.state.lock();
-        state.is_connected() && state.is_confirmed(&self.channel)
+        self.member.is_live()
     }
 
     /// Sleeps until this waiter is woken or `timeout` passes; answers whether it was woken.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        self.waiter.woken.recv_timeout(timeout).is_ok()
+        self.member.wait(timeout)
     }
 
     /// The receiver that gets this waiter's wakes, to wait on several subscriptions at once.
     pub(crate) fn woken(&self) -> &Receiver<()> {
-        &self.waiter.woken
+        self.member.woken()
     }
 
     /// Gives back a wake this waiter took and will not use; on leaving, it goes to another
     /// waiter.
     pub(crate) fn pass_wake_on(&self) {
-        self.waiter.wake();
+        self.member.pass_wake_on();
     }
-}
 
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let queued = self.shared.state.lock().leave(&self.channel, &self.waiter);
-        if queued {
-            self.shared.flush();
+    /// In cluster mode, moves the subscription to the master that serves its channel's slot
+    /// now, if it is elsewhere (the slot moved, the node ended the subscription, or the node
+    /// cannot be reached and the map names another); answers whether it moved and is live,
+    /// so the caller tries again at once (a release may have gone by unheard). Cheap while
+    /// nothing changed; always `false` on a single server.
+    ///
+    /// # Errors
+    /// Redis's refusal of the subscription at the new node, as for a new subscription, or
+    /// [`Error::ShutDown`] once the hub stopped.
+    pub(crate) fn follow(&mut self) -> Result<bool> {
+        match &mut self.route {
+            Some(route) => route.follow(&mut self.member),
+            None => Ok(false),
         }
     }
 }
@@ -192,43 +192,69 @@ impl PubSubHub {
         response_timeout: Duration,
         notices: Notices,
     ) -> Result<Self> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
-            endpoint: Endpoint::from_info(info, resolver, located, tls)?,
-            user: info.redis_settings().username().map(str::to_owned),
-            notices,
-            connect_timeout,
-            response_timeout,
-        });
-        let thread = std::thread::Builder::new()
-            .name("redlease-pubsub".into())
-            .spawn({
-                let shared = Arc::clone(&shared);
-                move || shared.run()
-            })
-            .map_err(Error::ThreadSpawn)?;
+        let settings = notices.settings(Mode::Plain, connect_timeout, response_timeout);
+        let hub = NodeHub::spawn(
+            Endpoint::from_info(info, resolver, located, tls)?,
+            info.redis_settings().username().map(str::to_owned),
+            &settings,
+            None,
+            "redlease-pubsub".into(),
+        )?;
         // Give the first connection a chance, so the first waiters find a live subscription
         // and no notice is missed from the start.
         let ready_by = Instant::now() + connect_timeout;
-        let mut state = shared.state.lock();
-        while !state.notices_answered()
-            && state.login_refusal().is_none()
-            && !shared.changed.wait_until(&mut state, ready_by).timed_out()
-        {}
-        let unusable = shared.unusable(&state);
-        drop(state);
-        let hub = PubSubHub {
-            shared,
-            thread: Mutex::new(Some(thread)),
-        };
-        match unusable {
+        match hub.shared().await_first_connection(ready_by) {
             Some(err) => {
                 hub.stop();
                 Err(err)
             }
-            None => Ok(hub),
+            None => Ok(PubSubHub {
+                kind: Kind::Single(hub),
+            }),
         }
+    }
+
+    /// The hub of a cluster manager: one node hub per master, each connecting with the
+    /// manager's settings at that node ([`Cluster::node_info`], over TLS with `tls`);
+    /// release channels are shard channels when the cluster publishes on them
+    /// ([`Cluster::sharded_pubsub`]). The first master's hub is started at once and fails
+    /// the start as a single server's does (a refused login, a refused `SUBSCRIBE`
+    /// command); the others start when a waiter first needs them.
+    pub(crate) fn start_cluster(
+        cluster: Arc<Cluster>,
+        tls: Option<TlsConnector>,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        notices: Notices,
+    ) -> Result<Self> {
+        let mode = if cluster.sharded_pubsub() {
+            Mode::Sharded
+        } else {
+            Mode::Plain
+        };
+        Self::start_over(
+            cluster,
+            mode,
+            tls,
+            connect_timeout,
+            response_timeout,
+            notices,
+        )
+    }
+
+    /// [`start_cluster`](PubSubHub::start_cluster) over any map of slot owners.
+    fn start_over(
+        owners: Arc<dyn SlotOwners>,
+        mode: Mode,
+        tls: Option<TlsConnector>,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        notices: Notices,
+    ) -> Result<Self> {
+        let settings = notices.settings(mode, connect_timeout, response_timeout);
+        Ok(PubSubHub {
+            kind: Kind::Cluster(Nodes::start(owners, settings, tls)?),
+        })
     }
 
     /// Joins the waiters for `lock` on its release `channel`; returns once Redis confirmed
@@ -247,71 +273,51 @@ impl PubSubHub {
     }
 
     fn join(&self, channel: &str, lock: Option<&str>) -> Result<Subscription> {
-        let shared = &self.shared;
-        let give_up_at = Instant::now() + shared.response_timeout;
-        let waiter = Arc::new(Waiter::new(lock));
-        let queued = {
-            let mut state = shared.state.lock();
-            if state.is_stopping() {
-                return Err(Error::ShutDown);
+        match &self.kind {
+            Kind::Single(hub) => Ok(Subscription {
+                member: hub.shared().join(channel, lock)?,
+                route: None,
+            }),
+            Kind::Cluster(nodes) => {
+                let (member, route) = nodes.subscribe(channel, lock)?;
+                Ok(Subscription {
+                    member,
+                    route: Some(route),
+                })
             }
-            state.join(channel, Arc::clone(&waiter))
-        };
-        if queued {
-            shared.flush();
-        }
-        let mut state = shared.state.lock();
-        while state.is_connected()
-            && !state.is_stopping()
-            && !state.is_confirmed(channel)
-            && state.refusal(channel).is_none()
-        {
-            if shared
-                .changed
-                .wait_until(&mut state, give_up_at)
-                .timed_out()
-            {
-                break;
-            }
-        }
-        let refused = state.refusal(channel).map(Error::from_reply);
-        drop(state);
-        let subscription = Subscription {
-            shared: Arc::clone(shared),
-            channel: channel.to_owned(),
-            waiter,
-        };
-        match refused {
-            // Dropping the subscription leaves the channel.
-            Some(err) => Err(err.for_user(shared.user.as_deref())),
-            None => Ok(subscription),
         }
     }
 
-    /// How many times the listener connected again after its first connection.
+    /// How many times the listeners connected again after their first connections.
     pub(crate) fn reconnects(&self) -> u64 {
-        self.shared.state.lock().reconnects()
+        match &self.kind {
+            Kind::Single(hub) => hub.shared().reconnects(),
+            Kind::Cluster(nodes) => nodes.reconnects(),
+        }
     }
 
     /// How many channels the hub is subscribed to, or busy subscribing or unsubscribing.
     pub(crate) fn channel_count(&self) -> usize {
-        self.shared.state.lock().channel_count()
+        match &self.kind {
+            Kind::Single(hub) => hub.shared().channel_count(),
+            Kind::Cluster(nodes) => nodes.channel_count(),
+        }
     }
 
-    /// Ends the subscribed connection, so the listener connects again (to where the master
-    /// is now) and subscribes anew; waiters poll meanwhile.
+    /// Ends the subscribed connections, so the listeners connect again (to where the master
+    /// is now) and subscribe anew; waiters poll meanwhile.
     pub(crate) fn reconnect(&self) {
-        self.shared.state.lock().drop_connection();
+        match &self.kind {
+            Kind::Single(hub) => hub.shared().reconnect(),
+            Kind::Cluster(nodes) => nodes.reconnect(),
+        }
     }
 
-    /// Stops and joins the listener thread; waiters fall back to their PTTL hints.
+    /// Stops and joins the listener threads; waiters fall back to their PTTL hints.
     pub(crate) fn stop(&self) {
-        self.shared.state.lock().stop();
-        self.shared.changed.notify_all();
-        if let Some(thread) = self.thread.lock().take() {
-            if thread.join().is_err() {
-                log::error!("the pub/sub listener thread panicked");
-            }
+        match &self.kind {
+            Kind::Single(hub) => hub.stop(),
+            Kind::Cluster(nodes) => nodes.stop(),
         }
     }
 }

@@ -1,9 +1,16 @@
 //! The hub against a scripted stand-in for Redis, for what a real server will not do on
-//! demand: stop reading mid-command while its socket stays open, or send corrupt frames.
-//! And against a real server for the subscribed connection's own login, which a manager's
-//! build never reaches with wrong credentials: its command connections log in first, with
-//! the same ones.
+//! demand: stop reading mid-command while its socket stays open, send corrupt frames, or
+//! end a subscription at a chosen moment. And against a real server for the subscribed
+//! connection's own login, which a manager's build never reaches with wrong credentials:
+//! its command connections log in first, with the same ones.
+//!
+//! Cluster mode, against scripted nodes and a map the tests set, is in [`sharded`]; against
+//! a real cluster of two nodes, in [`real_cluster`].
 
+mod real_cluster;
+mod sharded;
+
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -16,14 +23,32 @@ use super::frame::{self, Frame};
 use super::{Notices, PubSubHub};
 use crate::error::Error;
 
-/// Answers `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` like Redis in subscribed mode; can be told
-/// to stop reading, and to send raw bytes to the latest connection.
+/// Answers `AUTH`, `SUBSCRIBE`, `UNSUBSCRIBE`, `SSUBSCRIBE`, `SUNSUBSCRIBE` and `PING` like
+/// Redis in subscribed mode; can be told to stop reading, to refuse the login or a
+/// subscription, to send bytes of its own before its next answer, and to send raw bytes to
+/// the latest connection. Logs the commands it reads.
 struct ScriptedRedis {
     port: u16,
+    script: Arc<Script>,
+}
+
+/// What a scripted server does, shared by its connections.
+#[derive(Default)]
+struct Script {
     /// While set, no connection reads: writes to it fill the socket buffers and stall.
-    frozen: Arc<AtomicBool>,
-    connections: Arc<AtomicUsize>,
-    latest: Arc<Mutex<Option<TcpStream>>>,
+    frozen: AtomicBool,
+    /// While set, `AUTH` is answered with `WRONGPASS`.
+    refuse_login: AtomicBool,
+    connections: AtomicUsize,
+    /// Connections that ended.
+    closed: AtomicUsize,
+    latest: Mutex<Option<TcpStream>>,
+    /// Every command read, as its words joined by spaces.
+    log: Mutex<Vec<String>>,
+    /// The error answer (without `-`) to a command, by its words joined by spaces.
+    refusals: Mutex<HashMap<String, String>>,
+    /// Sent, once, before the answer to the next command.
+    prelude: Mutex<Vec<u8>>,
 }
 
 impl ScriptedRedis {
@@ -31,23 +56,20 @@ impl ScriptedRedis {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let server = ScriptedRedis {
             port: listener.local_addr().unwrap().port(),
-            frozen: Arc::default(),
-            connections: Arc::default(),
-            latest: Arc::default(),
+            script: Arc::default(),
         };
-        let (frozen, connections, latest) = (
-            Arc::clone(&server.frozen),
-            Arc::clone(&server.connections),
-            Arc::clone(&server.latest),
-        );
+        let script = Arc::clone(&server.script);
         // Both threads end with the test process.
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                connections.fetch_add(1, Ordering::SeqCst);
-                *latest.lock() = stream.try_clone().ok();
-                let frozen = Arc::clone(&frozen);
-                std::thread::spawn(move || answer(stream, &frozen));
+                script.connections.fetch_add(1, Ordering::SeqCst);
+                *script.latest.lock() = stream.try_clone().ok();
+                let script = Arc::clone(&script);
+                std::thread::spawn(move || {
+                    answer(stream, &script);
+                    script.closed.fetch_add(1, Ordering::SeqCst);
+                });
             }
         });
         server
@@ -76,22 +98,47 @@ impl ScriptedRedis {
     }
 
     fn connections(&self) -> usize {
-        self.connections.load(Ordering::SeqCst)
+        self.script.connections.load(Ordering::SeqCst)
+    }
+
+    fn closed(&self) -> usize {
+        self.script.closed.load(Ordering::SeqCst)
     }
 
     fn send_raw(&self, bytes: &[u8]) {
-        let mut latest = self.latest.lock();
+        let mut latest = self.script.latest.lock();
         latest.as_mut().unwrap().write_all(bytes).unwrap();
+    }
+
+    /// Whether it read `command` (words joined by spaces).
+    fn got(&self, command: &str) -> bool {
+        self.script
+            .log
+            .lock()
+            .iter()
+            .any(|logged| logged == command)
+    }
+
+    /// Answers `command` (its words joined by spaces) with the error `reply`.
+    fn refuse(&self, command: &str, reply: &str) {
+        self.script
+            .refusals
+            .lock()
+            .insert(command.to_owned(), reply.to_owned());
+    }
+
+    fn before_next_answer(&self, bytes: &[u8]) {
+        self.script.prelude.lock().extend_from_slice(bytes);
     }
 }
 
 /// Serves one connection until it ends.
-fn answer(mut stream: TcpStream, frozen: &AtomicBool) {
+fn answer(mut stream: TcpStream, script: &Script) {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let mut subscriptions = 0i64;
     loop {
-        while frozen.load(Ordering::SeqCst) {
+        while script.frozen.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
         }
         let read = match stream.read(&mut chunk) {
@@ -108,13 +155,38 @@ fn answer(mut stream: TcpStream, frozen: &AtomicBool) {
                 .iter()
                 .filter_map(|word| word.as_bytes().map(<[u8]>::to_vec))
                 .collect();
-            let mut reply = Vec::new();
-            match words[0].to_ascii_lowercase().as_slice() {
-                kind @ (b"subscribe" | b"unsubscribe") => {
+            if words.iter().all(|word| word.len() < 1024) {
+                let logged: Vec<String> = words
+                    .iter()
+                    .map(|word| String::from_utf8_lossy(word).into_owned())
+                    .collect();
+                script.log.lock().push(logged.join(" "));
+            }
+            let mut reply = std::mem::take(&mut *script.prelude.lock());
+            let kind = words[0].to_ascii_lowercase();
+            match kind.as_slice() {
+                b"auth" if script.refuse_login.load(Ordering::SeqCst) => {
+                    reply.extend_from_slice(b"-WRONGPASS invalid username-password pair\r\n");
+                }
+                b"auth" => reply.extend_from_slice(b"+OK\r\n"),
+                b"subscribe" | b"unsubscribe" | b"ssubscribe" | b"sunsubscribe" => {
                     for channel in &words[1..] {
-                        subscriptions += if kind == b"subscribe" { 1 } else { -1 };
+                        let command = format!(
+                            "{} {}",
+                            String::from_utf8_lossy(&words[0]),
+                            String::from_utf8_lossy(channel)
+                        );
+                        if let Some(refusal) = script.refusals.lock().get(&command) {
+                            reply.extend_from_slice(format!("-{refusal}\r\n").as_bytes());
+                            continue;
+                        }
+                        subscriptions += if kind.ends_with(b"unsubscribe") {
+                            -1
+                        } else {
+                            1
+                        };
                         reply.extend_from_slice(b"*3\r\n");
-                        push_bulk(&mut reply, kind);
+                        push_bulk(&mut reply, &kind);
                         push_bulk(&mut reply, channel);
                         reply.extend_from_slice(format!(":{subscriptions}\r\n").as_bytes());
                     }
@@ -132,6 +204,15 @@ fn push_bulk(reply: &mut Vec<u8>, bytes: &[u8]) {
     reply.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
     reply.extend_from_slice(bytes);
     reply.extend_from_slice(b"\r\n");
+}
+
+/// A frame of three bulk strings, as Redis sends for messages and (un)subscriptions.
+fn frame_of(words: [&str; 3]) -> Vec<u8> {
+    let mut bytes = b"*3\r\n".to_vec();
+    for word in words {
+        push_bulk(&mut bytes, word.as_bytes());
+    }
+    bytes
 }
 
 /// Waits up to `limit` for `condition`.
@@ -154,7 +235,7 @@ fn a_stalled_write_holds_up_no_other_waiter() {
     let first = hub.subscribe("channel:a", "a").unwrap();
     assert!(first.is_live());
 
-    server.frozen.store(true, Ordering::SeqCst);
+    server.script.frozen.store(true, Ordering::SeqCst);
     std::thread::scope(|scope| {
         // Far more than the socket buffers of both ends hold: the write stalls until the
         // write timeout (the response timeout).
@@ -189,7 +270,7 @@ fn a_stalled_write_holds_up_no_other_waiter() {
         hub.stop();
         stalled.join().unwrap();
     });
-    server.frozen.store(false, Ordering::SeqCst);
+    server.script.frozen.store(false, Ordering::SeqCst);
 }
 
 #[test]
