@@ -173,20 +173,25 @@ impl Client {
                 None => log::debug!("ignoring a malformed force-release notice"),
             }),
         };
-        // (Cluster mode, until the hub has one connection per master: the first master's.)
-        let (info, resolver) = match router.cluster() {
-            Some(cluster) => (cluster.node_info(&cluster.masters()[0]), None),
-            None => (info, resolver),
+        let hub = match router.cluster() {
+            Some(cluster) => PubSubHub::start_cluster(
+                Arc::clone(cluster),
+                tls_connector,
+                connect_timeout,
+                response_timeout,
+                notices,
+            ),
+            None => PubSubHub::start(
+                &info,
+                resolver,
+                locator.clone(),
+                tls_connector,
+                connect_timeout,
+                response_timeout,
+                notices,
+            ),
         };
-        let hub = match PubSubHub::start(
-            &info,
-            resolver,
-            locator.clone(),
-            tls_connector,
-            connect_timeout,
-            response_timeout,
-            notices,
-        ) {
+        let hub = match hub {
             Ok(hub) => Arc::new(hub),
             Err(err) => {
                 watchdog.stop();
