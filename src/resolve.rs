@@ -346,6 +346,25 @@ impl Lookups {
     }
 }
 
+/// `template`'s settings (credentials, database, TLS) at `host:port`: a node a sentinel or a
+/// cluster names, reached as the manager's URL says.
+pub(crate) fn info_at(template: &ConnectionInfo, host: String, port: u16) -> ConnectionInfo {
+    let addr = match template.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host, port),
+    };
+    template.clone().set_addr(addr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,23 +448,4 @@ mod tests {
         resolver.resolve(Duration::from_secs(10)).unwrap();
         assert_eq!(lookups.state.lock().lookups_ended, 2);
     }
-}
-
-/// `template`'s settings (credentials, database, TLS) at `host:port`: a node a sentinel or a
-/// cluster names, reached as the manager's URL says.
-pub(crate) fn info_at(template: &ConnectionInfo, host: String, port: u16) -> ConnectionInfo {
-    let addr = match template.addr() {
-        ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => ConnectionAddr::Tcp(host, port),
-    };
-    template.clone().set_addr(addr)
 }

@@ -93,7 +93,7 @@ pub(super) fn renew_everywhere(
             |outcomes| apply(&batch, outcomes),
         );
     };
-    let mut by_node: HashMap<*const Pool, (Arc<Pool>, Vec<Renewal>, Vec<String>)> = HashMap::new();
+    let mut by_node: HashMap<*const Pool, NodeShare> = HashMap::new();
     for renewal in batch {
         let pool = router.pool_for(renewal_key(&renewal).as_bytes());
         by_node
@@ -135,6 +135,9 @@ pub(super) fn renew_everywhere(
     }
     unreplicated
 }
+
+/// A node's share of a batch: its pool, the renewals of its keys, the latches it keeps.
+type NodeShare = (Arc<Pool>, Vec<Renewal>, Vec<String>);
 
 /// The key a renewal's slot is the slot of.
 fn renewal_key(renewal: &Renewal) -> std::borrow::Cow<'_, str> {
