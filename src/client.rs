@@ -268,8 +268,7 @@ impl Client {
         call: &ScriptCall,
         mut on_timeout: impl FnMut(&mut Connection),
     ) -> Result<Acked<T>> {
-        self.router.check_slots(call)?;
-        let call = &*self.router.dialect(call);
+        let call = &*self.router.prepare(call)?;
         let key = call.keys().next().unwrap_or_default();
         let Some(acks) = &self.acks else {
             return self.router.route(key, |pool, asking| {
@@ -304,8 +303,7 @@ impl Client {
 
     /// Runs one protocol call on the node that serves its keys, and answers its answer.
     pub(crate) fn run_script<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        self.router.check_slots(call)?;
-        let call = &*self.router.dialect(call);
+        let call = &*self.router.prepare(call)?;
         let key = call.keys().next().unwrap_or_default();
         self.run(key, |connection| script::run(connection, call))
     }

@@ -252,6 +252,13 @@ impl Router {
         }
     }
 
+    /// `call` checked ([`check_slots`](Router::check_slots)) and in the deployment's dialect
+    /// ([`dialect`](Router::dialect)), with the key it is routed by.
+    pub(crate) fn prepare<'a>(&self, call: &'a ScriptCall) -> Result<Cow<'a, ScriptCall>> {
+        self.check_slots(call)?;
+        Ok(self.dialect(call))
+    }
+
     /// `call` in the dialect the deployment publishes releases in: the sharded one
     /// (`SPUBLISH`) on a cluster with shard channels, the plain one otherwise.
     pub(crate) fn dialect<'a>(&self, call: &'a ScriptCall) -> Cow<'a, ScriptCall> {

@@ -1,5 +1,7 @@
 //! The watchdog's script: renewing the leases of many holds in one call, whatever their kind.
 
+use std::borrow::Cow;
+
 use redis::Value;
 
 use super::names;
@@ -32,16 +34,22 @@ impl HoldKind {
     }
 }
 
+/// The key whose lease a hold of `kind` on `name` is: the lock's hash, or a permit
+/// semaphore's timeout zset. A renewal call's keys, and the slot a renewal is sent to.
+pub(crate) fn hold_key(kind: HoldKind, name: &str) -> Cow<'_, str> {
+    match kind {
+        HoldKind::Permit => Cow::Owned(names::permit_timeouts(name)),
+        _ => Cow::Borrowed(name),
+    }
+}
+
 /// Extends to `lease_ms` each hold `(kind, name, holder id)` that its holder still has.
 pub(crate) fn renew(lease_ms: u64, holds: &[(HoldKind, &str, &str)]) -> ScriptCall {
-    let keys: Vec<String> = holds
+    let keys: Vec<Cow<'_, str>> = holds
         .iter()
-        .map(|&(kind, name, _)| match kind {
-            HoldKind::Permit => names::permit_timeouts(name),
-            _ => name.to_owned(),
-        })
+        .map(|&(kind, name, _)| hold_key(kind, name))
         .collect();
-    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let keys: Vec<&str> = keys.iter().map(|key| &**key).collect();
     let mut call = ScriptCall::new(&RENEW, &keys).arg(lease_ms);
     for &(kind, name, holder) in holds {
         call = call.arg(kind.code());

@@ -141,10 +141,7 @@ type NodeShare = (Arc<Pool>, Vec<Renewal>, Vec<String>);
 
 /// The key a renewal's slot is the slot of.
 fn renewal_key(renewal: &Renewal) -> std::borrow::Cow<'_, str> {
-    match renewal.kind {
-        HoldKind::Permit => crate::protocol::names::permit_timeouts(&renewal.name).into(),
-        _ => (&*renewal.name).into(),
-    }
+    renew::hold_key(renewal.kind, &renewal.name)
 }
 
 /// Sends the renewals of `batch` to a lease of `lease_ms`, and the deletion of `latches`, in
