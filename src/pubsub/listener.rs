@@ -174,6 +174,7 @@ impl Shared {
         let mut answered_any = false;
         let mut notices = Vec::new();
         let mut state = self.state.lock();
+        let had_channels = state.channel_count() > 0;
         let parsed = loop {
             match frame::parse(&buffer[used..]) {
                 Ok(Some((frame, length))) => {
@@ -188,6 +189,8 @@ impl Shared {
                 Err(err) => break Err(io::Error::new(io::ErrorKind::InvalidData, err.0)),
             }
         };
+        // The answer to the last `UNSUBSCRIBE` (or a refusal) took the last channel away.
+        let unused = had_channels && state.channel_count() == 0;
         drop(state);
         buffer.drain(..used);
         // What came before a corrupt frame was sound: its answers and notices count.
@@ -196,6 +199,9 @@ impl Shared {
         }
         for payload in notices {
             (self.notice_handler)(&payload);
+        }
+        if unused {
+            self.no_channel_left();
         }
         parsed
     }

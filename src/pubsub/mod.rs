@@ -198,6 +198,7 @@ impl PubSubHub {
             info.redis_settings().username().map(str::to_owned),
             &settings,
             None,
+            None,
             "redlease-pubsub".into(),
         )?;
         // Give the first connection a chance, so the first waiters find a live subscription

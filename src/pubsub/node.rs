@@ -10,9 +10,11 @@
 //! most for the connection attempt under way.
 //!
 //! Touches the hub's bookkeeping ([`State`]) under its lock, the outbox, and the endpoint
-//! through the listener; knows nothing of clusters beyond a hook it calls when its node
-//! cannot be reached.
+//! through the listener; knows nothing of clusters beyond two hooks: one it calls when its
+//! node cannot be reached, one when the last channel leaves a hub marked as leaving (its node
+//! left the cluster's map).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -32,6 +34,10 @@ pub(super) type SharedNoticeHandler = Arc<dyn Fn(&[u8]) + Send + Sync>;
 /// Called by a hub's listener when its node could not be reached, or the connection to it
 /// was lost (outside every lock).
 pub(super) type TroubleHook = Box<dyn Fn() + Send + Sync>;
+
+/// Called when the last channel leaves a hub marked as [leaving](Shared::set_leaving) (outside
+/// every lock).
+pub(super) type UnusedHook = Box<dyn Fn() + Send + Sync>;
 
 /// What every node hub of one manager is made with.
 #[derive(Clone)]
@@ -56,6 +62,11 @@ pub(super) struct Shared {
     pub(super) notice_handler: SharedNoticeHandler,
     /// Cluster mode: tells the cluster hub that the node could not be reached.
     pub(super) on_trouble: Option<TroubleHook>,
+    /// Cluster mode: the node is no master anymore, and channels were left on the hub when
+    /// the cluster hub last matched its hubs with the map: the last to leave calls
+    /// `on_unused`, for the cluster hub to stop the hub.
+    leaving: AtomicBool,
+    on_unused: Option<UnusedHook>,
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
 }
@@ -74,6 +85,7 @@ impl NodeHub {
         user: Option<String>,
         settings: &NodeSettings,
         on_trouble: Option<TroubleHook>,
+        on_unused: Option<UnusedHook>,
         thread_name: String,
     ) -> Result<Self> {
         let shared = Arc::new(Shared {
@@ -84,6 +96,8 @@ impl NodeHub {
             notice_channel: settings.notice_channel.clone(),
             notice_handler: Arc::clone(&settings.notice_handler),
             on_trouble,
+            leaving: AtomicBool::new(false),
+            on_unused,
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
         });
@@ -243,6 +257,23 @@ impl Shared {
         true
     }
 
+    /// Marks the hub as one whose node is no master anymore (or not): see `leaving`. Set
+    /// before [`retire_if_unused`](Self::retire_if_unused) is asked, so a channel that
+    /// leaves after that finds it set.
+    pub(super) fn set_leaving(&self, leaving: bool) {
+        self.leaving.store(leaving, Ordering::SeqCst);
+    }
+
+    /// No channel is left on the hub: tells the cluster hub if the hub is leaving. Called
+    /// outside every lock.
+    pub(super) fn no_channel_left(&self) {
+        if self.leaving.load(Ordering::SeqCst) {
+            if let Some(on_unused) = &self.on_unused {
+                on_unused();
+            }
+        }
+    }
+
     pub(super) fn reconnects(&self) -> u64 {
         self.state.lock().reconnects()
     }
@@ -325,9 +356,16 @@ impl Drop for Member {
         let Some(hub) = &self.hub else {
             return;
         };
-        let queued = hub.state.lock().leave(&self.channel, &self.waiter);
+        let (queued, unused) = {
+            let mut state = hub.state.lock();
+            let queued = state.leave(&self.channel, &self.waiter);
+            (queued, state.channel_count() == 0)
+        };
         if queued {
             hub.flush();
+        }
+        if unused {
+            hub.no_channel_left();
         }
     }
 }

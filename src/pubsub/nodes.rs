@@ -20,7 +20,9 @@
 //! Hubs of nodes the map no longer lists as masters are stopped once no channel is left on
 //! them, so a long-lived manager does not keep a thread, and its reconnection attempts, for
 //! every node that ever left the cluster. They are stopped when the map is seen to change
-//! (at a subscription) and each time such a node cannot be reached (its listener tells);
+//! (at a subscription), each time such a node cannot be reached (its listener tells), and,
+//! for one that still had channels when the change was seen, when its last channel leaves
+//! it (its last waiter, or its listener at the answer to the last `UNSUBSCRIBE`, tells);
 //! their threads are joined as they end, and all at [`Nodes::stop`]. Should no master be left
 //! with a hub, the first master gets one, for the notices.
 //!
@@ -36,7 +38,7 @@ use redis::ConnectionInfo;
 
 use super::connection::Endpoint;
 use super::hub::Mode;
-use super::node::{Member, NodeHub, NodeSettings, Shared, TroubleHook};
+use super::node::{Member, NodeHub, NodeSettings, Shared, TroubleHook, UnusedHook};
 use crate::cluster::{Cluster, NodeAddress};
 use crate::error::{Error, Result};
 use crate::protocol::slot::key_slot;
@@ -227,12 +229,19 @@ impl Nodes {
                 nodes.node_in_trouble();
             }
         });
+        let me = self.me.clone();
+        let on_unused: UnusedHook = Box::new(move || {
+            if let Some(nodes) = me.upgrade() {
+                nodes.tend(None);
+            }
+        });
         log::debug!("starting a pub/sub hub for {address}");
         NodeHub::spawn(
             endpoint,
             info.redis_settings().username().map(str::to_owned),
             &self.settings,
             Some(on_trouble),
+            Some(on_unused),
             format!("redlease-pubsub-{address}"),
         )
     }
@@ -280,7 +289,12 @@ impl Nodes {
         let gone: Vec<NodeAddress> = hubs
             .by_node
             .iter()
-            .filter(|(address, hub)| !masters.contains(address) && hub.shared().retire_if_unused())
+            .filter(|(address, hub)| {
+                let leaving = !masters.contains(address);
+                // One still in use stops when its last channel leaves it (it tells).
+                hub.shared().set_leaving(leaving);
+                leaving && hub.shared().retire_if_unused()
+            })
             .map(|(address, _)| address.clone())
             .collect();
         for address in gone {

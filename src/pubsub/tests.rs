@@ -110,6 +110,21 @@ impl ScriptedRedis {
         latest.as_mut().unwrap().write_all(bytes).unwrap();
     }
 
+    /// Waits up to `limit` for bytes that the server has not read to wait on the latest
+    /// connection (a frozen server reads none); answers whether they came. Only peeks: the
+    /// server reads them once it thaws.
+    fn has_unread_bytes_within(&self, limit: Duration) -> bool {
+        let latest = self.script.latest.lock();
+        let stream = latest.as_ref().unwrap();
+        // The read timeout is the socket's, shared with the server's own handle: a read
+        // under way keeps the timeout it started with, and it is restored before the server
+        // reads again.
+        stream.set_read_timeout(Some(limit)).unwrap();
+        let peeked = stream.peek(&mut [0u8; 1]);
+        stream.set_read_timeout(None).unwrap();
+        matches!(peeked, Ok(1))
+    }
+
     /// Whether it read `command` (words joined by spaces).
     fn got(&self, command: &str) -> bool {
         self.script
@@ -227,50 +242,81 @@ fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
     condition()
 }
 
+/// How long a step that must not wait for the stalled write may take: far more than it takes
+/// on a slow, loaded machine (it proves only that the step does not hang), and far less than
+/// the stalled write lasts unless the test ends it.
+const NO_HANG: Duration = Duration::from_secs(10);
+
 #[test]
 fn a_stalled_write_holds_up_no_other_waiter() {
     let server = ScriptedRedis::start();
-    let response_timeout = Duration::from_secs(3);
-    let hub = server.hub(response_timeout);
+    // Also the write timeout: the stalled write outlasts every wait below together, so it
+    // ends only when the test ends it.
+    let hub = server.hub(NO_HANG * 12);
     let first = hub.subscribe("channel:a", "a").unwrap();
     assert!(first.is_live());
 
     server.script.frozen.store(true, Ordering::SeqCst);
+    let thaw = || server.script.frozen.store(false, Ordering::SeqCst);
     std::thread::scope(|scope| {
-        // Far more than the socket buffers of both ends hold: the write stalls until the
-        // write timeout (the response timeout).
-        let huge_channel = "x".repeat(64 * 1024 * 1024);
         let hub = &hub;
+        // Before a failure: lets the write through and ends the connection, so that every
+        // thread, one held up behind the write included, ends before the write timeout.
+        let end_the_stall = || {
+            thaw();
+            hub.stop();
+        };
+        // Far more than the socket buffers of both ends hold: the write stalls.
         let stalled = scope.spawn(move || {
+            let huge_channel = "x".repeat(64 * 1024 * 1024);
             let _ = hub.subscribe(&huge_channel, "huge").unwrap();
         });
-        std::thread::sleep(Duration::from_millis(300));
-        assert!(!stalled.is_finished(), "the write did not stall");
+        // Its bytes reach the server, which reads none of them: the write is under way, its
+        // command queued and taken by the writer.
+        let started = server.has_unread_bytes_within(NO_HANG);
+        if !started {
+            end_the_stall();
+        }
+        assert!(started, "the write did not start");
 
         // A channel already subscribed needs no command: joining it, asking about it and
-        // leaving it must not wait for the stalled write.
-        let started = Instant::now();
-        let second = hub.subscribe("channel:a", "a").unwrap();
-        let live = second.is_live();
-        let channels = hub.channel_count();
-        drop(second);
-        let took = started.elapsed();
-        assert!(
-            took < Duration::from_millis(500),
-            "blocked {took:?} behind a stalled write"
-        );
+        // leaving it must not wait for the stalled write. On a thread of its own, so that a
+        // step held up fails the test instead of hanging it.
+        let (done, finished) = crossbeam_channel::bounded(1);
+        scope.spawn(move || {
+            let second = hub.subscribe("channel:a", "a").unwrap();
+            let live = second.is_live();
+            let channels = hub.channel_count();
+            drop(second);
+            let _ = done.send((live, channels));
+        });
+        let outcome = finished.recv_timeout(NO_HANG);
+        let still_stalled = !stalled.is_finished();
+        if outcome.is_err() || !still_stalled {
+            end_the_stall();
+        }
+        let (live, channels) = outcome.expect("a waiter was held up behind the stalled write");
         assert!(live);
         assert_eq!(channels, 2);
-        assert!(
-            !stalled.is_finished(),
-            "the write stopped stalling too early"
-        );
+        // The order that matters: all of it was done while the write still stalled.
+        assert!(still_stalled, "the write stopped stalling too early");
+
+        // And the listener still hands out wakes: a release wakes the waiter of the channel.
+        first.woken().try_iter().for_each(drop);
+        server.send_raw(&frame_of(["message", "channel:a", "0"]));
+        let woken = first.wait(NO_HANG);
+        let still_stalled = !stalled.is_finished();
+        if !woken || !still_stalled {
+            end_the_stall();
+        }
+        assert!(woken, "a release was held up behind the stalled write");
+        assert!(still_stalled, "the write stopped stalling too early");
 
         // Ends the connection, so the stalled write fails at once.
         hub.stop();
         stalled.join().unwrap();
     });
-    server.script.frozen.store(false, Ordering::SeqCst);
+    thaw();
 }
 
 #[test]

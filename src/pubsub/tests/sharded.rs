@@ -348,6 +348,10 @@ fn hubs_of_nodes_that_left_the_map_stop_once_unused() {
     );
     assert!(subscription.follow().unwrap());
     assert!(eventually(LIMIT, || leaving.got("SUNSUBSCRIBE e")));
+    // The old node's listener has taken the answer: only then is its hub unused (a channel
+    // on its way from one node to another counts twice). The node's log tells only that the
+    // command arrived, and the hub is matched with the map once per change of it.
+    assert!(eventually(LIMIT, || hub.channel_count() == 1));
     // Seen at the next change of the map: the old node's hub, unused now, stops.
     map.set(
         Some(address_of(staying.port)),
@@ -512,5 +516,56 @@ fn the_wait_loop_moves_a_subscription_the_node_ended_and_is_woken_at_the_new_nod
         // Woken by the release at the new node, not by the end of the hint.
         assert!(started.elapsed() < LIMIT);
     });
+    hub.stop();
+}
+
+/// A hub of a node that left the map while a channel was on it stops once the node answers
+/// the last `SUNSUBSCRIBE`, without another change of the map.
+#[test]
+fn a_leaving_hub_stops_at_the_answer_to_its_last_unsubscribe() {
+    let leaving = ScriptedRedis::start();
+    let staying = ScriptedRedis::start();
+    let map = FixedMap::new(
+        Some(address_of(leaving.port)),
+        vec![address_of(leaving.port), address_of(staying.port)],
+    );
+    let (hub, _) = cluster_hub(&map, Mode::Sharded);
+    let mut subscription = hub.subscribe("e", "e").unwrap();
+    assert!(subscription.is_live());
+    map.set(
+        Some(address_of(staying.port)),
+        vec![address_of(staying.port)],
+    );
+    assert!(subscription.follow().unwrap());
+    // No further change of the map.
+    assert!(eventually(LIMIT, || leaving.closed() == 1));
+    assert_eq!(hub.channel_count(), 1);
+    drop(subscription);
+    hub.stop();
+}
+
+/// ... and once its last waiter leaves, when the node ended the subscription itself.
+#[test]
+fn a_leaving_hub_stops_when_its_last_waiter_leaves() {
+    let leaving = ScriptedRedis::start();
+    let staying = ScriptedRedis::start();
+    let map = FixedMap::new(
+        Some(address_of(leaving.port)),
+        vec![address_of(leaving.port), address_of(staying.port)],
+    );
+    let (hub, _) = cluster_hub(&map, Mode::Sharded);
+    let mut subscription = hub.subscribe("e", "e").unwrap();
+    assert!(subscription.is_live());
+    // The node ends the subscription on its own (the slot left it).
+    leaving.send_raw(&frame_of(["sunsubscribe", "e", "0"]));
+    assert!(subscription.wait(LIMIT));
+    map.set(
+        Some(address_of(staying.port)),
+        vec![address_of(staying.port)],
+    );
+    assert!(subscription.follow().unwrap());
+    assert!(!leaving.got("SUNSUBSCRIBE e"));
+    assert!(eventually(LIMIT, || leaving.closed() == 1));
+    drop(subscription);
     hub.stop();
 }
