@@ -1,6 +1,7 @@
 -- The start of every script of a permit-expirable semaphore that reads or takes permits, after
 -- semaphore_count.lua: gives the permits whose lease ran out back to the count, and announces
--- the new count to waiters. Time is the server's, so clients' clocks do not matter.
+-- the new count to waiters. Time is the server's, so redlease clients' clocks do not matter
+-- (Redisson's scripts use the Java client's clock).
 -- KEYS[1]: the semaphore (the number of permits available)
 -- KEYS[2]: its channel
 -- KEYS[3]: the zset of permits taken: permit id (16 raw bytes) -> end of lease, epoch ms
