@@ -537,31 +537,42 @@ fn measure_semaphore_pairs(manager: &LockManager) -> redlease::Result<Vec<Durati
         .collect()
 }
 
-/// The floor of a semaphore pair: its take and add scripts sent on a plain connection, with
-/// nothing around them (what is left is the round trips and the scripts' run time).
+/// The floor of a semaphore pair: its take and add scripts, as the crate assembles them (each
+/// run once per request: a request key and how long it keeps the answer), sent on a plain
+/// connection with nothing around them (what is left is the round trips and the scripts' run
+/// time).
 fn measure_semaphore_scripts(url: &str) -> redis::RedisResult<Vec<Duration>> {
-    let count = include_str!("../src/protocol/semaphore_count.lua");
-    let take = redis::Script::new(&format!(
-        "{count}{}",
-        include_str!("../src/protocol/semaphore_take.lua")
-    ));
-    let add = redis::Script::new(&format!(
-        "{count}{}",
-        include_str!("../src/protocol/semaphore_add.lua")
-    ));
+    let once = |body: &str| {
+        redis::Script::new(&format!(
+            "local publish_command = 'publish'\n{}{}{body}{}",
+            include_str!("../src/protocol/semaphore_count.lua"),
+            include_str!("../src/protocol/request_begin.lua"),
+            include_str!("../src/protocol/request_end.lua"),
+        ))
+    };
+    let take = once(include_str!("../src/protocol/semaphore_take.lua"));
+    let add = once(include_str!("../src/protocol/semaphore_add.lua"));
     let mut connection = redis::Client::open(url)?.get_connection()?;
     redis::cmd("SET")
         .arg("bench:semaphore-floor")
         .arg(1)
         .query::<()>(&mut connection)?;
+    let mut round = 0u64;
     let mut pair = || -> redis::RedisResult<Duration> {
+        round += 1;
+        let request =
+            |verb: &str| format!("redlease_request:{{bench:semaphore-floor}}:{verb}{round}");
         let started = Instant::now();
         take.key("bench:semaphore-floor")
+            .key(request("take"))
             .arg(1)
+            .arg(10_000)
             .invoke::<i64>(&mut connection)?;
         add.key("bench:semaphore-floor")
             .key("redisson_sc:{bench:semaphore-floor}")
+            .key(request("add"))
             .arg(1)
+            .arg(10_000)
             .invoke::<(i64, i64)>(&mut connection)?;
         Ok(started.elapsed())
     };

@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, FromRedisValue, RedisError, RedisResult};
 
+use crate::cleanup::{Cleanup, Undo};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::pool::{Pool, Target};
 use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
-use crate::protocol::ScriptCall;
+use crate::protocol::{Request, ScriptCall};
 use crate::pubsub::{Notices, PubSubHub};
 use crate::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
 use crate::resolve::Resolver;
@@ -33,6 +34,7 @@ use crate::script;
 use crate::sentinel::{MasterLocator, SwitchWatcher};
 use crate::stats::{Stats, WaitRecorder};
 use crate::tls::{self, TlsOptions};
+use crate::wait;
 use crate::watchdog::{LostCallback, Watchdog};
 
 /// What a client is built from; checked by the builder before.
@@ -43,8 +45,8 @@ pub(crate) struct Settings {
     pub(crate) sentinel: Option<SentinelSettings>,
     /// Cluster mode: the nodes to ask for the slot map (`info` is then the first of them).
     pub(crate) cluster_seeds: Option<Vec<redis::ConnectionInfo>>,
-    /// How long a wait rides out a failover (see [`Client::outage_grace`]).
-    pub(crate) failover_grace: Duration,
+    /// How long waits and changes ride out an outage (see [`Client::outage_grace`]).
+    pub(crate) outage_grace: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
@@ -62,6 +64,27 @@ pub(crate) struct SentinelSettings {
     pub(crate) master_name: String,
 }
 
+/// Who sends an undo first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Undoing {
+    /// The caller, at once: the server answered the call (a grant short of replica
+    /// acknowledgements), or the caller gives up a wait.
+    Now,
+    /// The cleanup thread only: the server did not answer the call, and the caller would
+    /// wait for another timeout.
+    Later,
+}
+
+/// Who releases a hold, which decides what an outage does to the release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// Its owner, who waits for the outcome: sent again through an outage, for up to the
+    /// outage grace.
+    Waited,
+    /// A guard's drop, which must not block: sent once, then by the cleanup thread.
+    Dropped,
+}
+
 pub(crate) struct Client {
     id: String,
     router: Arc<Router>,
@@ -69,10 +92,12 @@ pub(crate) struct Client {
     hub: Arc<PubSubHub>,
     /// Hears failovers, in sentinel mode.
     switch_watcher: Option<SwitchWatcher>,
-    /// How long a wait rides out errors that a failover causes; zero on a single server.
+    /// How long waits and changes ride out an outage.
     outage_grace: Duration,
-    /// How long a release answer is kept for a retry of the same request.
-    release_latch_ms: u64,
+    /// How long a release's or a request's answer is kept for a repeat of the same request.
+    answer_keep_ms: u64,
+    /// Sends again the undos that failed.
+    cleanup: Cleanup,
     next_request: AtomicU64,
     shut_down: AtomicBool,
     waits: WaitRecorder,
@@ -89,7 +114,7 @@ impl Client {
             info,
             sentinel,
             cluster_seeds,
-            failover_grace,
+            outage_grace,
             connect_timeout,
             response_timeout,
             watchdog_timeout,
@@ -220,15 +245,22 @@ impl Client {
             }
             _ => None,
         };
-        // A failover, which the cluster or the sentinels resolve, is ridden out; a single
-        // server's outage is not.
-        let outage_grace = match (&switch_watcher, &*router) {
-            (Some(_), _) | (_, Router::Cluster(_)) => failover_grace,
-            _ => Duration::ZERO,
-        };
-        let release_latch_ms = (response_timeout * 4)
+        // A request is sent again for up to the grace after it was first sent, and its
+        // answer must still be there then.
+        let answer_keep_ms = (outage_grace + response_timeout * 4)
             .max(Duration::from_secs(10))
             .as_millis() as u64;
+        let cleanup = match Cleanup::start(Arc::clone(&router)) {
+            Ok(cleanup) => cleanup,
+            Err(err) => {
+                if let Some(watcher) = &switch_watcher {
+                    watcher.stop();
+                }
+                watchdog.stop();
+                hub.stop();
+                return Err(err);
+            }
+        };
         Ok(Arc::new(Client {
             id: uuid::Uuid::new_v4().to_string(),
             router,
@@ -236,7 +268,8 @@ impl Client {
             hub,
             outage_grace,
             switch_watcher,
-            release_latch_ms,
+            answer_keep_ms,
+            cleanup,
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             waits: WaitRecorder::new(),
@@ -303,9 +336,7 @@ impl Client {
 
     /// Runs one protocol call on the node that serves its keys, and answers its answer.
     pub(crate) fn run_script<T: FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        let call = &*self.router.prepare(call)?;
-        let key = call.keys().next().unwrap_or_default();
-        self.run(key, |connection| script::run(connection, call))
+        self.router.run_script(call)
     }
 
     /// Runs `command` on a pooled connection of the node that serves `key`.
@@ -359,6 +390,9 @@ impl Client {
             lost_not_held_anymore: watchdog.lost[0],
             lost_lease_expired: watchdog.lost[1],
             lost_force_released: watchdog.lost[2],
+            cleanup_pending: self.cleanup.counts().pending(),
+            cleanup_done: self.cleanup.counts().done(),
+            cleanup_abandoned: self.cleanup.counts().abandoned(),
             pubsub_reconnects: self.hub.reconnects(),
             wait_times: self.waits.wait_times(),
         }
@@ -389,11 +423,147 @@ impl Client {
         &self.hub
     }
 
-    /// How long a wait goes on through errors a failover causes (Redis unreachable, slow, or
-    /// refusing writes), trying again, before it gives up with the error: the failover grace
-    /// in sentinel mode, zero on a single server, whose outage no one resolves for us.
+    /// How long a wait without deadline, or a change, goes on through an outage (Redis
+    /// unreachable, slow, or refusing writes while it fails over), trying again, before it
+    /// gives up with the error; the same on every deployment.
     pub(crate) fn outage_grace(&self) -> Duration {
         self.outage_grace
+    }
+
+    /// A new request of a call that changes the primitive `name`: its own id, and its answer
+    /// kept long enough for every repeat [`Client::settle`] may send.
+    pub(crate) fn request(&self, name: &str) -> Request {
+        Request::new(name, &self.next_request_id(), self.answer_keep_ms)
+    }
+
+    /// The answer of `request` has arrived: its key is deleted in the background (it would
+    /// expire anyway).
+    pub(crate) fn forget(&self, request: Request) {
+        self.watchdog.discard_latch(request.into_key());
+    }
+
+    /// Sends a call that changes the primitive `name` and carries a request id (or is safe
+    /// to send twice by itself), through an outage: sent again every
+    /// [`RETRY_DURING_OUTAGE`](wait::RETRY_DURING_OUTAGE) until it is answered, for up to the
+    /// outage grace. When no answer came, a call that may have run answers
+    /// [`Error::Indeterminate`]; one that surely did not (every connection refused) answers
+    /// its error.
+    pub(crate) fn settle<R>(&self, name: &str, mut send: impl FnMut() -> Result<R>) -> Result<R> {
+        let give_up_at = Instant::now() + self.outage_grace;
+        let mut may_have_run = false;
+        loop {
+            let err = match send() {
+                Err(err) if err.is_outage() => err,
+                answer => return answer,
+            };
+            may_have_run |= err.may_have_run();
+            let stopped = self.ensure_running().is_err();
+            if stopped || Instant::now() + wait::RETRY_DURING_OUTAGE >= give_up_at {
+                return Err(match may_have_run {
+                    true => Error::Indeterminate {
+                        name: name.to_owned(),
+                        cause: Box::new(err),
+                    },
+                    false => err,
+                });
+            }
+            log::debug!("{name:?}: sending the same request again after: {err}");
+            std::thread::sleep(wait::RETRY_DURING_OUTAGE);
+        }
+    }
+
+    /// Runs the call `call` makes for a new request on the primitive `name`: once, sent again
+    /// with the same request through an outage ([`Client::settle`]); the request's key is
+    /// forgotten once answered. `WRONGTYPE` is [`Error::WrongType`] of `name`.
+    pub(crate) fn change<T: FromRedisValue>(
+        &self,
+        name: &str,
+        call: impl FnOnce(&Request) -> ScriptCall,
+    ) -> Result<T> {
+        self.change_by(name, call, |call| self.run_script(call))
+    }
+
+    /// Like [`Client::change`], with the `WAIT` for replica acknowledgements behind the call
+    /// when the manager asks for them ([`Client::run_acknowledged`]).
+    pub(crate) fn change_acknowledged<T: FromRedisValue>(
+        &self,
+        name: &str,
+        call: impl FnOnce(&Request) -> ScriptCall,
+    ) -> Result<Acked<T>> {
+        self.change_by(name, call, |call| self.run_acknowledged(call, |_| {}))
+    }
+
+    /// [`Client::change`], sending the call by `send`.
+    fn change_by<R>(
+        &self,
+        name: &str,
+        call: impl FnOnce(&Request) -> ScriptCall,
+        send: impl Fn(&ScriptCall) -> Result<R>,
+    ) -> Result<R> {
+        let request = self.request(name);
+        let call = call(&request);
+        let answer = self.settle(name, || send(&call));
+        if answer.is_ok() {
+            self.forget(request);
+        }
+        answer.map_err(|err| err.about_keys_of(name))
+    }
+
+    /// Sends a release of the primitive `name` whose answer is kept under `key` (its unlock
+    /// latch, or its request's key), safe to send twice. Released by the owner
+    /// ([`Release::Waited`]), it is sent again through an outage as a change is
+    /// ([`Client::settle`]); by a dropping guard ([`Release::Dropped`]), which must not block,
+    /// it is sent once and, unanswered, handed to the cleanup thread until `until` (when the
+    /// lease would have run out anyway). The key is forgotten once answered.
+    pub(crate) fn release<T: FromRedisValue>(
+        &self,
+        name: &str,
+        call: ScriptCall,
+        key: String,
+        how: Release,
+        until: impl FnOnce() -> Instant,
+    ) -> Result<Acked<T>> {
+        let send = || self.run_acknowledged(&call, |_| {});
+        let answer = match how {
+            Release::Waited => self.settle(name, send),
+            Release::Dropped => send().inspect_err(|err| {
+                if err.is_outage() {
+                    self.cleanup.keep_trying(Undo {
+                        what: format!("{name:?}: release by a dropped guard"),
+                        call: call.clone(),
+                        until: until(),
+                    });
+                }
+            }),
+        };
+        if answer.is_ok() {
+            self.watchdog.discard_latch(key);
+        }
+        answer.map_err(|err| err.about_keys_of(name))
+    }
+
+    /// Has `undo` (safe to send twice) sent until the server answers it, or until `until`:
+    /// [`Undoing::Now`] sends it from the caller's thread first, [`Undoing::Later`] only
+    /// from the cleanup thread, the caller going on at once.
+    pub(crate) fn undo(
+        &self,
+        when: Undoing,
+        what: impl FnOnce() -> String,
+        call: ScriptCall,
+        until: Instant,
+    ) {
+        if when == Undoing::Now {
+            match self.run_script::<redis::Value>(&call) {
+                Ok(_) => return,
+                Err(err) if err.is_outage() => {}
+                Err(err) => return log::warn!("{}: the undo was refused: {err}", what()),
+            }
+        }
+        self.cleanup.keep_trying(Undo {
+            what: what(),
+            call,
+            until,
+        });
     }
 
     /// The lease of watched locks.
@@ -406,9 +576,9 @@ impl Client {
         self.watchdog.timeout_ms()
     }
 
-    /// How long a release's answer is kept for a retry of the same request, in ms.
-    pub(crate) fn release_latch_ms(&self) -> u64 {
-        self.release_latch_ms
+    /// How long a release's or a request's answer is kept for a repeat of it, in ms.
+    pub(crate) fn answer_keep_ms(&self) -> u64 {
+        self.answer_keep_ms
     }
 
     /// A release request id unique to this client: the client id is random, the counter
@@ -440,6 +610,7 @@ impl Client {
             }
             self.watchdog.stop();
             self.hub.stop();
+            self.cleanup.stop();
         }
     }
 }

@@ -188,6 +188,24 @@ pub enum Error {
         detail: String,
     },
 
+    /// A call that changes state was sent, its answer never came, and the same request
+    /// could not be sent again and answered within the
+    /// [`outage_grace`](crate::LockManagerBuilder::outage_grace): it may or may not have
+    /// taken effect (a count-down counted, permits given back, a lock freed). Not
+    /// [transient](Error::is_transient): a new call is a new request, which would take effect
+    /// a second time if the first did. Look at the state (`count`, `available_permits`,
+    /// `is_locked`) once Redis answers again. Whatever a take left behind is given back by
+    /// the manager in the background; see the guarantees in the crate documentation.
+    #[error(
+        "{name:?}: the outcome is unknown, the call may or may not have taken effect: {cause}"
+    )]
+    Indeterminate {
+        /// The name of the primitive.
+        name: String,
+        /// The last error of the call.
+        cause: Box<Error>,
+    },
+
     /// The manager could not start one of its threads.
     #[error("cannot start a redlease thread: {0}")]
     ThreadSpawn(#[source] std::io::Error),
@@ -274,6 +292,28 @@ impl Error {
                 name: name.to_owned(),
             },
             _ => self,
+        }
+    }
+
+    /// True for the errors that say Redis could not serve the call now (unreachable, slow,
+    /// loading, busy, failing over), and so did not answer it: what waits ride out, and what a
+    /// request is sent again through.
+    pub(crate) fn is_outage(&self) -> bool {
+        match self {
+            Error::Unreachable(_) | Error::Timeout(_) => true,
+            Error::Redis(_) => self.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// True for an outage in which a call may have run before its answer was lost: the
+    /// connection broke or timed out after it was made (not a refused connection, nor an
+    /// answer that the server cannot serve now).
+    pub(crate) fn may_have_run(&self) -> bool {
+        match self {
+            Error::Unreachable(err) => !err.is_connection_refusal(),
+            Error::Timeout(_) => true,
+            _ => false,
         }
     }
 

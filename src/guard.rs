@@ -10,6 +10,7 @@ use std::marker::PhantomData;
 
 use crossbeam_channel::Receiver;
 
+use crate::client::Release;
 use crate::error::{Error, LostReason, Result};
 
 /// What a guard holds, as its primitive knows it.
@@ -21,7 +22,7 @@ pub(crate) trait Hold {
     /// A receiver that gets the reason once the loss is recorded.
     fn lost_signal(&self) -> Receiver<LostReason>;
     /// Releases this level.
-    fn release(&self) -> Result<()>;
+    fn release(&self, how: Release) -> Result<()>;
 }
 
 /// One held level, released exactly once.
@@ -65,7 +66,7 @@ impl<H: Hold> GuardCore<H> {
 
     pub(crate) fn unlock(mut self) -> Result<()> {
         self.released = true;
-        self.hold.release()
+        self.hold.release(Release::Waited)
     }
 }
 
@@ -74,7 +75,7 @@ impl<H: Hold> Drop for GuardCore<H> {
         if self.released {
             return;
         }
-        if let Err(err) = self.hold.release() {
+        if let Err(err) = self.hold.release(Release::Dropped) {
             log::warn!(
                 "lock {:?}: release on drop failed: {err}",
                 self.hold.label()

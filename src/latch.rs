@@ -15,7 +15,6 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lock::deadline_after;
 use crate::protocol::latch::{self as protocol, LatchKeys};
-use crate::protocol::ScriptCall;
 use crate::wait::{self, Attempt, WaitFor};
 
 /// The largest count a latch takes: Redis counts in signed 64-bit integers.
@@ -122,17 +121,27 @@ impl CountDownLatch {
                 "a latch count of {count} is more than the maximum of {MAX_COUNT}"
             )));
         }
-        let set: i64 = self.run(&protocol::set_count(self.keys()?, count))?;
+        let keys = self.keys()?;
+        let set: i64 = self.client.change(&keys.name, |request| {
+            protocol::set_count(keys, count, request)
+        })?;
         Ok(set == 1)
     }
 
     /// Takes one off the count; the step to zero opens the latch and wakes every waiter. On
-    /// an open latch it does nothing.
+    /// an open latch it does nothing. Counted once, however often an outage makes it be sent
+    /// (see the crate's "On a bad day").
     ///
     /// # Errors
-    /// [`Error::WrongType`] when the key holds something other than a count.
+    /// [`Error::WrongType`] when the key holds something other than a count;
+    /// [`Error::Indeterminate`] when Redis did not answer within the outage grace and the
+    /// count-down may have been counted: look at [`count`](CountDownLatch::count) before
+    /// counting down again.
     pub fn count_down(&self) -> Result<()> {
-        let _left: i64 = self.run(&protocol::count_down(self.keys()?))?;
+        let keys = self.keys()?;
+        let _left: i64 = self
+            .client
+            .change(&keys.name, |request| protocol::count_down(keys, request))?;
         Ok(())
     }
 
@@ -160,7 +169,10 @@ impl CountDownLatch {
     /// [`Error::WrongType`], and nothing deleted, when the key holds something other than a
     /// count.
     pub fn delete(&self) -> Result<bool> {
-        let deleted: i64 = self.run(&protocol::delete(self.keys()?))?;
+        let keys = self.keys()?;
+        let deleted: i64 = self
+            .client
+            .change(&keys.name, |request| protocol::delete(keys, request))?;
         Ok(deleted == 1)
     }
 
@@ -233,12 +245,6 @@ impl CountDownLatch {
             ));
         }
         Ok(&self.keys)
-    }
-
-    fn run<T: redis::FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
-        self.client
-            .run_script(call)
-            .map_err(|err| err.about_keys_of(&self.keys.name))
     }
 
     fn wrong_type(&self) -> Error {

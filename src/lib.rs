@@ -51,6 +51,9 @@
 //!   Redis 7).
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
+//! - **Bad days.** A connection that breaks after a call was sent never makes it count
+//!   twice, every wait rides out an outage, and what a failed call left in Redis is taken back
+//!   once the server answers again (see [below](#on-a-bad-day)).
 //!
 //! ```
 //! # fn main() -> redlease::Result<()> {
@@ -65,6 +68,57 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # On a bad day
+//!
+//! A call sent to Redis whose answer does not come (the connection reset, the server paused,
+//! restarted or failing over) may or may not have run. `redlease` never guesses:
+//!
+//! - **Nothing is applied twice.** Every call that changes state is safe to send twice. The
+//!   changes that could not tell a repeat from a new call by themselves (a count-down, a
+//!   take, release or change of permits, a forced release, a fenced write) carry a request id:
+//!   their script runs once per id and keeps its answer for a repeat, so a call sent again
+//!   after its connection broke is answered again, not applied again. An acquisition finds
+//!   its own earlier run by its holder id; a lock's release has its unlock latch.
+//! - **Every wait rides out an outage**, the same way for every primitive on every
+//!   deployment: a wait with a deadline tries again every 100 ms until it, then fails with
+//!   the last error (not `Ok(None)`); one without a deadline for up to the
+//!   [`outage_grace`](LockManagerBuilder::outage_grace) (30 s by default).
+//! - **Changes are sent again, then told.** `count_down`, `release`, `add_permits`,
+//!   `try_set_*`, `delete`, `drain_permits`, `force_unlock`, fenced writes and a guard's
+//!   `unlock` are sent again with the same request through an outage, for up to the outage
+//!   grace. When none of the sends was answered and one may have run, the call fails with
+//!   [`Error::Indeterminate`]: look at the state once Redis answers. When every send surely
+//!   failed (each connection refused), it fails with that error, and nothing happened.
+//! - **Nothing is left behind.** An acquisition whose answer did not come is undone: a lock's
+//!   level, a fair waiter's place in line, the permits of a semaphore take, a permit. The undo
+//!   is queued behind the call on its connection, sent again at once, and when Redis cannot
+//!   be reached, sent again by the manager's cleanup thread every 200 ms until Redis answers
+//!   or what it undoes would have run out by itself. A guard dropped while Redis cannot be
+//!   reached has its release sent the same way (a drop never blocks for the outage).
+//!   [`Stats`] counts them (`cleanup_pending`, `cleanup_done`, `cleanup_abandoned`).
+//!
+//! Per primitive, what a repeat of a call may and may not do:
+//!
+//! | call | sent again after a lost answer | when no answer comes at all |
+//! | --- | --- | --- |
+//! | lock, fair, read, write: take | finds its own hold (holder id), adds no level | undone (level, place); the next try is a new chain |
+//! | lock: `unlock`, guard drop | answered from its unlock latch | `Indeterminate` (`unlock`), or sent again in the background (drop) |
+//! | `force_unlock` | answered from its request | `Indeterminate` |
+//! | [`Semaphore`]: take | answered from its request | undone: the permits it took are given back |
+//! | [`Semaphore`]: `release`, `add_permits`, `drain_permits`, `try_set_permits` | answered from its request | `Indeterminate` |
+//! | [`PermitSemaphore`]: take | answered from its request (the permit's id) | undone: the permit is given back |
+//! | [`PermitGuard`]: `release`, drop | answered from its request | `Indeterminate` (`release`), or sent again in the background (drop) |
+//! | [`CountDownLatch`]: `count_down`, `try_set_count`, `delete` | answered from its request | `Indeterminate` |
+//! | [`FencedStore`]: `set`, `delete` | answered from its request | `Indeterminate` |
+//! | renewals, reads (`count`, `is_locked`, ...) | repeated as they are: they change nothing, or extend a lease again | the error |
+//!
+//! A request's answer is kept in Redis under `redlease_request:{name}:<id>` for the outage
+//! grace plus four response timeouts (at least 10 s), and deleted once its answer has
+//! arrived. The group locks ([`RedLock`], [`MultiLock`]) keep their own rules: a member whose
+//! answer is lost counts as not taken and is undone within the attempt, once; an undo that
+//! does not reach its member leaves a level that runs out with its lease (the cleanup thread
+//! does not send group undos yet).
 //!
 //! # Inside (for contributors)
 //!
@@ -92,6 +146,7 @@
 //!   |   tls               the TLS options, the rustls set-up, TLS failures sorted by kind
 //!   |   watchdog          renews leases in batches, reports losses to the instant
 //!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
+//!   |   cleanup           sends the undos of failed calls again until Redis answers them
 //!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
 //!   |   replication       the replica acknowledgements a write waits for (WAIT) and their
 //!   |                     shortfalls
@@ -105,6 +160,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cancel;
+mod cleanup;
 mod client;
 mod cluster;
 mod error;

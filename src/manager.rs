@@ -34,10 +34,10 @@ const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
 /// As in Redisson (`fairLockWaitTimeout`).
 const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// How long waits go on through a failover in sentinel mode, by default.
-const DEFAULT_FAILOVER_GRACE: Duration = Duration::from_secs(30);
-/// The longest failover grace accepted: a longer outage is not a failover.
-const MAX_FAILOVER_GRACE: Duration = Duration::from_secs(3600);
+/// How long calls ride out an outage, by default.
+const DEFAULT_OUTAGE_GRACE: Duration = Duration::from_secs(30);
+/// The longest outage grace accepted: a call blocked longer is surely a mistake.
+const MAX_OUTAGE_GRACE: Duration = Duration::from_secs(3600);
 /// The shortest watchdog timeout accepted: renewals every 10 ms are the practical floor.
 const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
@@ -83,7 +83,7 @@ pub struct LockManagerBuilder {
     sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
     /// Cluster mode: the nodes to ask for the slot map (or why they could not be read).
     cluster: Option<std::result::Result<Vec<ConnectionInfo>, String>>,
-    failover_grace: Duration,
+    outage_grace: Duration,
     /// How many replicas must acknowledge a write, and within what time; `None`: off.
     replica_acks: Option<(u32, Duration)>,
     /// Checked by `build`, with the URL.
@@ -129,7 +129,7 @@ impl LockManager {
             on_lost: None,
             sentinel: None,
             cluster: None,
-            failover_grace: DEFAULT_FAILOVER_GRACE,
+            outage_grace: DEFAULT_OUTAGE_GRACE,
             replica_acks: None,
             tls: TlsOptions::default(),
         }
@@ -140,7 +140,7 @@ impl LockManager {
     /// every failover they announce (`+switch-master`) or that it meets (the master
     /// unreachable, or answering `READONLY`), and moves its connections, the pub/sub listener
     /// included, to the new master. Waits go on through a failover (see
-    /// [`failover_grace`](LockManagerBuilder::failover_grace)), and the watchdog renews on
+    /// [`outage_grace`](LockManagerBuilder::outage_grace)), and the watchdog renews on
     /// the new master: a lock whose key reached the promoted replica stays held, one whose
     /// key did not is reported lost. [`replica_acks`](LockManagerBuilder::replica_acks)
     /// makes sure every acquisition reached the replicas.
@@ -201,7 +201,7 @@ impl LockManager {
     /// moved) has the call sent where it says, and the map asked for again; `ASK` (the slot
     /// is being migrated) has the one call sent to the node named. A node that cannot be
     /// reached, or `CLUSTERDOWN`, has the map asked for again, and waits ride out the
-    /// failover for up to [`failover_grace`](LockManagerBuilder::failover_grace). Renewals go
+    /// failover for up to [`outage_grace`](LockManagerBuilder::outage_grace). Renewals go
     /// to each master in one pipeline per renewal interval. On Redis 7, releases publish on
     /// shard channels (`SPUBLISH`) and waiters subscribe (`SSUBSCRIBE`) on the master of the
     /// channel's slot; on Redis 6, with plain `PUBLISH` and `SUBSCRIBE`.
@@ -529,15 +529,35 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Sentinel and cluster mode: how long a wait goes on through a failover (default 30 s).
-    /// While the master cannot be reached, answers late, or refuses writes (`READONLY`,
-    /// `MASTERDOWN`, `CLUSTERDOWN`), waits try again every 100 ms instead of failing, until
-    /// this long after the first such error in a row, then fail with it. Allow for the
-    /// sentinels' `down-after-milliseconds` (the cluster's `cluster-node-timeout`) plus the
-    /// failover itself. A single server has no grace: its errors end waits at once.
-    pub fn failover_grace(mut self, grace: Duration) -> Self {
-        self.failover_grace = grace;
+    /// How long a call rides out an outage (default 30 s), on every deployment: Redis
+    /// unreachable, answering late, loading, or refusing writes while it fails over
+    /// (`READONLY`, `MASTERDOWN`, `CLUSTERDOWN`).
+    ///
+    /// - A wait with a deadline (`try_lock_for`, `try_acquire_until`, `wait_for`, ...) tries
+    ///   again every 100 ms through an outage until its deadline, then fails with the last
+    ///   error (not `Ok(None)`: nobody was seen holding the lock).
+    /// - A wait without one (`lock`, `acquire`, `wait`) tries again until this long after the
+    ///   first error in a row, then fails with it.
+    /// - A change (`count_down`, `release`, `add_permits`, `unlock`, `force_unlock`, ...) is
+    ///   sent again with the same request id, which Redis runs once, for up to this long;
+    ///   when it may have run and no answer came, it fails with [`Error::Indeterminate`].
+    /// - A guard dropped while Redis cannot be reached has its release sent again by the
+    ///   manager in the background, until its lease would have run out.
+    ///
+    /// With Sentinel or Cluster, allow for the sentinels' `down-after-milliseconds` (the
+    /// cluster's `cluster-node-timeout`) plus the failover itself. Zero makes every outage
+    /// error end the call at once (a change that may have run is then still
+    /// [`Error::Indeterminate`]). At most an hour.
+    pub fn outage_grace(mut self, grace: Duration) -> Self {
+        self.outage_grace = grace;
         self
+    }
+
+    /// The former name of [`outage_grace`](LockManagerBuilder::outage_grace), which now
+    /// applies on a single server too.
+    #[deprecated(since = "0.1.0", note = "use `outage_grace`, which it is")]
+    pub fn failover_grace(self, grace: Duration) -> Self {
+        self.outage_grace(grace)
     }
 
     /// Trusts the CA certificate(s) in `pem` (PEM text, one or more `CERTIFICATE` blocks)
@@ -703,17 +723,17 @@ impl LockManagerBuilder {
             })?),
             None => None,
         };
-        if self.failover_grace > MAX_FAILOVER_GRACE {
+        if self.outage_grace > MAX_OUTAGE_GRACE {
             return Err(Error::InvalidArgument(format!(
-                "a failover grace of {:?} is longer than the maximum of {MAX_FAILOVER_GRACE:?}",
-                self.failover_grace
+                "an outage grace of {:?} is longer than the maximum of {MAX_OUTAGE_GRACE:?}",
+                self.outage_grace
             )));
         }
         let client = Client::connect(Settings {
             info,
             sentinel,
             cluster_seeds,
-            failover_grace: self.failover_grace,
+            outage_grace: self.outage_grace,
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             watchdog_timeout: self.watchdog_timeout,

@@ -169,6 +169,9 @@ impl Pool {
     ///
     /// When a connection that sat idle turns out to be dead (the server restarted or closed
     /// it), all idle connections are dropped and `command` runs once more on a fresh one.
+    /// The first send may have reached the server before its connection broke: every call
+    /// of the crate that changes state is safe to send twice (a request id its script checks,
+    /// or a script that finds its own earlier run), which is what makes this resend safe.
     pub(crate) fn run<T>(
         &self,
         mut command: impl FnMut(&mut Connection) -> RedisResult<T>,

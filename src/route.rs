@@ -13,8 +13,8 @@
 //! In cluster mode every key of one script call must share a slot, or the cluster refuses it
 //! (`CROSSSLOT`): [`Router::check_slots`] says so before, in words that name the lock. And
 //! releases publish on shard channels when the cluster has them: [`Router::dialect`] gives a
-//! call the script's sharded dialect then. Uses the pool, the cluster map and the protocol's
-//! slot rule.
+//! call the script's sharded dialect then. Uses the pool, the cluster map, the protocol's
+//! slot rule and the script runner ([`Router::run_script`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -223,6 +223,18 @@ impl Router {
         Err(match last {
             Some(err) => Error::Redis(err),
             None => Error::Timeout(self.response_timeout()),
+        })
+    }
+
+    /// Runs one protocol call on the node that serves its keys, and answers its answer.
+    pub(crate) fn run_script<T: redis::FromRedisValue>(&self, call: &ScriptCall) -> Result<T> {
+        let call = &*self.prepare(call)?;
+        let key = call.keys().next().unwrap_or_default();
+        self.route(key, |pool, asking| {
+            pool.run(|connection| {
+                ask_first(connection, asking)?;
+                intercept(crate::script::run(connection, call))
+            })
         })
     }
 

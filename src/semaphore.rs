@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 use redis::{Connection, FromRedisValue};
 
 use crate::cancel::CancelToken;
-use crate::client::Client;
+use crate::client::{Client, Undoing};
 use crate::error::{Error, Result};
 use crate::lock::deadline_after;
 use crate::protocol::semaphore::{self as protocol, Changed, SemaphoreKeys, MAX_COUNT};
-use crate::protocol::ScriptCall;
+use crate::protocol::{Request, ScriptCall};
 use crate::pubsub::Subscription;
-use crate::replication::{Acked, Unreplicated};
+use crate::replication::Acked;
 use crate::wait::{self, Attempt, WaitFor};
 
 /// A handle to one named counting semaphore, shared by every process that uses the name.
@@ -90,7 +90,10 @@ impl Semaphore {
     /// # Errors
     /// [`Error::WrongType`] when the name holds a key of another kind.
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        let set: i64 = self.run(&protocol::try_set(self.keys()?, permits))?;
+        let keys = self.keys()?;
+        let set: i64 = self.client.change(&keys.name, |request| {
+            protocol::try_set(keys, permits, request)
+        })?;
         Ok(set == 1)
     }
 
@@ -140,12 +143,19 @@ impl Semaphore {
     /// [`Stats::releases_unreplicated`](crate::Stats::releases_unreplicated).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero permits, or when the count would pass 2^53 - 1.
+    /// [`Error::InvalidArgument`] for zero permits, or when the count would pass 2^53 - 1;
+    /// [`Error::Indeterminate`] when Redis did not answer within the outage grace and the
+    /// permits may have been given back (a repeat of the same call is not sent twice, but a
+    /// new call is a new release).
     pub fn release(&self, permits: u32) -> Result<()> {
         checked_permits(permits)?;
         let change = i64::from(permits);
-        let call = protocol::add(self.keys()?, change);
-        let acked = self.run_acknowledged::<Changed>(&call, |_| {})?;
+        let keys = self.keys()?;
+        let acked = self
+            .client
+            .change_acknowledged::<Changed>(&keys.name, |request| {
+                protocol::add(keys, change, request)
+            })?;
         self.count_after(acked.answer, change)?;
         if let Some(why) = acked.unreplicated {
             self.client.release_unreplicated(self.name(), &why);
@@ -162,7 +172,10 @@ impl Semaphore {
 
     /// Takes every available permit and answers how many that was.
     pub fn drain_permits(&self) -> Result<u64> {
-        let drained: i64 = self.run(&protocol::drain(self.keys()?))?;
+        let keys = self.keys()?;
+        let drained: i64 = self
+            .client
+            .change(&keys.name, |request| protocol::drain(keys, request))?;
         Ok(drained.max(0) as u64)
     }
 
@@ -203,7 +216,7 @@ impl Semaphore {
     /// Changes the count by `change` with the `call` made by `script`; answers the count.
     pub(crate) fn change(
         &self,
-        script: fn(&SemaphoreKeys, i64) -> ScriptCall,
+        script: fn(&SemaphoreKeys, i64, &Request) -> ScriptCall,
         change: i64,
     ) -> Result<u64> {
         let keys = self.keys()?;
@@ -212,7 +225,9 @@ impl Semaphore {
                 "a change of {change} permits is out of range (1 ..= {MAX_COUNT} either way)"
             )));
         }
-        let changed = self.run(&script(keys, change))?;
+        let changed = self
+            .client
+            .change(&keys.name, |request| script(keys, change, request))?;
         self.count_after(changed, change)
     }
 
@@ -256,40 +271,69 @@ impl Semaphore {
 
     fn acquire_until(&self, permits: u32, deadline: Option<Instant>) -> Result<Option<()>> {
         checked_permits(permits)?;
-        let call = protocol::take(self.keys()?, permits);
+        let keys = self.keys()?;
         self.wait_until(deadline, || {
-            let taken = self.run_acknowledged::<i64>(&call, |_| {})?;
+            let request = self.client.request(&keys.name);
+            let call = protocol::take(keys, permits, &request);
+            let taken = self.run_acknowledged::<i64>(&call, |connection| {
+                // The take may still run: queue its undo right behind it, on the same
+                // connection, so it runs after it and before any later request of ours.
+                let undo = protocol::undo_take(keys, permits, &request);
+                let undo = self.client.in_dialect(undo).as_eval();
+                let _ = connection.send_packed_command(&undo.get_packed_command());
+            });
             match taken {
-                Acked {
-                    answer: 1,
+                Ok(Acked {
+                    answer,
                     unreplicated: None,
-                } => Ok(Attempt::Taken(())),
-                Acked {
-                    answer: 1,
+                }) => {
+                    self.client.forget(request);
+                    // No lease runs out here: only a release (or the fallback look) helps.
+                    Ok(match answer {
+                        1 => Attempt::Taken(()),
+                        _ => Attempt::Held { hint: None },
+                    })
+                }
+                Ok(Acked {
+                    answer,
                     unreplicated: Some(why),
-                } => {
-                    self.give_back_unreplicated(permits, &why);
+                }) => {
+                    if answer != 1 {
+                        self.client.forget(request);
+                        return Ok(Attempt::Held { hint: None });
+                    }
+                    // A failover now could erase the take: it must not count.
+                    self.undo_take(permits, request, &why, Undoing::Now);
                     Err(why.into_error(self.name()))
                 }
-                // No lease runs out here: only a release (or the fallback look) helps.
-                Acked { .. } => Ok(Attempt::Held { hint: None }),
+                Err(err) => {
+                    if err.may_have_run() {
+                        self.undo_take(permits, request, &err, Undoing::Later);
+                    }
+                    Err(err)
+                }
             }
         })
     }
 
-    /// Gives back `permits` taken by a take that too few replicas acknowledged (`why`): a
-    /// failover now could erase the take, so it must not count. A give-back that fails
-    /// leaves the permits taken for good (no owner, no lease): that is warned of.
-    fn give_back_unreplicated(&self, permits: u32, why: &Unreplicated) {
-        let call = protocol::add(self.keys_unchecked(), i64::from(permits));
-        let given_back = self.run::<Changed>(&call);
-        if let Err(err) = given_back {
-            log::warn!(
-                "semaphore {:?}: {permits} permits taken and not replicated ({why}) could not \
-                 be given back: {err}",
-                self.name()
-            );
-        }
+    /// Gives back what the take `request` of `permits` took, if it ran, after `cause`; the
+    /// cleanup thread sends the undo again until the server answers (the permits have no
+    /// lease: nothing else would give them back).
+    fn undo_take(
+        &self,
+        permits: u32,
+        request: Request,
+        cause: &dyn std::fmt::Display,
+        when: Undoing,
+    ) {
+        let keys = self.keys_unchecked();
+        let until = Instant::now() + Duration::from_millis(request.keep_ms());
+        self.client.undo(
+            when,
+            || format!("semaphore {:?}: take of {permits} after {cause}", keys.name),
+            protocol::undo_take(keys, permits, &request),
+            until,
+        );
     }
 }
 

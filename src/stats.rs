@@ -3,7 +3,8 @@
 //!
 //! Each part keeps its own counters where the work happens, as plain atomics: the wait loop
 //! (waiting threads, acquisitions, wait times), the watchdog (renewals, losses), the client
-//! (releases short of replica acknowledgements), the pub/sub hub (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
+//! (releases short of replica acknowledgements), the cleanup thread (undos sent again), the
+//! pub/sub hub (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
 //! snapshot without I/O and without a lock on any hot path. Wait times go into a histogram of
 //! fixed buckets (eight per power of two, so a percentile is within 12.5 %).
 
@@ -44,6 +45,16 @@ pub struct Stats {
     pub lost_lease_expired: u64,
     /// Holds found lost because someone force-released them.
     pub lost_force_released: u64,
+    /// Undos the manager's cleanup thread is sending now, until Redis answers them: of what
+    /// failed or abandoned calls may have left in Redis (a lock level or a fair waiter's
+    /// place whose acquisition got no answer, permits a take took, a lock whose dropped
+    /// guard could not release it).
+    pub cleanup_pending: usize,
+    /// Of those, the ones Redis answered: done.
+    pub cleanup_done: u64,
+    /// Of those, the ones given up: what they undo ran out by itself first (its lease or
+    /// place), Redis refused the undo, or the manager was shut down. Each is logged.
+    pub cleanup_abandoned: u64,
     /// How many times the pub/sub connection was made again after the first.
     pub pubsub_reconnects: u64,
     /// How long the acquisitions waited, from the call to the take.

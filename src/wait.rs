@@ -12,10 +12,13 @@
 //! failed with an error) is passed on to another waiter of the same lock. A cancel token, when
 //! the handle has one, is checked before every try and wakes every sleep, and ends the wait
 //! with [`Error::Cancelled`]. A subscription Redis refuses (the ACL user lacks the release
-//! channel) ends the wait with its error, as a failed try does. Where a failover may resolve
-//! an outage (sentinel mode), a try that fails with a transient error is repeated every
-//! [`RETRY_DURING_OUTAGE`] for up to the outage grace before the error ends the wait. It does
-//! no I/O of its own beyond the subscriptions it is handed.
+//! channel) ends the wait with its error, as a failed try does. A try that fails in an outage
+//! (Redis unreachable, slow, loading or failing over) is repeated every
+//! [`RETRY_DURING_OUTAGE`] until the wait's deadline, or without one for up to the outage
+//! grace, before the error ends the wait; the same for every primitive on every deployment.
+//! The other transient errors end the wait at once: a grant short of replica
+//! acknowledgements ([`Error::NotReplicated`]), a group lock without quorum.
+//! It does no I/O of its own beyond the subscriptions it is handed.
 
 use std::time::{Duration, Instant};
 
@@ -67,8 +70,8 @@ pub(crate) struct WaitFor<'a, S, A, R> {
     pub(crate) ensure_running: R,
     /// Ends the wait when cancelled.
     pub(crate) cancel: Option<&'a CancelToken>,
-    /// How long transient errors in a row are tried through before the wait fails with the
-    /// last one (zero: at once).
+    /// Without a deadline, how long outage errors in a row are tried through before the wait
+    /// fails with the last one (with one, they are tried through until it); zero: none are.
     pub(crate) outage_grace: Duration,
     /// Counts the waiting threads, the acquisitions and their wait times.
     pub(crate) recorder: &'a WaitRecorder,
@@ -129,8 +132,12 @@ where
             Ok(Attempt::Held { hint }) => Pause::Listen { hint },
             Ok(Attempt::BackOff { delay }) => Pause::BackOff { delay },
             Err(err)
-                if err.is_transient()
-                    && outage_since.get_or_insert_with(Instant::now).elapsed() < outage_grace =>
+                if err.is_outage()
+                    && rides_out(
+                        deadline,
+                        *outage_since.get_or_insert_with(Instant::now),
+                        outage_grace,
+                    ) =>
             {
                 log::debug!("trying again through an outage: {err}");
                 Pause::BackOff {
@@ -185,6 +192,19 @@ where
             }
         }
         ensure_running()?;
+    }
+}
+
+/// Whether a wait tries again after an outage error (one of a run since `since`): until its
+/// deadline, or without one for up to `grace`.
+fn rides_out(deadline: Option<Instant>, since: Instant, grace: Duration) -> bool {
+    if grace.is_zero() {
+        return false;
+    }
+    let next_try = Instant::now() + RETRY_DURING_OUTAGE;
+    match deadline {
+        Some(deadline) => next_try < deadline,
+        None => next_try < since + grace,
     }
 }
 

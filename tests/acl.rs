@@ -72,6 +72,7 @@ const KEYS: &[&str] = &[
     "~acl:*",
     "~redisson_lock_token:*",
     "~redisson_unlock_latch:*",
+    "~redlease_request:*",
     "~redisson_lock__channel:*",
     "~redlease_fence:*",
     "~redisson_lock_queue:*",

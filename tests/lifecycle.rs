@@ -23,7 +23,7 @@ fn threads_are_named_and_joined_on_drop_and_on_shutdown() {
     let first = manager(&redis, Duration::from_secs(30));
     let second = first.clone();
     // A thread names itself once it runs; comm is cut at 15 bytes.
-    let expected = ["redlease-pubsub", "redlease-watchd"];
+    let expected = ["redlease-cleanu", "redlease-pubsub", "redlease-watchd"];
     assert!(
         eventually(Duration::from_secs(5), || {
             let mut names = redlease_threads();
@@ -35,7 +35,7 @@ fn threads_are_named_and_joined_on_drop_and_on_shutdown() {
     );
     drop(first.lock("held").lock().unwrap());
     drop(first);
-    assert_eq!(redlease_threads().len(), 2, "a clone keeps the threads");
+    assert_eq!(redlease_threads().len(), 3, "a clone keeps the threads");
     drop(second);
     assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
 

@@ -389,6 +389,7 @@ const SEMAPHORE_ACL: &[&str] = &[
     "+unsubscribe",
     "+get",
     "+set",
+    "+unlink",
     "+incrby",
     "+decrby",
     "+publish",
@@ -398,9 +399,12 @@ const SEMAPHORE_ACL: &[&str] = &[
     "+zrange",
     "+zrangebyscore",
     "+zscore",
+    "+pttl",
+    "+pexpire",
     "~acl:*",
     "~{acl:*",
     "~redisson_sc:*",
+    "~redlease_request:*",
     "&redisson_sc*",
     "&redlease_lock__force_release",
 ];
@@ -443,4 +447,74 @@ fn a_user_with_only_the_listed_permissions_uses_both_semaphores() {
     kept.release().unwrap();
     assert_eq!(expiring.available_permits().unwrap(), 2);
     assert_eq!(manager.watched_locks(), 0);
+}
+
+#[test]
+fn a_take_gives_the_permit_zset_the_expiry_of_the_count_as_redisson_does() {
+    let redis = server();
+    let manager = manager(&redis, LONG_WATCHDOG);
+    let mut plain = connection(&redis);
+    let pttl = |plain: &mut redis::Connection, key: &str| -> i64 {
+        redis::cmd("PTTL").arg(key).query(plain).unwrap()
+    };
+    let exists = |plain: &mut redis::Connection, key: &str| -> bool {
+        redis::cmd("EXISTS").arg(key).query::<i64>(plain).unwrap() == 1
+    };
+
+    // An expiry on the count alone (as Redisson's expire() leaves it when no permit is taken:
+    // it PEXPIREs both keys, and the zset does not exist): a take copies it onto the zset, as
+    // Redisson's acquire does.
+    let semaphore = manager.permit_semaphore("ttl-copied");
+    assert!(semaphore.try_set_permits(2).unwrap());
+    let set: i64 = redis::cmd("PEXPIRE")
+        .arg("ttl-copied")
+        .arg(60_000)
+        .query(&mut plain)
+        .unwrap();
+    assert_eq!(set, 1);
+    let guard = semaphore.acquire().unwrap();
+    let (count_ttl, zset_ttl) = (
+        pttl(&mut plain, "ttl-copied"),
+        pttl(&mut plain, &timeouts_key("ttl-copied")),
+    );
+    assert!(
+        zset_ttl > 0 && (count_ttl - zset_ttl).abs() <= 1_000,
+        "the zset's TTL {zset_ttl} ms, the count's {count_ttl} ms"
+    );
+    // A count without expiry leaves the zset's as it is (Redisson copies only a TTL > 0).
+    let persisted: i64 = redis::cmd("PERSIST")
+        .arg("ttl-copied")
+        .query(&mut plain)
+        .unwrap();
+    assert_eq!(persisted, 1);
+    let second = semaphore.acquire().unwrap();
+    assert_eq!(pttl(&mut plain, "ttl-copied"), -1);
+    assert!(pttl(&mut plain, &timeouts_key("ttl-copied")) > 0);
+    drop((guard, second));
+    assert_eq!(semaphore.available_permits().unwrap(), 2);
+    assert_left_nothing(&manager, &redis, "ttl-copied");
+
+    // The count expires with a permit taken: the zset goes with it, so a count set anew is
+    // not handed the expired permit.
+    let semaphore = manager.permit_semaphore("ttl-gone");
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("ttl-gone")
+        .arg(500)
+        .query(&mut plain)
+        .unwrap();
+    // Kept to the end: its release would give the permit back to the expired count.
+    let brief = semaphore
+        .acquire_with_lease(Duration::from_millis(100))
+        .unwrap();
+    assert!(eventually(PATIENCE, || !exists(&mut plain, "ttl-gone")));
+    assert!(
+        !exists(&mut plain, &timeouts_key("ttl-gone")),
+        "the zset of permits taken outlived the count"
+    );
+    assert!(semaphore.try_set_permits(3).unwrap());
+    assert_eq!(semaphore.available_permits().unwrap(), 3);
+    assert!(matches!(brief.release(), Err(Error::NotHeld { .. })));
+    assert_eq!(semaphore.available_permits().unwrap(), 3);
+    assert_left_nothing(&manager, &redis, "ttl-gone");
 }

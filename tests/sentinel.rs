@@ -30,7 +30,7 @@ fn sentinel_manager(deployment: &Deployment, watchdog: Duration) -> LockManager 
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
         .watchdog_timeout(watchdog)
-        .failover_grace(Duration::from_secs(30))
+        .outage_grace(Duration::from_secs(30))
         .build()
         .expect("manager in sentinel mode")
 }

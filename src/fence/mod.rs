@@ -116,8 +116,11 @@ impl FencedStore {
 
     fn write(&self, token: u64, operation: &str, value: &[u8]) -> Result<()> {
         let key = self.checked_key()?;
-        let call = fenced_write(key, &self.fence, token, operation, value);
-        let acked = self.client.run_acknowledged::<(i64, u64)>(&call, |_| {})?;
+        let acked = self
+            .client
+            .change_acknowledged::<(i64, u64)>(key, |request| {
+                fenced_write(key, &self.fence, token, operation, value, request)
+            })?;
         let (written, highest) = acked.answer;
         if written != 1 {
             return Err(Error::StaleToken {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use super::Group;
+use crate::client::Release;
 use crate::error::{LostReason, Result};
 use crate::guard::{GuardCore, Hold};
 use crate::lease::LeaseState;
@@ -153,7 +154,7 @@ impl Hold for GroupHold {
     }
 
     /// The last level of the chain releases every member it still holds.
-    fn release(&self) -> Result<()> {
+    fn release(&self, _how: Release) -> Result<()> {
         if self.chain.leave() > 0 {
             return Ok(());
         }

@@ -578,7 +578,7 @@ impl Group {
                         latch,
                         &holders[index],
                         lease_ms[index],
-                        member.client().release_latch_ms(),
+                        member.client().answer_keep_ms(),
                         left.total(),
                     ),
                 )

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use super::Lock;
+use crate::client::Release;
 use crate::error::{LostReason, Result};
 use crate::guard::{GuardCore, Hold};
 use crate::lease::LeaseState;
@@ -67,7 +68,7 @@ impl Hold for LockHold {
         self.lease.signal()
     }
 
-    fn release(&self) -> Result<()> {
+    fn release(&self, how: Release) -> Result<()> {
         // A guard is not `Send`: it is released on the thread that took it.
         let watch_key = self.lock.watch_key(crate::protocol::names::thread_number());
         let left = self.lock.client.watchdog().unwatch(
@@ -75,7 +76,7 @@ impl Hold for LockHold {
             &self.lease,
             self.fixed_lease.is_some(),
         );
-        self.lock.release(&self.holder, left, self.fixed_lease)
+        self.lock.release(&self.holder, left, self.fixed_lease, how)
     }
 }
 
@@ -160,8 +161,11 @@ impl LockGuard {
         self.core.lost_signal()
     }
 
-    /// Releases this level now and reports the outcome: [`Error::NotHeld`](crate::Error::NotHeld) when the lock was
-    /// lost (expired or force-released) before.
+    /// Releases this level now and reports the outcome: [`Error::NotHeld`](crate::Error::NotHeld)
+    /// when the lock was lost (expired or force-released) before. Through an outage the
+    /// release is sent again for up to the outage grace, then
+    /// [`Error::Indeterminate`](crate::Error::Indeterminate); dropping the guard instead
+    /// leaves that to the manager's cleanup thread.
     pub fn unlock(self) -> Result<()> {
         self.core.unlock()
     }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 pub use guard::LockGuard;
 
 use crate::cancel::CancelToken;
-use crate::client::Client;
+use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
 use crate::guard::run_holding;
 use crate::protocol::lock::{self as protocol, Acquired};
@@ -262,8 +262,9 @@ impl Lock {
     /// then only learns at the end of its lease. Its release answers [`Error::NotHeld`].
     pub fn force_unlock(&self) -> Result<bool> {
         self.keys()?;
-        let call = protocol::force_release(&self.keys);
-        let freed: i64 = self.client.run_script(&call)?;
+        let freed: i64 = self.client.change(&self.keys.name, |request| {
+            protocol::force_release(&self.keys, request)
+        })?;
         Ok(freed == 1)
     }
 
@@ -277,7 +278,7 @@ impl Lock {
         let (left, holder) = watchdog
             .unwatch_thread(&self.watch_key(thread), thread)
             .ok_or_else(|| Error::NotHeld { name: name.clone() })?;
-        self.release(&holder, left, None)
+        self.release(&holder, left, None, Release::Waited)
     }
 
     pub(crate) fn keys(&self) -> Result<&LockKeys> {
@@ -361,7 +362,13 @@ impl Lock {
             },
             attempt: || {
                 let (holder, levels_held) = chain.borrow().clone();
-                Ok(match self.attempt(&holder, levels_held, lease)? {
+                let tried = self.attempt(&holder, levels_held, lease);
+                if levels_held == 0 && tried.as_ref().is_err_and(undo_may_come_late) {
+                    // The try's undo may reach the server late (sent again by the cleanup
+                    // thread): a later try of the same chain must not be what it undoes.
+                    *chain.borrow_mut() = self.chain_to_join(thread)?;
+                }
+                Ok(match tried? {
                     (Acquired::Taken { token }, sent_at) => {
                         let joins = levels_held > 0;
                         match self.guard(holder.clone(), joins, lease, token, sent_at) {
@@ -452,16 +459,17 @@ impl Lock {
                 let _ = connection.send_packed_command(&undo.as_eval().get_packed_command());
             });
         match answer {
-            Err(Error::Unreachable(err)) if !err.is_connection_refusal() => {
-                // The connection broke after the request went out: it may have run.
-                self.take_back(holder, levels_held, &err);
-                Err(Error::Unreachable(err))
+            Err(err) if err.may_have_run() => {
+                // The connection broke, or no answer came, after the request went out: it
+                // may have run.
+                self.take_back(holder, levels_held, &err, Undoing::Later);
+                Err(err)
             }
             Ok(Acked {
                 answer: Acquired::Taken { .. },
                 unreplicated: Some(why),
             }) => {
-                self.take_back(holder, levels_held, &why);
+                self.take_back(holder, levels_held, &why, Undoing::Now);
                 Err(why.into_error(self.name()))
             }
             answer => Ok((answer?.answer, sent_at)),
@@ -469,14 +477,27 @@ impl Lock {
     }
 
     /// Takes back what an acquisition by `holder` may have added beyond the `levels_held` its
-    /// chain had, and its place in a fair lock's queue, after `cause` (best effort: otherwise
-    /// they run out with the lease or the place).
-    fn take_back(&self, holder: &str, levels_held: u32, cause: &dyn fmt::Display) {
-        let undo = protocol::undo(&self.keys, holder, levels_held);
-        let undone = self.client.run_script::<i64>(&undo);
-        if let Err(err) = undone {
-            log::debug!("lock {:?}: undo after {cause} failed: {err}", self.name());
-        }
+    /// chain had, and its place in a fair lock's queue, after `cause`. Unanswered, the undo
+    /// is sent again by the cleanup thread until the server answers, or until the place and
+    /// the lease it asked for would have run out by themselves.
+    fn take_back(&self, holder: &str, levels_held: u32, cause: &dyn fmt::Display, when: Undoing) {
+        let client = &self.client;
+        let place = match self.keys.kind {
+            LockKind::Fair { place_ms } => Duration::from_millis(place_ms),
+            _ => Duration::ZERO,
+        };
+        let until = Instant::now() + place.max(client.watchdog_timeout()) + client.outage_grace();
+        client.undo(
+            when,
+            || {
+                format!(
+                    "lock {:?}: undo of {holder}'s try after {cause}",
+                    self.name()
+                )
+            },
+            protocol::undo(&self.keys, holder, levels_held),
+            until,
+        );
     }
 
     /// The guard of a level granted to `holder` (`joins`: of a chain it holds already);
@@ -517,7 +538,7 @@ impl Lock {
     /// Takes back the hold of a chain this process has given up, and its place in a fair
     /// lock's queue.
     fn undo_given_up(&self, holder: &str) {
-        self.take_back(holder, 0, &"giving the chain up");
+        self.take_back(holder, 0, &"giving the chain up", Undoing::Now);
     }
 
     /// Releases one level held by `holder` (a chain's holder id), leaving the chain the
@@ -528,6 +549,7 @@ impl Lock {
         holder: &str,
         left: LevelsLeft,
         fixed_lease: Option<Duration>,
+        how: Release,
     ) -> Result<()> {
         let client = &self.client;
         let lease_ms = match fixed_lease {
@@ -540,21 +562,13 @@ impl Lock {
             &latch,
             holder,
             lease_ms,
-            client.release_latch_ms(),
+            client.answer_keep_ms(),
             left.total(),
         );
-        let send = || client.run_acknowledged::<redis::Value>(&call, |_| {});
         // The latch makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
-        let acked = match send() {
-            Err(err) if err.is_transient() => {
-                log::debug!("lock {:?}: retrying release after: {err}", self.name());
-                send()?
-            }
-            answer => answer?,
-        };
-        // The answer has arrived: the latch will not be asked again.
-        client.watchdog().discard_latch(latch);
+        let until = || Instant::now() + Duration::from_millis(lease_ms);
+        let acked = client.release::<redis::Value>(self.name(), call, latch, how, until)?;
         if protocol::released(&acked.answer) {
             // Released on the master, which is what the caller's hold was: it stands.
             if let Some(why) = acked.unreplicated {
@@ -575,6 +589,12 @@ impl std::fmt::Debug for Lock {
             .field("name", &self.keys.name)
             .finish()
     }
+}
+
+/// Whether an acquisition that failed with `err` may have its undo arrive late: it may have
+/// run, or its grant was taken back for want of replica acknowledgements.
+fn undo_may_come_late(err: &Error) -> bool {
+    err.may_have_run() || matches!(err, Error::NotReplicated { .. })
 }
 
 pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {

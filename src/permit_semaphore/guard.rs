@@ -6,7 +6,8 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 
 use super::PermitSemaphore;
-use crate::error::{Error, LostReason, Result};
+use crate::client::Release;
+use crate::error::{LostReason, Result};
 use crate::guard::{GuardCore, Hold};
 use crate::lease::LeaseState;
 use crate::protocol::semaphore::PermitId;
@@ -69,24 +70,10 @@ impl Hold for PermitHold {
         self.lease.signal()
     }
 
-    fn release(&self) -> Result<()> {
+    fn release(&self, how: Release) -> Result<()> {
         let watchdog = self.semaphore.semaphore.client().watchdog();
         watchdog.unwatch(&self.watch_key, &self.lease, self.fixed_lease.is_some());
-        match self.semaphore.release(&self.id) {
-            Err(err) if err.is_transient() => {
-                log::debug!(
-                    "semaphore {:?}: retrying release of permit {} after: {err}",
-                    self.semaphore.name(),
-                    self.hex
-                );
-                match self.semaphore.release(&self.id) {
-                    // The first send may have given it back before its connection broke.
-                    Err(Error::NotHeld { .. }) => Ok(()),
-                    answer => answer,
-                }
-            }
-            answer => answer,
-        }
+        self.semaphore.release(&self.id, how)
     }
 }
 
@@ -140,8 +127,10 @@ impl PermitGuard {
         self.core.lost_signal()
     }
 
-    /// Gives the permit back now and reports the outcome: [`Error::NotHeld`] when it was
-    /// given back before (its lease ran out, or someone released its id).
+    /// Gives the permit back now and reports the outcome: [`NotHeld`](crate::Error::NotHeld)
+    /// when it was given back before (its lease ran out, or someone released its id), or
+    /// [`Indeterminate`](crate::Error::Indeterminate) when Redis did not answer within the
+    /// outage grace (see the crate's "On a bad day").
     pub fn release(self) -> Result<()> {
         self.core.unlock()
     }

@@ -4,10 +4,13 @@
 //! Redisson's `RPermitExpirableSemaphore` layout: the count of a [`Semaphore`] plus a zset of
 //! the permits taken, each with an id and the end of its lease, so the permit of a holder that
 //! died comes back by itself. Every script gives expired permits back first, by the server's
-//! clock. Beyond Redisson, a permit taken without a lease is kept by the client's watchdog
-//! while its guard lives (as a lock is) and reported lost like one. The handle waits and runs
-//! its calls through the [`Semaphore`] of the same name (the shared wait loop, the pub/sub
-//! hub, the pool) and tracks its guards' leases with the client's watchdog. With replica
+//! clock (Redisson's scripts by the Java client's: see the type's docs on mixing). Beyond
+//! Redisson, a permit taken without a lease is kept by the client's watchdog while its guard
+//! lives (as a lock is) and reported lost like one. A take whose answer does not come is
+//! undone (the permit given back), by the cleanup thread once Redis answers if need be. The
+//! handle waits and runs its calls through the [`Semaphore`] of the same name (the shared
+//! wait loop, the pub/sub hub, the pool) and tracks its guards' leases with the client's
+//! watchdog. With replica
 //! acknowledgements on, a permit whose take too few replicas acknowledged is given back and
 //! the take fails ([`Error::NotReplicated`]); a release stands, and is counted.
 
@@ -18,12 +21,14 @@ use std::time::{Duration, Instant};
 pub use guard::PermitGuard;
 
 use crate::cancel::CancelToken;
+use crate::client::{Release, Undoing};
 use crate::error::{Error, Result};
 use crate::lock::deadline_after;
 use crate::protocol::names;
 use crate::protocol::renew::HoldKind;
 use crate::protocol::semaphore::{self as protocol, PermitId, PermitTaken};
-use crate::replication::{Acked, Unreplicated};
+use crate::protocol::Request;
+use crate::replication::Acked;
 use crate::semaphore::Semaphore;
 use crate::wait::{self, Attempt};
 use crate::watchdog::{Grant, Holding};
@@ -60,6 +65,28 @@ use crate::watchdog::{Grant, Holding};
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Next to Redisson's `RPermitExpirableSemaphore`
+///
+/// Both keep the zset `{name}:timeout` of permit id -> end of lease in epoch ms, and read it
+/// by different clocks. `redlease`'s scripts write and judge lease ends by the Redis server's
+/// clock (`TIME`), so Rust clients' clocks never matter. Redisson computes a lease end as the
+/// Java client's `System.currentTimeMillis()` plus the lease, and its scripts (acquire,
+/// `availablePermits`, `updateLeaseTime`, the release of several ids, ...) give back every
+/// permit whose end is at or before the Java client's clock. A Java client whose clock is
+/// `d` ahead of the server's thus takes back any permit, `redlease`'s included, that has less
+/// than `d` left by the server's clock; one `d` behind writes lease ends that `redlease`
+/// gives back `d` early. A watchdog-kept permit has about two thirds of the watchdog timeout
+/// left just before each renewal. Mixed use is therefore safe while every Java host's clock
+/// is well within the shortest lease in use of the Redis host's (keep them synchronised).
+///
+/// Permits without a lease differ: Redisson stores them with the score 922337203685477 and
+/// nothing gives them back by time; `redlease` gives its own the score server time +
+/// watchdog timeout, renewed while the guard lives (Java's `getLeaseTime` reports the
+/// remaining watchdog lease, never -1). A renewal overwrites the score, so a Java
+/// `updateLeaseTime` on a watchdog-kept `redlease` permit lasts until the next renewal, at
+/// most a third of the watchdog timeout. Like Redisson's acquire, a take copies a TTL on the
+/// count onto the zset.
 #[derive(Clone)]
 pub struct PermitSemaphore {
     /// The count, and the client it runs calls and waits through.
@@ -144,7 +171,7 @@ impl PermitSemaphore {
         let permit = PermitId::from_hex(id).ok_or_else(|| {
             Error::InvalidArgument(format!("{id:?} is not a permit id (32 hex digits)"))
         })?;
-        self.release(&permit)
+        self.release(&permit, Release::Waited)
     }
 
     /// How many permits are available now, after giving back those whose lease ran out (a
@@ -199,41 +226,64 @@ impl PermitSemaphore {
     /// is given back too, and answered as an error: a failover now could erase it.
     fn attempt(&self, id: &PermitId, lease_ms: u64) -> Result<PermitTaken> {
         let keys = self.semaphore.keys()?;
-        let call = protocol::take_permit(keys, id, lease_ms);
+        let client = self.semaphore.client();
+        // The permit id is the request's id: new for every take.
+        let request = Request::new(&keys.name, &id.to_hex(), client.answer_keep_ms());
+        let call = protocol::take_permit(keys, id, lease_ms, &request);
         let taken = self.semaphore.run_acknowledged(&call, |connection| {
-            let undo = self
-                .semaphore
-                .client()
-                .in_dialect(protocol::release_permit(keys, id))
-                .as_eval();
+            // The take may still run: queue its undo right behind it, on the same connection.
+            let undo = protocol::undo_take_permit(keys, id, &request);
+            let undo = client.in_dialect(undo).as_eval();
             let _ = connection.send_packed_command(&undo.get_packed_command());
-        })?;
+        });
         match taken {
-            Acked {
+            Ok(Acked {
                 answer: PermitTaken::Taken,
                 unreplicated: Some(why),
-            } => {
-                self.give_back_unreplicated(id, &why);
+            }) => {
+                // A failover now could erase the take: it must not count.
+                self.undo_take(id, request, &why, Undoing::Now);
                 Err(why.into_error(self.name()))
             }
-            Acked { answer, .. } => Ok(answer),
+            Ok(Acked { answer, .. }) => {
+                client.forget(request);
+                Ok(answer)
+            }
+            Err(err) => {
+                if err.may_have_run() {
+                    self.undo_take(id, request, &err, Undoing::Later);
+                }
+                Err(err)
+            }
         }
     }
 
-    /// Gives back the permit `id`, whose take too few replicas acknowledged (`why`); should
-    /// that fail, it comes back at the end of its lease.
-    fn give_back_unreplicated(&self, id: &PermitId, why: &Unreplicated) {
-        let call = protocol::release_permit(self.semaphore.keys_unchecked(), id);
-        if let Err(err) = self.semaphore.run::<i64>(&call) {
-            log::debug!(
-                "semaphore {:?}: give-back of a permit not replicated ({why}) failed: {err}",
-                self.name()
-            );
-        }
+    /// Gives back the permit `id` that the take `request` took, if it ran, after `cause`; the
+    /// cleanup thread sends the undo again until the server answers or the request's answer
+    /// would be gone.
+    fn undo_take(
+        &self,
+        id: &PermitId,
+        request: Request,
+        cause: &dyn std::fmt::Display,
+        when: Undoing,
+    ) {
+        let keys = self.semaphore.keys_unchecked();
+        let until = Instant::now() + Duration::from_millis(request.keep_ms());
+        self.semaphore.client().undo(
+            when,
+            || {
+                format!(
+                    "semaphore {:?}: take of permit {} after {cause}",
+                    keys.name,
+                    id.to_hex()
+                )
+            },
+            protocol::undo_take_permit(keys, id, &request),
+            until,
+        );
     }
 
-    /// The guard of the permit `id`, granted by a request sent at `sent_at`, now tracked by
-    /// the watchdog; `None` (and the permit given back) should the watchdog refuse it.
     fn guard(
         &self,
         id: PermitId,
@@ -266,7 +316,7 @@ impl PermitSemaphore {
             )),
             None => {
                 // Only a level joining a chain is refused; give the permit back regardless.
-                if let Err(err) = self.release(&id) {
+                if let Err(err) = self.release(&id, Release::Dropped) {
                     log::debug!(
                         "semaphore {:?}: release of a refused permit: {err}",
                         self.name()
@@ -279,13 +329,16 @@ impl PermitSemaphore {
 
     /// Gives the permit `id` back; [`Error::NotHeld`] when it is not taken. A release that
     /// too few replicas acknowledged stands, and is counted.
-    fn release(&self, id: &PermitId) -> Result<()> {
+    fn release(&self, id: &PermitId, how: Release) -> Result<()> {
         let keys = self.semaphore.keys()?;
-        let call = protocol::release_permit(keys, id);
-        let released = self.semaphore.run_acknowledged::<i64>(&call, |_| {})?;
+        let client = self.semaphore.client();
+        let request = client.request(&keys.name);
+        let call = protocol::release_permit(keys, id, &request);
+        // After its lease, a permit is given back by the next script anyway.
+        let until = || Instant::now() + client.watchdog_timeout().max(client.outage_grace());
+        let released = client.release::<i64>(&keys.name, call, request.into_key(), how, until)?;
         if released.answer == 1 {
             if let Some(why) = released.unreplicated {
-                let client = self.semaphore.client();
                 client.release_unreplicated(self.name(), &why);
             }
             Ok(())

@@ -4,14 +4,16 @@
 //! Every message goes to the latch's channel: `0` when a count-down reaches zero, `1` when a
 //! count is set or the latch is deleted. A script that finds the key holding something other
 //! than a count answers an error whose code is `WRONGTYPE`, like Redis does for a key of
-//! another type, and changes nothing.
+//! another type, and changes nothing. Every script that changes the count runs once per
+//! request ([`Request`]).
 
 use super::names;
 use super::script::{lua_script, ScriptCall};
+use super::Request;
 
-lua_script!(SET_COUNT = "latch_set_count.lua");
-lua_script!(COUNT_DOWN = "latch_count_down.lua");
-lua_script!(DELETE = "latch_delete.lua");
+lua_script!(SET_COUNT = "request_begin.lua" + "latch_set_count.lua" + "request_end.lua");
+lua_script!(COUNT_DOWN = "request_begin.lua" + "latch_count_down.lua" + "request_end.lua");
+lua_script!(DELETE = "request_begin.lua" + "latch_delete.lua" + "request_end.lua");
 
 /// Published when a count-down reaches zero (Redisson's `ZERO_COUNT_MESSAGE`).
 pub(crate) const OPENED_MESSAGE: &str = "0";
@@ -37,20 +39,25 @@ impl LatchKeys {
 
 /// Sets the count to `count` (at least 1) when the latch has none. Answers 1 when set, 0 when
 /// it had a count.
-pub(crate) fn set_count(keys: &LatchKeys, count: u64) -> ScriptCall {
-    ScriptCall::new(&SET_COUNT, &[&keys.name, &keys.channel])
+pub(crate) fn set_count(keys: &LatchKeys, count: u64, request: &Request) -> ScriptCall {
+    ScriptCall::new(&SET_COUNT, &[&keys.name, &keys.channel, request.key()])
         .arg(count)
         .arg(NEW_COUNT_MESSAGE)
+        .arg(request.keep_ms())
 }
 
 /// Counts down by one. Answers the count left.
-pub(crate) fn count_down(keys: &LatchKeys) -> ScriptCall {
-    ScriptCall::new(&COUNT_DOWN, &[&keys.name, &keys.channel]).arg(OPENED_MESSAGE)
+pub(crate) fn count_down(keys: &LatchKeys, request: &Request) -> ScriptCall {
+    ScriptCall::new(&COUNT_DOWN, &[&keys.name, &keys.channel, request.key()])
+        .arg(OPENED_MESSAGE)
+        .arg(request.keep_ms())
 }
 
 /// Deletes the count. Answers 1 when there was one, 0 when the latch was open.
-pub(crate) fn delete(keys: &LatchKeys) -> ScriptCall {
-    ScriptCall::new(&DELETE, &[&keys.name, &keys.channel]).arg(NEW_COUNT_MESSAGE)
+pub(crate) fn delete(keys: &LatchKeys, request: &Request) -> ScriptCall {
+    ScriptCall::new(&DELETE, &[&keys.name, &keys.channel, request.key()])
+        .arg(NEW_COUNT_MESSAGE)
+        .arg(request.keep_ms())
 }
 
 /// The count a latch's key holds, from its value (`None`: the key is absent); `None` for a

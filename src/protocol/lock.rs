@@ -15,21 +15,26 @@ use super::names::{
     self, LockKeys, LockKind, FORCE_RELEASE_CHANNEL, RELEASE_MESSAGE, WAKE_ALL_MESSAGE,
 };
 use super::script::{lua_script, ScriptCall};
+use super::Request;
 
 lua_script!(ACQUIRE = "acquire_levels.lua" + "acquire.lua");
 lua_script!(RELEASE = "release_levels.lua" + "release.lua");
 lua_script!(UNDO = "undo.lua");
-lua_script!(FORCE_RELEASE = "force_release.lua");
+lua_script!(FORCE_RELEASE = "request_begin.lua" + "force_release.lua" + "request_end.lua");
 lua_script!(FAIR_ACQUIRE = "fair_queue.lua" + "acquire_levels.lua" + "fair_acquire.lua");
 lua_script!(FAIR_RELEASE = "fair_queue.lua" + "release_levels.lua" + "fair_release.lua");
 lua_script!(FAIR_UNDO = "fair_undo.lua");
-lua_script!(FAIR_FORCE_RELEASE = "fair_force_release.lua");
+lua_script!(
+    FAIR_FORCE_RELEASE = "request_begin.lua" + "fair_force_release.lua" + "request_end.lua"
+);
 lua_script!(READ_ACQUIRE = "acquire_levels.lua" + "read_acquire.lua");
 lua_script!(READ_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "read_release.lua");
 lua_script!(WRITE_ACQUIRE = "acquire_levels.lua" + "write_acquire.lua");
 lua_script!(WRITE_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "write_release.lua");
 lua_script!(RWLOCK_UNDO = "rwlock_undo.lua");
-lua_script!(RWLOCK_FORCE_RELEASE = "rwlock_force_release.lua");
+lua_script!(
+    RWLOCK_FORCE_RELEASE = "request_begin.lua" + "rwlock_force_release.lua" + "request_end.lua"
+);
 
 /// Takes the lock for the chain `holder`, which holds `levels_held` levels already (0: a new
 /// chain), with a lease of `lease_ms`.
@@ -175,26 +180,29 @@ pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCal
 /// Frees the lock whoever holds it, telling each holder on the force-release channel.
 /// Answers 1 when there was a lock to free. The read and write locks of a read-write lock
 /// free it whole: readers and writer.
-pub(crate) fn force_release(keys: &LockKeys) -> ScriptCall {
-    match keys.kind {
-        LockKind::Plain => {
-            ScriptCall::new(&FORCE_RELEASE, &[&keys.name, &keys.channel, &keys.token])
-                .arg(RELEASE_MESSAGE)
-                .arg(FORCE_RELEASE_CHANNEL)
-        }
-        LockKind::Fair { .. } => {
-            ScriptCall::new(&FAIR_FORCE_RELEASE, &[&keys.name, &keys.queue, &keys.token])
-                .arg(RELEASE_MESSAGE)
-                .arg(FORCE_RELEASE_CHANNEL)
-                .arg(&keys.channel)
-        }
+pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
+    let call = match keys.kind {
+        LockKind::Plain => ScriptCall::new(
+            &FORCE_RELEASE,
+            &[&keys.name, &keys.channel, &keys.token, request.key()],
+        )
+        .arg(RELEASE_MESSAGE)
+        .arg(FORCE_RELEASE_CHANNEL),
+        LockKind::Fair { .. } => ScriptCall::new(
+            &FAIR_FORCE_RELEASE,
+            &[&keys.name, &keys.queue, &keys.token, request.key()],
+        )
+        .arg(RELEASE_MESSAGE)
+        .arg(FORCE_RELEASE_CHANNEL)
+        .arg(&keys.channel),
         LockKind::Read | LockKind::Write => ScriptCall::new(
             &RWLOCK_FORCE_RELEASE,
-            &[&keys.name, &keys.channel, &keys.token],
+            &[&keys.name, &keys.channel, &keys.token, request.key()],
         )
         .arg(WAKE_ALL_MESSAGE)
         .arg(FORCE_RELEASE_CHANNEL),
-    }
+    };
+    call.arg(request.keep_ms())
 }
 
 /// The hash field that counts `holder`'s levels in a lock of this kind.

@@ -12,8 +12,10 @@ pub(crate) mod latch;
 pub(crate) mod lock;
 pub(crate) mod names;
 pub(crate) mod renew;
+pub(crate) mod request;
 pub(crate) mod script;
 pub(crate) mod semaphore;
 pub(crate) mod slot;
 
+pub(crate) use request::Request;
 pub(crate) use script::ScriptCall;

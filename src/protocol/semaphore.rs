@@ -16,16 +16,48 @@ use redis::{FromRedisValue, Value};
 
 use super::names;
 use super::script::{lua_script, ScriptCall};
+use super::Request;
 use crate::error::{Error, Result};
 
-lua_script!(TAKE = "semaphore_count.lua" + "semaphore_take.lua");
-lua_script!(ADD = "semaphore_count.lua" + "semaphore_add.lua");
-lua_script!(SET = "semaphore_count.lua" + "semaphore_set.lua");
-lua_script!(DRAIN = "semaphore_count.lua" + "semaphore_drain.lua");
+lua_script!(
+    TAKE = "semaphore_count.lua" + "request_begin.lua" + "semaphore_take.lua" + "request_end.lua"
+);
+lua_script!(
+    ADD = "semaphore_count.lua" + "request_begin.lua" + "semaphore_add.lua" + "request_end.lua"
+);
+lua_script!(
+    SET = "semaphore_count.lua" + "request_begin.lua" + "semaphore_set.lua" + "request_end.lua"
+);
+lua_script!(
+    DRAIN = "semaphore_count.lua" + "request_begin.lua" + "semaphore_drain.lua" + "request_end.lua"
+);
+lua_script!(UNDO_TAKE = "semaphore_count.lua" + "request_undo.lua" + "semaphore_undo.lua");
 lua_script!(AVAILABLE = "semaphore_count.lua" + "semaphore_available.lua");
-lua_script!(PERMIT_TAKE = "semaphore_count.lua" + "permit_reclaim.lua" + "permit_take.lua");
-lua_script!(PERMIT_RELEASE = "semaphore_count.lua" + "permit_reclaim.lua" + "permit_release.lua");
-lua_script!(PERMIT_ADD = "semaphore_count.lua" + "permit_reclaim.lua" + "semaphore_add.lua");
+lua_script!(
+    PERMIT_TAKE = "semaphore_count.lua"
+        + "permit_reclaim.lua"
+        + "request_begin.lua"
+        + "permit_take.lua"
+        + "request_end.lua"
+);
+lua_script!(
+    PERMIT_RELEASE = "semaphore_count.lua"
+        + "permit_reclaim.lua"
+        + "request_begin.lua"
+        + "permit_release.lua"
+        + "request_end.lua"
+);
+lua_script!(
+    PERMIT_ADD = "semaphore_count.lua"
+        + "permit_reclaim.lua"
+        + "request_begin.lua"
+        + "semaphore_add.lua"
+        + "request_end.lua"
+);
+lua_script!(
+    PERMIT_UNDO_TAKE =
+        "semaphore_count.lua" + "request_undo.lua" + "permit_undo.lua" + "permit_release.lua"
+);
 lua_script!(
     PERMIT_AVAILABLE = "semaphore_count.lua" + "permit_reclaim.lua" + "semaphore_available.lua"
 );
@@ -70,26 +102,45 @@ impl SemaphoreKeys {
     fn permit_keys(&self) -> [&str; 3] {
         [&self.name, &self.channel, &self.timeouts]
     }
+
+    /// The keys a permit script run once per request takes: the request's last.
+    fn permit_keys_and<'a>(&'a self, request: &'a Request) -> [&'a str; 4] {
+        [&self.name, &self.channel, &self.timeouts, request.key()]
+    }
 }
 
 /// Takes `permits` (at least 1) if that many are available; answers 1 or 0.
-pub(crate) fn take(keys: &SemaphoreKeys, permits: u32) -> ScriptCall {
-    ScriptCall::new(&TAKE, &[&keys.name]).arg(permits)
+pub(crate) fn take(keys: &SemaphoreKeys, permits: u32, request: &Request) -> ScriptCall {
+    ScriptCall::new(&TAKE, &[&keys.name, request.key()])
+        .arg(permits)
+        .arg(request.keep_ms())
+}
+
+/// Undoes the take `request` of `permits` whose answer never came: gives them back if it took
+/// them, and keeps it from taking any later. Answers 1 when permits were given back.
+pub(crate) fn undo_take(keys: &SemaphoreKeys, permits: u32, request: &Request) -> ScriptCall {
+    ScriptCall::new(&UNDO_TAKE, &[&keys.name, &keys.channel, request.key()])
+        .arg(permits)
+        .arg(request.keep_ms())
 }
 
 /// Adds `change` permits (negative: takes them away) and announces a rise.
-pub(crate) fn add(keys: &SemaphoreKeys, change: i64) -> ScriptCall {
-    ScriptCall::new(&ADD, &[&keys.name, &keys.channel]).arg(change)
+pub(crate) fn add(keys: &SemaphoreKeys, change: i64, request: &Request) -> ScriptCall {
+    ScriptCall::new(&ADD, &[&keys.name, &keys.channel, request.key()])
+        .arg(change)
+        .arg(request.keep_ms())
 }
 
 /// Sets the count to `permits` unless the semaphore exists; answers 1 when set.
-pub(crate) fn try_set(keys: &SemaphoreKeys, permits: u32) -> ScriptCall {
-    ScriptCall::new(&SET, &[&keys.name, &keys.channel]).arg(permits)
+pub(crate) fn try_set(keys: &SemaphoreKeys, permits: u32, request: &Request) -> ScriptCall {
+    ScriptCall::new(&SET, &[&keys.name, &keys.channel, request.key()])
+        .arg(permits)
+        .arg(request.keep_ms())
 }
 
 /// Takes every available permit; answers how many.
-pub(crate) fn drain(keys: &SemaphoreKeys) -> ScriptCall {
-    ScriptCall::new(&DRAIN, &[&keys.name])
+pub(crate) fn drain(keys: &SemaphoreKeys, request: &Request) -> ScriptCall {
+    ScriptCall::new(&DRAIN, &[&keys.name, request.key()]).arg(request.keep_ms())
 }
 
 /// Answers the count of available permits (possibly below zero, set so by another client).
@@ -153,10 +204,28 @@ impl PermitId {
 }
 
 /// Takes one permit under `id` with a lease of `lease_ms`, giving back expired ones first.
-pub(crate) fn take_permit(keys: &SemaphoreKeys, id: &PermitId, lease_ms: u64) -> ScriptCall {
-    ScriptCall::new(&PERMIT_TAKE, &keys.permit_keys())
+pub(crate) fn take_permit(
+    keys: &SemaphoreKeys,
+    id: &PermitId,
+    lease_ms: u64,
+    request: &Request,
+) -> ScriptCall {
+    ScriptCall::new(&PERMIT_TAKE, &keys.permit_keys_and(request))
         .arg(&id.as_bytes()[..])
         .arg(lease_ms)
+        .arg(request.keep_ms())
+}
+
+/// Undoes the take `request` of the permit `id` whose answer never came: gives the permit
+/// back if it was taken, and keeps the take from taking it later. Answers 1 when given back.
+pub(crate) fn undo_take_permit(
+    keys: &SemaphoreKeys,
+    id: &PermitId,
+    request: &Request,
+) -> ScriptCall {
+    ScriptCall::new(&PERMIT_UNDO_TAKE, &keys.permit_keys_and(request))
+        .arg(&id.as_bytes()[..])
+        .arg(request.keep_ms())
 }
 
 /// What taking a permit answered.
@@ -183,13 +252,17 @@ impl FromRedisValue for PermitTaken {
 }
 
 /// Gives the permit `id` back, expired ones first; answers 1 when it was taken, 0 when not.
-pub(crate) fn release_permit(keys: &SemaphoreKeys, id: &PermitId) -> ScriptCall {
-    ScriptCall::new(&PERMIT_RELEASE, &keys.permit_keys()).arg(&id.as_bytes()[..])
+pub(crate) fn release_permit(keys: &SemaphoreKeys, id: &PermitId, request: &Request) -> ScriptCall {
+    ScriptCall::new(&PERMIT_RELEASE, &keys.permit_keys_and(request))
+        .arg(&id.as_bytes()[..])
+        .arg(request.keep_ms())
 }
 
 /// Like [`add`], giving back expired permits first.
-pub(crate) fn add_reclaiming(keys: &SemaphoreKeys, change: i64) -> ScriptCall {
-    ScriptCall::new(&PERMIT_ADD, &keys.permit_keys()).arg(change)
+pub(crate) fn add_reclaiming(keys: &SemaphoreKeys, change: i64, request: &Request) -> ScriptCall {
+    ScriptCall::new(&PERMIT_ADD, &keys.permit_keys_and(request))
+        .arg(change)
+        .arg(request.keep_ms())
 }
 
 /// Like [`available`], giving back expired permits first.

@@ -17,7 +17,11 @@ pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server (install it: apt-get install redis-server)")
 }
 
-/// A manager with a 1 s response timeout and the given watchdog timeout.
+/// How long the managers of these helpers ride out an outage: short, so that tests of a
+/// stopped Redis end soon (tests of riding one out set their own).
+pub const OUTAGE_GRACE: Duration = Duration::from_secs(1);
+
+/// A manager with a 1 s response timeout, the given watchdog timeout and a 1 s outage grace.
 pub fn manager(server: &RedisServer, watchdog: Duration) -> LockManager {
     manager_for_url(&server.url(), watchdog)
 }
@@ -27,6 +31,7 @@ pub fn manager_for_url(url: &str, watchdog: Duration) -> LockManager {
         .connect_timeout(Duration::from_secs(1))
         .response_timeout(Duration::from_secs(1))
         .watchdog_timeout(watchdog)
+        .outage_grace(OUTAGE_GRACE)
         .build()
         .expect("build manager")
 }
@@ -42,6 +47,7 @@ pub fn reporting_manager(
         .connect_timeout(Duration::from_secs(1))
         .response_timeout(Duration::from_secs(1))
         .watchdog_timeout(watchdog)
+        .outage_grace(OUTAGE_GRACE)
         .on_lost_lock(move |lost| {
             let _ = report.send((lost.clone(), Instant::now()));
         })

@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand};
 #[command(name = "redlease-inspect", version)]
 pub struct Cli {
     /// The Redis server: redis://[user:password@]host:port[/db] or redis+unix:///path.
+    // Plain text for `--help`, which shows doc comments as they are: no link meant.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(
         long,
         global = true,

@@ -1,0 +1,12 @@
+-- Undoes a take of a permit whose answer never came (after semaphore_count.lua and
+-- request_undo.lua, before permit_release.lua, which gives the permit back if it was taken):
+-- marks the take's request undone, so that a take that comes later takes nothing.
+-- KEYS[1]: the semaphore
+-- KEYS[2]: its channel
+-- KEYS[3]: the zset of permits taken
+-- KEYS[4]: the take's request key
+-- ARGV[1]: the permit's id (16 raw bytes)
+-- ARGV[2]: how long the request key is kept, in ms
+-- Answers (permit_release.lua) 1 when the permit was given back, 0 when the take had not taken
+-- it (or it was given back since).
+undo_request()
