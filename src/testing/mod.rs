@@ -6,6 +6,8 @@
 //! killed, paused (`SIGSTOP`), resumed and restarted on the same port, which is what fault
 //! tests need; dropping the value kills it. [`RedisServer::start_with_replica`] starts a
 //! master and a replica of it (`--replicaof`) at once, for replication tests.
+//! [`CuttingProxy`] stands between a client and such a server, and cuts a connection after a
+//! request it names reached the server, before its answer came back.
 //! [`RedisCluster::start`] runs a whole Redis Cluster of such servers (masters, replicas,
 //! `redis-cli --cluster create`), whose masters can be killed and whose slots can be moved
 //! step by step. Unix only.
@@ -23,6 +25,10 @@
 //! ```
 // The links to the TLS helpers, which only the `tls` feature has.
 #![cfg_attr(not(feature = "tls"), allow(rustdoc::broken_intra_doc_links))]
+
+mod proxy;
+
+pub use proxy::CuttingProxy;
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};

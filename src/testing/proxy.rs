@@ -1,0 +1,236 @@
+//! [`CuttingProxy`]: a TCP proxy in front of a throwaway server that lets a command run and
+//! cuts its connection before the answer comes back, for tests of what a lost answer does.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A proxy on a free loopback port that forwards every connection to a server, can delay
+/// requests ([`set_latency`](Self::set_latency)) or close every connection
+/// ([`reset_all`](Self::reset_all)), and can be armed to cut one connection: the next request whose bytes contain every one of some words is sent on
+/// to the server, which runs it, and its connection is closed before the answer reaches the
+/// client. The client sees its connection dropped with the command sent, as when a network
+/// or a server restart cuts it; the server has done the work.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlease::testing::{CuttingProxy, RedisServer};
+///
+/// let redis = RedisServer::start().expect("redis-server");
+/// let proxy = CuttingProxy::start(redis.port()).unwrap();
+/// let manager = redlease::LockManager::builder(proxy.url())
+///     .outage_grace(Duration::from_secs(5))
+///     .build()
+///     .unwrap();
+/// let latch = manager.count_down_latch("cut");
+/// latch.try_set_count(3).unwrap();
+/// proxy.cut_next(&["EVALSHA", "cut"]);
+/// latch.count_down().unwrap(); // its answer is lost once; the repeat is answered
+/// assert_eq!(proxy.cuts(), 1);
+/// assert_eq!(latch.count().unwrap(), 2, "counted once");
+/// ```
+pub struct CuttingProxy {
+    port: u16,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// The words of the next request to cut after it is sent on, while armed.
+    armed: Mutex<Option<Vec<Vec<u8>>>>,
+    cuts: AtomicU64,
+    /// How long each request waits before it is sent on, in µs.
+    latency_micros: AtomicU64,
+    stopping: AtomicBool,
+    /// Every connection's two streams, to close them all on drop.
+    streams: Mutex<Vec<TcpStream>>,
+}
+
+impl CuttingProxy {
+    /// Starts the proxy in front of the server on `127.0.0.1:target_port`.
+    pub fn start(target_port: u16) -> io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let port = listener.local_addr()?.port();
+        let shared = Arc::new(Shared::default());
+        let acceptor = std::thread::Builder::new()
+            .name("cutting-proxy".into())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || accept(&listener, target_port, &shared)
+            })?;
+        Ok(CuttingProxy {
+            port,
+            shared,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// `redis://127.0.0.1:<port>/`: the proxy's address.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Arms the proxy: the next request that contains every one of `words` reaches the
+    /// server, and its connection is closed before the answer is passed on.
+    pub fn cut_next(&self, words: &[&str]) {
+        let words = words.iter().map(|word| word.as_bytes().to_vec()).collect();
+        *self.shared.armed.lock().unwrap() = Some(words);
+    }
+
+    /// Whether the proxy is still armed (no request matched since [`cut_next`](Self::cut_next)).
+    pub fn is_armed(&self) -> bool {
+        self.shared.armed.lock().unwrap().is_some()
+    }
+
+    /// Delays every request by `latency` before it is sent on (zero: none), as a slow
+    /// network would.
+    pub fn set_latency(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.shared.latency_micros.store(micros, Ordering::SeqCst);
+    }
+
+    /// How many connections were cut so far.
+    pub fn cuts(&self) -> u64 {
+        self.shared.cuts.load(Ordering::SeqCst)
+    }
+
+    /// Closes every connection open through the proxy now (new ones are still taken), as a
+    /// network blip would.
+    pub fn reset_all(&self) {
+        for stream in self.shared.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for CuttingProxy {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Wakes the acceptor.
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        self.reset_all();
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+fn accept(listener: &TcpListener, target_port: u16, shared: &Arc<Shared>) {
+    let mut pumps = Vec::new();
+    for client in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(client) = client else { continue };
+        let Ok(server) = TcpStream::connect(("127.0.0.1", target_port)) else {
+            continue;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        if let Ok(mut pair) = connect_pumps(client, server, shared) {
+            pumps.append(&mut pair);
+        }
+        pumps.retain(|pump: &JoinHandle<()>| !pump.is_finished());
+    }
+    for pump in pumps {
+        let _ = pump.join();
+    }
+}
+
+/// Starts the two pumps of one connection.
+fn connect_pumps(
+    client: TcpStream,
+    server: TcpStream,
+    shared: &Arc<Shared>,
+) -> io::Result<Vec<JoinHandle<()>>> {
+    {
+        let mut streams = shared.streams.lock().unwrap();
+        streams.push(client.try_clone()?);
+        streams.push(server.try_clone()?);
+    }
+    // Set by the client's pump once a request to cut went out: the server's pump then drops
+    // the answer and closes both.
+    let cutting = Arc::new(AtomicBool::new(false));
+    let upstream = {
+        let (from, to) = (client.try_clone()?, server.try_clone()?);
+        let (shared, cutting) = (Arc::clone(shared), Arc::clone(&cutting));
+        std::thread::Builder::new()
+            .name("cutting-proxy-up".into())
+            .spawn(move || pump_up(from, to, &shared, &cutting))?
+    };
+    let downstream = {
+        let shared = Arc::clone(shared);
+        std::thread::Builder::new()
+            .name("cutting-proxy-down".into())
+            .spawn(move || pump_down(server, client, &shared, &cutting))?
+    };
+    Ok(vec![upstream, downstream])
+}
+
+/// Client to server: every byte; a request that matches the armed words arms the cut.
+fn pump_up(mut from: TcpStream, mut to: TcpStream, shared: &Shared, cutting: &AtomicBool) {
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        let read = match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        let chunk = &buffer[..read];
+        let latency = shared.latency_micros.load(Ordering::SeqCst);
+        if latency > 0 {
+            std::thread::sleep(Duration::from_micros(latency));
+        }
+        {
+            let mut armed = shared.armed.lock().unwrap();
+            let matches = armed
+                .as_ref()
+                .is_some_and(|words| words.iter().all(|word| contains(chunk, word)));
+            if matches {
+                *armed = None;
+                cutting.store(true, Ordering::SeqCst);
+            }
+        }
+        if to.write_all(chunk).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Server to client: every byte, unless a cut is armed on this connection: then the answer
+/// is dropped and both sides closed.
+fn pump_down(mut from: TcpStream, mut to: TcpStream, shared: &Shared, cutting: &AtomicBool) {
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        let read = match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        if cutting.load(Ordering::SeqCst) {
+            shared.cuts.fetch_add(1, Ordering::SeqCst);
+            let _ = to.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+            return;
+        }
+        if to.write_all(&buffer[..read]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
+}

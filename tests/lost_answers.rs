@@ -1,0 +1,263 @@
+//! Calls whose answer is lost after Redis ran them (a proxy lets the command through and cuts
+//! the connection before the answer), and calls that meet Redis paused: nothing is applied
+//! twice, nothing is left behind, and every wait and release rides out the outage.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, server, RedisServer};
+use redlease::testing::CuttingProxy;
+use redlease::{CancelToken, Error, LockManager};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A manager through `proxy` with 1 s timeouts.
+fn manager_through(proxy: &CuttingProxy) -> LockManager {
+    LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .build()
+        .expect("build manager")
+}
+
+/// A manager of `server` with 1 s timeouts and a 10 s outage grace.
+fn manager(server: &RedisServer) -> LockManager {
+    LockManager::builder(server.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .outage_grace(Duration::from_secs(10))
+        .build()
+        .expect("build manager")
+}
+
+fn get(redis: &RedisServer, key: &str) -> String {
+    redis.command(&["GET", key]).unwrap()
+}
+
+#[test]
+fn a_count_down_whose_answer_is_lost_counts_once() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let latch = manager.count_down_latch("cut-latch");
+    assert!(latch.try_set_count(9).unwrap());
+    latch.count_down().unwrap(); // loads the script: the cut one then runs at once
+    proxy.cut_next(&["EVALSHA", "cut-latch"]);
+    latch.count_down().unwrap();
+    assert_eq!(proxy.cuts(), 1, "the answer was cut");
+    assert_eq!(
+        latch.count().unwrap(),
+        7,
+        "9, then two count-downs, each once"
+    );
+    assert_eq!(get(&redis, "cut-latch"), "$1\r\n7\r\n");
+}
+
+#[test]
+fn a_semaphore_release_whose_answer_is_lost_adds_its_permits_once() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let semaphore = manager.semaphore("cut-semaphore");
+    assert!(semaphore.try_set_permits(5).unwrap());
+    semaphore.acquire(1).unwrap();
+    semaphore.release(1).unwrap();
+    proxy.cut_next(&["EVALSHA", "cut-semaphore"]);
+    semaphore.release(1).unwrap();
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(
+        semaphore.available_permits().unwrap(),
+        6,
+        "5, then one more"
+    );
+}
+
+#[test]
+fn a_permit_take_whose_answer_is_lost_takes_one_permit() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let semaphore = manager.permit_semaphore("cut-permits");
+    assert!(semaphore.try_set_permits(5).unwrap());
+    drop(semaphore.acquire().unwrap());
+    proxy.cut_next(&["EVALSHA", "cut-permits"]);
+    let permit = semaphore.try_acquire_for(PATIENCE).unwrap().expect("taken");
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(
+        semaphore.available_permits().unwrap(),
+        4,
+        "one permit taken"
+    );
+    permit.release().unwrap();
+    assert_eq!(semaphore.available_permits().unwrap(), 5, "all back");
+}
+
+#[test]
+fn a_take_whose_every_answer_is_lost_is_undone() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let semaphore = manager.semaphore("cut-takes");
+    assert!(semaphore.try_set_permits(2).unwrap());
+    semaphore.acquire(1).unwrap();
+    semaphore.release(1).unwrap();
+    // The take and its resend on a fresh connection both run, and neither answer comes.
+    proxy.cut_next(&["EVALSHA", "cut-takes"]);
+    let cut_again = std::thread::scope(|scope| {
+        let again = scope.spawn(|| {
+            eventually(PATIENCE, || proxy.cuts() == 1) && {
+                proxy.cut_next(&["EVALSHA", "cut-takes", "redlease_request"]);
+                true
+            }
+        });
+        let taken = semaphore.try_acquire_for(1, PATIENCE);
+        (again.join().unwrap(), taken)
+    });
+    assert!(cut_again.0);
+    assert!(cut_again.1.unwrap(), "taken once the server answered");
+    // Whatever the unanswered takes took was given back: one permit is taken, by us.
+    assert!(
+        eventually(PATIENCE, || semaphore.available_permits().unwrap() == 1),
+        "{} available",
+        semaphore.available_permits().unwrap()
+    );
+    semaphore.release(1).unwrap();
+    assert_eq!(semaphore.available_permits().unwrap(), 2);
+    assert_eq!(manager.stats().cleanup_pending, 0);
+}
+
+#[test]
+fn a_fair_waiter_that_gives_up_while_redis_is_paused_leaves_the_queue_once_it_is_back() {
+    let redis = server();
+    let manager = manager(&redis);
+    let fair = manager.fair_lock("paused-queue");
+    let held = fair.lock().unwrap();
+    let stop = CancelToken::new();
+    let waiter = {
+        let fair = fair.with_cancel(&stop);
+        std::thread::spawn(move || fair.try_lock_for(Duration::from_secs(60)).map(drop))
+    };
+    assert!(
+        eventually(PATIENCE, || redis
+            .command(&["LLEN", "redisson_lock_queue:{paused-queue}"])
+            .unwrap()
+            == ":1\r\n"),
+        "the waiter is in line"
+    );
+    redis.pause().unwrap();
+    stop.cancel();
+    // Its undo (leaving the line) cannot reach the server: the manager keeps it.
+    let outcome = waiter.join().unwrap();
+    assert!(matches!(outcome, Err(Error::Cancelled)), "{outcome:?}");
+    redis.resume().unwrap();
+    // The lock is released by its holder; another thread in line takes it at once.
+    let other = manager.fair_lock("paused-queue");
+    let contender = std::thread::spawn(move || {
+        let started = Instant::now();
+        let taken = other.try_lock_for(Duration::from_secs(8)).unwrap();
+        (taken.is_some(), started.elapsed())
+    });
+    held.unlock().unwrap();
+    let (taken, waited) = contender.join().unwrap();
+    assert!(
+        taken,
+        "the lock was free, behind nobody, yet not taken in {waited:?}"
+    );
+    assert!(eventually(PATIENCE, || manager.stats().cleanup_pending == 0));
+}
+
+#[test]
+fn latch_and_semaphore_waits_ride_out_a_paused_redis() {
+    let redis = server();
+    let manager = manager(&redis);
+    let latch = manager.count_down_latch("paused-latch");
+    assert!(latch.try_set_count(1).unwrap());
+    let semaphore = manager.semaphore("paused-semaphore");
+    assert!(semaphore.try_set_permits(0).unwrap());
+    redis.pause().unwrap();
+    let latch_waiter = {
+        let latch = latch.clone();
+        std::thread::spawn(move || latch.wait_for(Duration::from_secs(60)))
+    };
+    let semaphore_waiter = {
+        let semaphore = semaphore.clone();
+        std::thread::spawn(move || semaphore.try_acquire_for(1, Duration::from_secs(60)))
+    };
+    // A waiter counts as waiting once its first try is over: with Redis paused, it failed.
+    assert!(
+        eventually(PATIENCE, || manager.stats().waiting == 2),
+        "both waiters go on after their first try failed"
+    );
+    redis.resume().unwrap();
+    latch.count_down().unwrap();
+    semaphore.release(1).unwrap();
+    assert!(latch_waiter.join().unwrap().unwrap(), "the latch opened");
+    assert!(
+        semaphore_waiter.join().unwrap().unwrap(),
+        "the permit was taken"
+    );
+}
+
+#[test]
+fn an_unlock_rides_out_a_paused_redis_and_a_dropped_guard_is_released_after() {
+    let redis = server();
+    let manager = manager(&redis);
+    let lock = manager.lock("paused-unlock");
+    let guard = lock.lock().unwrap();
+    redis.pause().unwrap();
+    let resuming = std::thread::spawn(move || {
+        // Longer than the two tries the release had before.
+        std::thread::sleep(Duration::from_millis(2500));
+        redis.resume().unwrap();
+        redis
+    });
+    guard.unlock().unwrap();
+    let redis = resuming.join().unwrap();
+    assert!(!lock.is_locked().unwrap(), "released once Redis answered");
+
+    // A guard dropped while Redis is paused: its release is sent again in the background,
+    // long before the 30 s lease would free the lock.
+    let dropping = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let guard = lock.lock().unwrap();
+            redis.pause().unwrap();
+            drop(guard);
+            redis
+        })
+    };
+    let redis = dropping.join().unwrap();
+    assert_eq!(manager.stats().cleanup_pending, 1, "the release is kept");
+    redis.resume().unwrap();
+    assert!(
+        eventually(PATIENCE, || !lock.is_locked().unwrap()),
+        "the dropped guard's release reached the server"
+    );
+    assert!(eventually(PATIENCE, || manager.stats().cleanup_done == 1));
+}
+
+#[test]
+fn a_change_that_cannot_be_confirmed_says_so() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .outage_grace(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let latch = manager.count_down_latch("unconfirmed");
+    assert!(latch.try_set_count(3).unwrap());
+    latch.count_down().unwrap();
+    redis.pause().unwrap();
+    let outcome = latch.count_down();
+    redis.resume().unwrap();
+    assert!(
+        matches!(&outcome, Err(Error::Indeterminate { name, .. }) if name == "unconfirmed"),
+        "{outcome:?}"
+    );
+    assert!(!outcome.unwrap_err().is_transient());
+    // It did run (Redis was only paused), once.
+    assert!(eventually(PATIENCE, || latch.count().unwrap() == 1));
+}
