@@ -24,9 +24,9 @@ use super::{Notices, PubSubHub};
 use crate::error::Error;
 
 /// Answers `AUTH`, `SUBSCRIBE`, `UNSUBSCRIBE`, `SSUBSCRIBE`, `SUNSUBSCRIBE` and `PING` like
-/// Redis in subscribed mode; can be told to stop reading, to refuse the login or a
-/// subscription, to send bytes of its own before its next answer, and to send raw bytes to
-/// the latest connection. Logs the commands it reads.
+/// Redis in subscribed mode; can be told to stop reading once it has answered a given
+/// command, to refuse the login or a subscription, to send bytes of its own before its next
+/// answer, and to send raw bytes to the latest connection. Logs the commands it reads.
 struct ScriptedRedis {
     port: u16,
     script: Arc<Script>,
@@ -35,8 +35,13 @@ struct ScriptedRedis {
 /// What a scripted server does, shared by its connections.
 #[derive(Default)]
 struct Script {
-    /// While set, no connection reads: writes to it fill the socket buffers and stall.
+    /// While set, no connection reads or answers: writes to it fill the socket buffers and
+    /// stall. Checked before each command and each read, never while one is answered.
     frozen: AtomicBool,
+    /// The command (its words joined by spaces) whose answer freezes the connection that
+    /// answers it, before the answer is sent: so the freeze follows that answer at once,
+    /// whether or not the connection was waiting in a read when it was asked for.
+    freeze_after: Mutex<Option<String>>,
     /// While set, `AUTH` is answered with `WRONGPASS`.
     refuse_login: AtomicBool,
     connections: AtomicUsize,
@@ -85,16 +90,7 @@ impl ScriptedRedis {
             channel: "notices".into(),
             handler: Box::new(|_| {}),
         };
-        PubSubHub::start(
-            &info,
-            None,
-            None,
-            None,
-            Duration::from_secs(2),
-            response_timeout,
-            notices,
-        )
-        .unwrap()
+        PubSubHub::start(&info, None, None, None, NO_HANG, response_timeout, notices).unwrap()
     }
 
     fn connections(&self) -> usize {
@@ -105,24 +101,57 @@ impl ScriptedRedis {
         self.script.closed.load(Ordering::SeqCst)
     }
 
+    /// Makes the server answer every command up to and including `command` (its words
+    /// joined by spaces), and then read nothing more until it [thaws](Self::thaw).
+    fn freeze_after(&self, command: &str) {
+        *self.script.freeze_after.lock() = Some(command.to_owned());
+    }
+
+    fn is_frozen(&self) -> bool {
+        self.script.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Makes the server read and answer again.
+    fn thaw(&self) {
+        self.script.frozen.store(false, Ordering::SeqCst);
+    }
+
     fn send_raw(&self, bytes: &[u8]) {
         let mut latest = self.script.latest.lock();
         latest.as_mut().unwrap().write_all(bytes).unwrap();
     }
 
-    /// Waits up to `limit` for bytes that the server has not read to wait on the latest
-    /// connection (a frozen server reads none); answers whether they came. Only peeks: the
-    /// server reads them once it thaws.
-    fn has_unread_bytes_within(&self, limit: Duration) -> bool {
-        let latest = self.script.latest.lock();
-        let stream = latest.as_ref().unwrap();
-        // The read timeout is the socket's, shared with the server's own handle: a read
-        // under way keeps the timeout it started with, and it is restored before the server
-        // reads again.
-        stream.set_read_timeout(Some(limit)).unwrap();
-        let peeked = stream.peek(&mut [0u8; 1]);
-        stream.set_read_timeout(None).unwrap();
-        matches!(peeked, Ok(1))
+    /// Waits up to `limit` for `expected` to wait among the bytes the server has not read
+    /// on the latest connection (a frozen server reads none; any byte will do when `expected`
+    /// is empty); answers whether it came. Only peeks: the server reads them once it thaws.
+    fn has_unread_within(&self, limit: Duration, expected: &[u8]) -> bool {
+        let give_up_at = Instant::now() + limit;
+        // A handle of its own, so the lock is not held while waiting.
+        let stream = {
+            let latest = self.script.latest.lock();
+            latest.as_ref().unwrap().try_clone().unwrap()
+        };
+        let mut peeked = vec![0u8; 64 * 1024];
+        loop {
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            // The read timeout is the socket's, shared with the server's own handle: a read
+            // under way keeps the timeout it started with, and it is restored before the
+            // server reads again.
+            stream.set_read_timeout(Some(left)).unwrap();
+            let outcome = stream.peek(&mut peeked);
+            stream.set_read_timeout(None).unwrap();
+            match outcome {
+                Ok(0) => return false,
+                Ok(length) if contains(&peeked[..length], expected) => return true,
+                // More is on its way.
+                Ok(_) => std::thread::sleep(Duration::from_millis(10)),
+                // The wait timed out; the loop ends at the limit.
+                Err(_) => {}
+            }
+        }
     }
 
     /// Whether it read `command` (words joined by spaces).
@@ -153,66 +182,99 @@ fn answer(mut stream: TcpStream, script: &Script) {
     let mut chunk = [0u8; 4096];
     let mut subscriptions = 0i64;
     loop {
+        // Before every command and every read: a freeze that the answer to one command set
+        // stops the next, even one read with it.
         while script.frozen.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(5));
+        }
+        // A frame too large to parse is never answered: the server reads on.
+        if let Ok(Some((command, used))) = frame::parse(&buffer) {
+            buffer.drain(..used);
+            match answer_one(command, script, &mut subscriptions) {
+                Some(reply) if stream.write_all(&reply).is_ok() => continue,
+                _ => return,
+            }
         }
         let read = match stream.read(&mut chunk) {
             Ok(0) | Err(_) => return,
             Ok(read) => read,
         };
         buffer.extend_from_slice(&chunk[..read]);
-        while let Ok(Some((command, used))) = frame::parse(&buffer) {
-            buffer.drain(..used);
-            let Frame::Array(Some(words)) = command else {
-                return;
-            };
-            let words: Vec<Vec<u8>> = words
-                .iter()
-                .filter_map(|word| word.as_bytes().map(<[u8]>::to_vec))
-                .collect();
-            if words.iter().all(|word| word.len() < 1024) {
-                let logged: Vec<String> = words
-                    .iter()
-                    .map(|word| String::from_utf8_lossy(word).into_owned())
-                    .collect();
-                script.log.lock().push(logged.join(" "));
-            }
-            let mut reply = std::mem::take(&mut *script.prelude.lock());
-            let kind = words[0].to_ascii_lowercase();
-            match kind.as_slice() {
-                b"auth" if script.refuse_login.load(Ordering::SeqCst) => {
-                    reply.extend_from_slice(b"-WRONGPASS invalid username-password pair\r\n");
+    }
+}
+
+/// Logs one command and makes its answer; `None` for a frame that is no command.
+fn answer_one(command: Frame, script: &Script, subscriptions: &mut i64) -> Option<Vec<u8>> {
+    let Frame::Array(Some(words)) = command else {
+        return None;
+    };
+    let words: Vec<Vec<u8>> = words
+        .iter()
+        .filter_map(|word| word.as_bytes().map(<[u8]>::to_vec))
+        .collect();
+    if words.iter().all(|word| word.len() < 1024) {
+        let logged: Vec<String> = words
+            .iter()
+            .map(|word| String::from_utf8_lossy(word).into_owned())
+            .collect();
+        let logged = logged.join(" ");
+        let mut freeze_after = script.freeze_after.lock();
+        if freeze_after.as_ref() == Some(&logged) {
+            *freeze_after = None;
+            script.frozen.store(true, Ordering::SeqCst);
+        }
+        drop(freeze_after);
+        script.log.lock().push(logged);
+    }
+    let mut reply = std::mem::take(&mut *script.prelude.lock());
+    let kind = words[0].to_ascii_lowercase();
+    match kind.as_slice() {
+        b"auth" if script.refuse_login.load(Ordering::SeqCst) => {
+            reply.extend_from_slice(b"-WRONGPASS invalid username-password pair\r\n");
+        }
+        b"auth" => reply.extend_from_slice(b"+OK\r\n"),
+        b"subscribe" | b"unsubscribe" | b"ssubscribe" | b"sunsubscribe" => {
+            for channel in &words[1..] {
+                let command = format!(
+                    "{} {}",
+                    String::from_utf8_lossy(&words[0]),
+                    String::from_utf8_lossy(channel)
+                );
+                if let Some(refusal) = script.refusals.lock().get(&command) {
+                    reply.extend_from_slice(format!("-{refusal}\r\n").as_bytes());
+                    continue;
                 }
-                b"auth" => reply.extend_from_slice(b"+OK\r\n"),
-                b"subscribe" | b"unsubscribe" | b"ssubscribe" | b"sunsubscribe" => {
-                    for channel in &words[1..] {
-                        let command = format!(
-                            "{} {}",
-                            String::from_utf8_lossy(&words[0]),
-                            String::from_utf8_lossy(channel)
-                        );
-                        if let Some(refusal) = script.refusals.lock().get(&command) {
-                            reply.extend_from_slice(format!("-{refusal}\r\n").as_bytes());
-                            continue;
-                        }
-                        subscriptions += if kind.ends_with(b"unsubscribe") {
-                            -1
-                        } else {
-                            1
-                        };
-                        reply.extend_from_slice(b"*3\r\n");
-                        push_bulk(&mut reply, &kind);
-                        push_bulk(&mut reply, channel);
-                        reply.extend_from_slice(format!(":{subscriptions}\r\n").as_bytes());
-                    }
-                }
-                _ => reply.extend_from_slice(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"),
-            }
-            if stream.write_all(&reply).is_err() {
-                return;
+                *subscriptions += if kind.ends_with(b"unsubscribe") {
+                    -1
+                } else {
+                    1
+                };
+                reply.extend_from_slice(b"*3\r\n");
+                push_bulk(&mut reply, &kind);
+                push_bulk(&mut reply, channel);
+                reply.extend_from_slice(format!(":{subscriptions}\r\n").as_bytes());
             }
         }
+        _ => reply.extend_from_slice(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"),
     }
+    Some(reply)
+}
+
+/// A command as the hub sends it: an array of bulk strings.
+fn packed(words: &[&str]) -> Vec<u8> {
+    let mut command = redis::cmd(words[0]);
+    for word in &words[1..] {
+        command.arg(*word);
+    }
+    command.get_packed_command()
+}
+
+/// Whether `needle` occurs in `haystack` (an empty one does).
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty()
+        || haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
 }
 
 fn push_bulk(reply: &mut Vec<u8>, bytes: &[u8]) {
@@ -242,9 +304,11 @@ fn eventually(limit: Duration, condition: impl Fn() -> bool) -> bool {
     condition()
 }
 
-/// How long a step that must not wait for the stalled write may take: far more than it takes
-/// on a slow, loaded machine (it proves only that the step does not hang), and far less than
-/// the stalled write lasts unless the test ends it.
+/// How long a step may take that must only not hang (a connection, an answer, a step that
+/// must not wait for the stalled write): far more than it takes on a slow, loaded machine,
+/// and far less than the stalled write lasts unless the test ends it. Also the hubs' connect
+/// and response timeouts, which no test waits out: a subscription that returns unconfirmed
+/// was not answered, not answered late.
 const NO_HANG: Duration = Duration::from_secs(10);
 
 #[test]
@@ -253,11 +317,12 @@ fn a_stalled_write_holds_up_no_other_waiter() {
     // Also the write timeout: the stalled write outlasts every wait below together, so it
     // ends only when the test ends it.
     let hub = server.hub(NO_HANG * 12);
+    // The server answers this subscription, then reads nothing more until it thaws.
+    server.freeze_after("SUBSCRIBE channel:a");
     let first = hub.subscribe("channel:a", "a").unwrap();
     assert!(first.is_live());
-
-    server.script.frozen.store(true, Ordering::SeqCst);
-    let thaw = || server.script.frozen.store(false, Ordering::SeqCst);
+    assert!(server.is_frozen());
+    let thaw = || server.thaw();
     std::thread::scope(|scope| {
         let hub = &hub;
         // Before a failure: lets the write through and ends the connection, so that every
@@ -267,13 +332,15 @@ fn a_stalled_write_holds_up_no_other_waiter() {
             hub.stop();
         };
         // Far more than the socket buffers of both ends hold: the write stalls.
+        let huge = 64 * 1024 * 1024;
         let stalled = scope.spawn(move || {
-            let huge_channel = "x".repeat(64 * 1024 * 1024);
+            let huge_channel = "x".repeat(huge);
             let _ = hub.subscribe(&huge_channel, "huge").unwrap();
         });
         // Its bytes reach the server, which reads none of them: the write is under way, its
         // command queued and taken by the writer.
-        let started = server.has_unread_bytes_within(NO_HANG);
+        let its_start = format!("*2\r\n$9\r\nSUBSCRIBE\r\n${huge}\r\n");
+        let started = server.has_unread_within(NO_HANG, its_start.as_bytes());
         if !started {
             end_the_stall();
         }
@@ -322,7 +389,7 @@ fn a_stalled_write_holds_up_no_other_waiter() {
 #[test]
 fn a_corrupt_frame_makes_the_listener_reconnect() {
     let server = ScriptedRedis::start();
-    let hub = server.hub(Duration::from_secs(2));
+    let hub = server.hub(NO_HANG);
     let subscription = hub.subscribe("channel:a", "a").unwrap();
     assert!(subscription.is_live());
 
@@ -342,13 +409,12 @@ fn a_corrupt_frame_makes_the_listener_reconnect() {
         subscription.woken().try_iter().for_each(drop);
         server.send_raw(corrupt);
         assert!(
-            eventually(Duration::from_secs(5), || server.connections()
-                > connections
+            eventually(NO_HANG, || server.connections() > connections
                 && subscription.is_live()),
             "round {round}: no live subscription again"
         );
         // The reconnection woke the waiter, as a release may have gone by unseen.
-        assert!(subscription.wait(Duration::from_secs(1)), "round {round}");
+        assert!(subscription.wait(NO_HANG), "round {round}");
     }
     drop(subscription);
     hub.stop();
@@ -370,7 +436,7 @@ fn a_refused_login_fails_the_start_at_once() {
         ])
         .unwrap();
     assert!(created.starts_with("+OK"), "{created}");
-    let connect_timeout = Duration::from_secs(5);
+    let connect_timeout = NO_HANG;
     // A wrong password, an unknown user, and a password for the default user, which has none.
     let logins = [
         (Some("waiter"), "wrong-secret"),

@@ -40,8 +40,9 @@ pub struct CuttingProxy {
 
 #[derive(Default)]
 struct Shared {
-    /// The words of the next request to cut after it is sent on, while armed.
-    armed: Mutex<Option<Vec<Vec<u8>>>>,
+    /// The words of the next requests to cut after they are sent on, and how many more to
+    /// cut, while armed.
+    armed: Mutex<Option<(Vec<Vec<u8>>, u32)>>,
     cuts: AtomicU64,
     /// How long each request waits before it is sent on, in µs.
     latency_micros: AtomicU64,
@@ -82,8 +83,13 @@ impl CuttingProxy {
     /// Arms the proxy: the next request that contains every one of `words` reaches the
     /// server, and its connection is closed before the answer is passed on.
     pub fn cut_next(&self, words: &[&str]) {
+        self.cut_next_times(words, 1);
+    }
+
+    /// Like [`cut_next`](Self::cut_next), for the next `times` such requests.
+    pub fn cut_next_times(&self, words: &[&str], times: u32) {
         let words = words.iter().map(|word| word.as_bytes().to_vec()).collect();
-        *self.shared.armed.lock().unwrap() = Some(words);
+        *self.shared.armed.lock().unwrap() = (times > 0).then_some((words, times));
     }
 
     /// Whether the proxy is still armed (no request matched since [`cut_next`](Self::cut_next)).
@@ -193,9 +199,14 @@ fn pump_up(mut from: TcpStream, mut to: TcpStream, shared: &Shared, cutting: &At
             let mut armed = shared.armed.lock().unwrap();
             let matches = armed
                 .as_ref()
-                .is_some_and(|words| words.iter().all(|word| contains(chunk, word)));
+                .is_some_and(|(words, _)| words.iter().all(|word| contains(chunk, word)));
             if matches {
-                *armed = None;
+                if let Some((_, times)) = armed.as_mut() {
+                    *times -= 1;
+                    if *times == 0 {
+                        *armed = None;
+                    }
+                }
                 cutting.store(true, Ordering::SeqCst);
             }
         }

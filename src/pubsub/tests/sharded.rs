@@ -4,12 +4,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::ConnectionInfo;
 
-use super::{eventually, frame_of, push_bulk, ScriptedRedis};
+use super::{eventually, frame_of, packed, push_bulk, ScriptedRedis, NO_HANG};
 use crate::cluster::NodeAddress;
 use crate::error::Error;
 use crate::pubsub::hub::Mode;
@@ -90,7 +90,8 @@ pub(super) fn address_of(port: u16) -> NodeAddress {
 /// What the notice handler heard: the payload, and the name of the thread it ran on.
 pub(super) type Heard = Arc<Mutex<Vec<(Vec<u8>, Option<String>)>>>;
 
-/// A cluster hub over `map` in `mode`, with the handler's record of notices.
+/// A cluster hub over `map` in `mode`, with the handler's record of notices; its connect and
+/// response timeouts are [`NO_HANG`].
 pub(super) fn cluster_hub(map: &Arc<FixedMap>, mode: Mode) -> (PubSubHub, Heard) {
     cluster_hub_or_error(map, mode).unwrap()
 }
@@ -111,14 +112,7 @@ fn cluster_hub_or_error(
         }),
     };
     let owners: Arc<dyn SlotOwners> = Arc::clone(map) as Arc<dyn SlotOwners>;
-    let hub = PubSubHub::start_over(
-        owners,
-        mode,
-        None,
-        Duration::from_secs(2),
-        Duration::from_secs(2),
-        notices,
-    )?;
+    let hub = PubSubHub::start_over(owners, mode, None, NO_HANG, NO_HANG, notices)?;
     Ok((hub, heard))
 }
 
@@ -145,14 +139,16 @@ fn sharded_mode_uses_shard_commands_for_releases_and_plain_ones_for_notices() {
     assert!(node.got("SSUBSCRIBE channel:{a}"));
     assert!(!node.got("SUBSCRIBE channel:{a}"));
 
-    // A plain message on a release channel is not one of its releases.
+    // A plain message on a release channel is not one of its releases: the listener takes
+    // frames in order, so once the notice sent after it is heard, the message was dealt with,
+    // and woke no one.
     node.send_raw(&frame_of(["message", "channel:{a}", "0"]));
-    assert!(!subscription.wait(Duration::from_millis(300)));
+    node.send_raw(&frame_of(["message", "notices", "force-released"]));
+    assert!(eventually(LIMIT, || !heard.lock().is_empty()));
+    assert!(!subscription.wait(Duration::ZERO));
     node.send_raw(&frame_of(["smessage", "channel:{a}", "0"]));
     assert!(subscription.wait(LIMIT));
 
-    node.send_raw(&frame_of(["message", "notices", "force-released"]));
-    assert!(eventually(LIMIT, || !heard.lock().is_empty()));
     let (payload, thread) = heard.lock()[0].clone();
     assert_eq!(payload, b"force-released");
     // The listener of the node's hub, named after the node.
@@ -231,11 +227,12 @@ fn a_slot_that_leaves_while_we_unsubscribe_leaves_the_hub_sound() {
     let map = FixedMap::new(Some(address_of(node.port)), vec![address_of(node.port)]);
     let (hub, _) = cluster_hub(&map, Mode::Sharded);
     let leaving = hub.subscribe("a", "a").unwrap();
-    // The server checks whether it is frozen before each read: the answer to `z` is its last
-    // until it thaws, and our next commands wait in its socket.
-    node.script.frozen.store(true, Ordering::SeqCst);
+    // The answer to `z` is the node's last until it thaws: our next commands wait in its
+    // socket.
+    node.freeze_after("SSUBSCRIBE z");
     let staying = hub.subscribe("z", "z").unwrap();
     assert!(staying.is_live());
+    assert!(node.is_frozen());
 
     // The slot of `a` leaves while our `SUNSUBSCRIBE a` and then `SSUBSCRIBE b` are on their
     // way: the node ends `a` itself, then refuses our `SUNSUBSCRIBE a` (it serves the slot no
@@ -245,19 +242,24 @@ fn a_slot_that_leaves_while_we_unsubscribe_leaves_the_hub_sound() {
     drop(leaving);
     std::thread::scope(|scope| {
         let subscribing = scope.spawn(|| hub.subscribe("b", "b"));
-        std::thread::sleep(Duration::from_millis(200));
-        node.script.frozen.store(false, Ordering::SeqCst);
+        // Until both commands have reached the node, in this order, unread: the hub awaits
+        // both answers before the node gives any.
+        let due = [packed(&["SUNSUBSCRIBE", "a"]), packed(&["SSUBSCRIBE", "b"])].concat();
+        let on_their_way = node.has_unread_within(LIMIT, &due);
+        node.thaw();
+        assert!(on_their_way, "the commands did not reach the node");
         let mut taken_for_moved = subscribing.join().unwrap().unwrap();
         // The refusal was taken for `b`'s: `b` looks moved, its waiter asks for it again.
         assert!(!taken_for_moved.is_live());
         assert!(taken_for_moved.follow().unwrap());
         assert!(taken_for_moved.is_live());
     });
-    // The commands due are right again: a new subscription is confirmed at once.
-    let started = std::time::Instant::now();
+    // The commands due are right again: a new subscription is confirmed at once, not once
+    // the response timeout (`NO_HANG`) has passed.
+    let started = Instant::now();
     let next = hub.subscribe("c", "c").unwrap();
     assert!(next.is_live());
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(started.elapsed() < NO_HANG / 2);
     assert!(staying.is_live());
     hub.stop();
 }
@@ -292,10 +294,19 @@ fn a_moved_answer_drops_the_subscription_instead_of_failing_the_waiter() {
     assert!(subscription.follow().unwrap());
     assert!(subscription.is_live());
     assert!(new.got("SSUBSCRIBE c"));
-    // The old node never had it: nothing to unsubscribe there.
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!old.got("SUNSUBSCRIBE c"));
     assert!(!subscription.follow().unwrap());
+    // The old node never had it: nothing to unsubscribe there. A node reads a hub's commands
+    // in the order they were queued: an `SUNSUBSCRIBE c` queued when the subscription left
+    // would have reached it before the subscription to another channel there.
+    map.set(
+        Some(address_of(old.port)),
+        vec![address_of(old.port), address_of(new.port)],
+    );
+    let later = hub.subscribe("later", "later").unwrap();
+    assert!(later.is_live());
+    assert!(old.got("SSUBSCRIBE later"));
+    assert!(!old.got("SUNSUBSCRIBE c"));
+    drop(later);
     hub.stop();
 }
 
@@ -564,8 +575,9 @@ fn a_leaving_hub_stops_when_its_last_waiter_leaves() {
         vec![address_of(staying.port)],
     );
     assert!(subscription.follow().unwrap());
-    assert!(!leaving.got("SUNSUBSCRIBE e"));
     assert!(eventually(LIMIT, || leaving.closed() == 1));
+    // The node read all we sent before the connection ended: no `SUNSUBSCRIBE` among it.
+    assert!(!leaving.got("SUNSUBSCRIBE e"));
     drop(subscription);
     hub.stop();
 }
