@@ -56,11 +56,11 @@ fn a_holder_paused_past_its_lease_learns_it_lost_and_its_late_write_is_refused()
     let lost = line_with(&mut output, "LOST");
     let told_after = resumed_at.elapsed();
     eprintln!("told after {told_after:?}");
+    // Told by its own clock on waking, before any renewal: a renewal would have found the
+    // key another's and said `NotHeldAnymore`. (The time it took only proves no hang: a
+    // loaded machine may take a second to run the woken process.)
     assert_eq!(lost, "LeaseExpired");
-    assert!(
-        told_after < watchdog / 3,
-        "told within one renewal interval of waking up: {told_after:?}"
-    );
+    assert!(told_after < PATIENCE, "told after {told_after:?}");
     child
         .stdin
         .as_mut()
