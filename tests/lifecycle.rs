@@ -7,12 +7,24 @@ use std::time::Duration;
 
 use common::{eventually, manager, server};
 
-/// Names of this process's threads that the crate started.
+/// Names of this process's live threads that the crate started. A joined thread may still be
+/// listed for a moment while the kernel finishes its exit: it has left its memory already
+/// (no virtual memory in its `stat`), or is a zombie or dead (`Z`, `X`). It ran to its end,
+/// so it does not count.
 fn redlease_threads() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .map(|name| name.trim().to_owned())
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            // `pid (comm) state ppid ...`: field 3 (the state) follows the last `)`; field 23
+            // is the virtual memory size.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            let exiting =
+                matches!(fields.first(), Some(&"Z" | &"X")) || fields.get(20) == Some(&"0");
+            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+            (!exiting).then(|| name.trim().to_owned())
+        })
         .filter(|name| name.starts_with("redlease-"))
         .collect()
 }
