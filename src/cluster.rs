@@ -15,9 +15,13 @@
 //!
 //! Every node's pool is made on first use from the manager's settings at the node's address
 //! (credentials, TLS: the certificate is checked against the address the cluster names), and
-//! kept for the manager's life; its failed calls come back here through the pool's failure
-//! hook. Asking goes to the masters the map knows, then to the seeds, each with the connect
-//! and response timeouts. Uses the pool, the resolver and the slot rule of the protocol.
+//! kept while the node is a master; its failed calls come back here through the pool's
+//! failure hook. A master that a new map no longer names as one (a failover demoted it) has
+//! its pool retired: a call that was blocked on it through the failover (a frozen master)
+//! is not trusted, and no call goes there again; should the node serve slots again, it gets
+//! a new pool. Asking goes to the masters the map knows, then to the seeds, each with the
+//! connect timeout and the response timeout up to [`MAP_ANSWER_WITHIN`]. Uses the pool, the
+//! resolver and the slot rule of the protocol.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -29,12 +33,16 @@ use parking_lot::{Mutex, RwLock};
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
-use crate::pool::{Pool, Target};
+use crate::pool::{Pool, Reading, Target};
 use crate::protocol::slot::SLOTS;
 use crate::resolve::{self, Resolver};
 
 /// The map is asked for again at most this often.
 pub(crate) const REFRESH_AT_MOST_EVERY: Duration = Duration::from_millis(100);
+
+/// How long one node may take to answer `CLUSTER SLOTS` at most (less with a shorter
+/// response timeout), before the next is asked.
+const MAP_ANSWER_WITHIN: Duration = Duration::from_secs(2);
 
 /// A cluster node's address as the cluster names it (`CLUSTER SLOTS`, `MOVED`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -253,10 +261,13 @@ impl Cluster {
     fn ask_for_map(&self, nodes: &[NodeAddress]) -> Result<SlotMap> {
         let mut last_error = None;
         for node in nodes {
-            let answer = self.pool_at(node).run(|connection| {
-                redis::cmd("CLUSTER")
+            // A frozen node must not hold the refresh for a whole (long) response timeout.
+            let deadline = Instant::now() + self.response_timeout.min(MAP_ANSWER_WITHIN);
+            let answer = self.pool_at(node).run_before(deadline, |connection| {
+                let map = redis::cmd("CLUSTER")
                     .arg("SLOTS")
-                    .query::<Value>(connection)
+                    .query::<Value>(connection)?;
+                Ok((map, Reading::Complete))
             });
             match answer {
                 Ok(answer) => match SlotMap::parse(&answer, node) {
@@ -465,11 +476,31 @@ impl Cluster {
                 let mut current = self.map.write();
                 if **current != map {
                     log::debug!("cluster slot map changed: masters {:?}", map.masters);
+                    let demoted: Vec<NodeAddress> = (current.masters.iter())
+                        .filter(|master| !map.masters.contains(master))
+                        .cloned()
+                        .collect();
                     *current = Arc::new(map);
                     self.generation.fetch_add(1, Ordering::AcqRel);
+                    drop(current);
+                    self.retire(&demoted);
                 }
             }
             Err(err) => log::debug!("no cluster node answered CLUSTER SLOTS: {err}"),
+        }
+    }
+
+    /// The nodes at `addresses` are no longer masters: their connections are not used
+    /// again, and an answer read on one from now on is not trusted (a call that was blocked
+    /// on a frozen master through its failover).
+    /// Should such a node serve slots again, it gets a new pool.
+    fn retire(&self, addresses: &[NodeAddress]) {
+        let mut pools = self.pools.lock();
+        for address in addresses {
+            if let Some(pool) = pools.remove(address) {
+                log::debug!("cluster node {address} is no longer a master");
+                pool.retire();
+            }
         }
     }
 

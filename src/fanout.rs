@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::pool::{self, Pool, Reading};
+use crate::pool::{self, Pool, Pooled, Reading};
 use crate::protocol::ScriptCall;
 use crate::replication::{Acked, ReplicaAcks};
 use crate::script;
@@ -62,7 +62,7 @@ impl<'a> Request<'a> {
 
 /// A request written to its server, whose answer is still to be read.
 struct InFlight {
-    connection: Connection,
+    connection: Pooled,
     /// The connection came from the idle list, so it may turn out to have been dead.
     was_idle: bool,
     /// How much longer than the caller's deadline its answer is awaited: a request that had
@@ -96,7 +96,7 @@ impl<'a> FanOut<'a> {
     pub(crate) fn send(requests: &'a [Request<'a>], deadline: Instant) -> Self {
         let budget = deadline.saturating_duration_since(Instant::now());
         let packed: Vec<Vec<u8>> = requests.iter().map(packed_request).collect();
-        let idle: Vec<Option<Connection>> = requests
+        let idle: Vec<Option<Pooled>> = requests
             .iter()
             .map(|request| request.pool.take_idle())
             .collect();
@@ -232,7 +232,7 @@ fn packed_request(request: &Request<'_>) -> Vec<u8> {
 fn send(
     pool: &Pool,
     packed: &[u8],
-    idle: Option<Connection>,
+    idle: Option<Pooled>,
     deadline: Instant,
     budget: Duration,
 ) -> Result<InFlight> {
@@ -268,7 +268,7 @@ fn read_in_time(connection: &mut Connection, deadline: Instant) -> RedisResult<V
 /// back when it is in step.
 fn finish(
     request: &Request<'_>,
-    mut connection: Connection,
+    mut connection: Pooled,
     answer: RedisResult<Value>,
     answer_by: Instant,
     budget: Duration,
@@ -285,9 +285,12 @@ fn finish(
         }
         None => (None, Reading::Complete),
     };
+    // Read on a connection to a server that may have been demoted since it was made.
+    let current = request.pool.check_current(&connection);
     if reading == Reading::Complete {
         request.pool.give_back(connection);
     }
+    current?;
     match value {
         Value::ServerError(err) => {
             let err = err.into();

@@ -27,20 +27,33 @@
 //! that gets no answer in time, against a plaintext `PING`
 //! ([`TlsFailure::NotTls`](crate::TlsFailure::NotTls)).
 //!
-//! In sentinel mode the pool connects to the master the [`MasterLocator`] names now. Idle
-//! connections made for an older master are dropped once the locator's generation moves on,
-//! and a call that cannot reach the master, or that the master refuses with `READONLY` (it
-//! was demoted), makes the locator ask the sentinels again.
+//! In sentinel mode the pool connects to the master the [`MasterLocator`] names now, and
+//! confirms with `ROLE` that the server it reached is a master. A call that cannot reach the
+//! master, or that the master refuses with `READONLY` (it was demoted), makes the locator
+//! ask the sentinels again.
+//!
+//! Every connection carries the generation of the topology it was made for: in sentinel
+//! mode the locator's, which moves with every change of master; otherwise the pool's own,
+//! which moves when the pool is [retired](Pool::retire) (in cluster mode, its node stopped
+//! being a master: a retired pool makes no connection again, and refuses every call as an
+//! unreachable server would). A connection of an older generation is never used again: it is dropped
+//! when it comes back to the pool, and an answer read on it after the generation moved (a
+//! call that was blocked on a frozen master through a failover) is not trusted: the server
+//! that gave it may have been demoted, and what it wrote may be lost. Such a call fails as
+//! an outage that may have run ([`Error::Unreachable`]), which every caller rides out by
+//! sending it again to the master now (every call that changes state is safe to send twice).
 
 use std::io;
 use std::net::SocketAddr;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::{
-    Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisResult,
-    ServerErrorKind,
+    Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult,
+    ServerErrorKind, Value,
 };
 
 use crate::error::{Error, Result};
@@ -93,8 +106,12 @@ pub(crate) struct Pool {
     /// A TLS connection has nothing to set up, so its handshake waits for a first command:
     /// a `PING` sent while connecting.
     ping_to_handshake: bool,
-    /// Idle connections, and the master generation they were made for (sentinel mode).
-    idle: Mutex<Idle>,
+    /// Idle connections.
+    idle: Mutex<Vec<Pooled>>,
+    /// The generation of a pool with a fixed target: moves when it is retired.
+    epoch: AtomicU64,
+    /// The pool was retired: it serves no call any more.
+    retired: AtomicBool,
     max_idle: usize,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -103,10 +120,24 @@ pub(crate) struct Pool {
     on_failure: Option<FailureHook>,
 }
 
-#[derive(Default)]
-struct Idle {
-    connections: Vec<Connection>,
+/// A connection of the pool, and the generation of the topology it was made for.
+pub(crate) struct Pooled {
+    connection: Connection,
     generation: u64,
+}
+
+impl Deref for Pooled {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.connection
+    }
+}
+
+impl DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.connection
+    }
 }
 
 impl Pool {
@@ -131,7 +162,9 @@ impl Pool {
             tls,
             ping_to_handshake: tls && setup_replies == 0,
             target,
-            idle: Mutex::new(Idle::default()),
+            idle: Mutex::new(Vec::new()),
+            epoch: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
             max_idle,
             connect_timeout,
             response_timeout,
@@ -218,12 +251,13 @@ impl Pool {
         timeouts: Timeouts,
         mut command: impl FnMut(&mut Connection) -> RedisResult<(T, Reading)>,
     ) -> Result<T> {
+        self.refuse_if_retired()?;
         let pooled = self.take_idle();
         if let Some(connection) = pooled {
             match self.run_on(connection, timeout, deadline, timeouts, &mut command) {
                 Err(err) if is_stale_connection(&err) => {
                     log::debug!("dropping idle redis connections after: {err}");
-                    self.idle.lock().connections.clear();
+                    self.idle.lock().clear();
                     self.failed(&err);
                 }
                 outcome => return self.sorted(outcome, timeout),
@@ -241,6 +275,8 @@ impl Pool {
                 self.connect_timeout.min(left / self.setup_replies)
             }
         };
+        // A stale connection may have been stale because the pool was retired meanwhile.
+        self.refuse_if_retired()?;
         // What the call may take from here: a connection and an answer, or until its deadline.
         let give_up_at = deadline.unwrap_or_else(|| Instant::now() + connect_timeout + timeout);
         let connection = self
@@ -284,12 +320,45 @@ impl Pool {
 
     /// Drops every idle connection (the master moved).
     pub(crate) fn forget_idle(&self) {
-        self.idle.lock().connections.clear();
+        self.idle.lock().clear();
+    }
+
+    /// The generation of the topology now: a connection made for another is not used again.
+    pub(crate) fn generation(&self) -> u64 {
+        match &self.target {
+            Target::Sentinel(locator) => locator.generation(),
+            Target::Fixed { .. } => self.epoch.load(Ordering::Acquire),
+        }
+    }
+
+    /// The server is no longer what this pool was made for (in cluster mode, its node is no
+    /// longer a master): its connections, idle or busy, are not used again, an answer read
+    /// on one from now on is not trusted, and every later call is refused without being
+    /// sent, as by a server that cannot be reached.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.forget_idle();
+    }
+
+    /// Refuses a call on a retired pool: nothing was sent.
+    fn refuse_if_retired(&self) -> Result<()> {
+        if !self.retired.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let detail = format!("{} is no longer a master", self.server());
+        let err = io::Error::new(io::ErrorKind::ConnectionRefused, detail);
+        Err(Error::Unreachable(err.into()))
+    }
+
+    /// Whether `connection` was made for the topology now.
+    fn is_current(&self, connection: &Pooled) -> bool {
+        connection.generation == self.generation()
     }
 
     fn run_on<T>(
         &self,
-        mut connection: Connection,
+        mut connection: Pooled,
         timeout: Duration,
         deadline: Option<Instant>,
         timeouts: Timeouts,
@@ -309,6 +378,11 @@ impl Pool {
             connection.set_read_timeout(Some(timeout))?;
         }
         let outcome = command(&mut connection);
+        let outcome = match self.is_current(&connection) {
+            true => outcome,
+            // Answered (or not) by a server that is not the master any more, or may not be.
+            false => Err(self.answered_after_switch()),
+        };
         let reusable = match &outcome {
             Ok((_, reading)) => *reading == Reading::Complete && connection.is_open(),
             // The server answered: the stream is in step with our requests.
@@ -328,24 +402,40 @@ impl Pool {
         outcome.map(|(value, _)| value)
     }
 
+    /// The error of a call whose connection was made for an older topology: a broken
+    /// connection, after which the call may have run.
+    fn answered_after_switch(&self) -> RedisError {
+        let detail = format!(
+            "{} moved while a call to it was on the wire: its answer is not trusted",
+            self.server()
+        );
+        io::Error::new(io::ErrorKind::ConnectionAborted, detail).into()
+    }
+
     /// An idle connection, for a caller that sends and reads by itself (a fan-out over
     /// several servers). It may turn out to be dead. Give it back with [`Pool::give_back`]
     /// only when it is in step (every answer read).
-    pub(crate) fn take_idle(&self) -> Option<Connection> {
+    pub(crate) fn take_idle(&self) -> Option<Pooled> {
+        let generation = self.generation();
         let mut idle = self.idle.lock();
-        if let Target::Sentinel(locator) = &self.target {
-            // Connections made for an older master go: the master moved since.
-            let generation = locator.generation();
-            if idle.generation != generation {
-                idle.connections.clear();
-                idle.generation = generation;
-            }
+        // Connections made for an older topology go: the master moved since.
+        idle.retain(|connection| connection.generation == generation);
+        idle.pop()
+    }
+
+    /// Whether an answer read on `connection` can be trusted: the connection was made for
+    /// the topology now. An answer that cannot is [`Error::Unreachable`], as for a call
+    /// whose connection broke after it was sent.
+    pub(crate) fn check_current(&self, connection: &Pooled) -> Result<()> {
+        match self.is_current(connection) {
+            true => Ok(()),
+            false => Err(Error::Unreachable(self.answered_after_switch())),
         }
-        idle.connections.pop()
     }
 
     /// A new connection, made within `budget` (set-up replies included).
-    pub(crate) fn connect_within(&self, budget: Duration) -> Result<Connection> {
+    pub(crate) fn connect_within(&self, budget: Duration) -> Result<Pooled> {
+        self.refuse_if_retired()?;
         if budget.is_zero() {
             return Err(Error::Timeout(budget));
         }
@@ -460,21 +550,26 @@ impl Pool {
 
     /// Restores the pool's read timeout on `connection` and keeps it for reuse (its write
     /// timeout must not have been changed).
-    pub(crate) fn give_back(&self, connection: Connection) {
+    pub(crate) fn give_back(&self, connection: Pooled) {
         let restored = connection.set_read_timeout(Some(self.response_timeout));
         if restored.is_ok() && connection.is_open() {
             self.put_back(connection);
         }
     }
 
-    fn put_back(&self, connection: Connection) {
+    /// Keeps `connection` for reuse, unless it was made for an older topology or enough are
+    /// idle.
+    fn put_back(&self, connection: Pooled) {
+        let generation = self.generation();
         let mut idle = self.idle.lock();
-        if idle.connections.len() < self.max_idle {
-            idle.connections.push(connection);
+        if connection.generation == generation && idle.len() < self.max_idle {
+            idle.push(connection);
         }
     }
 
-    fn connect(&self, timeout: Duration) -> Result<Connection> {
+    fn connect(&self, timeout: Duration) -> Result<Pooled> {
+        // Read before connecting: a switch while connecting leaves the connection stale.
+        let generation = self.generation();
         let connection = self.open(timeout).inspect_err(|err| {
             if let (Some(hook), Error::Unreachable(_) | Error::Timeout(_)) = (&self.on_failure, err)
             {
@@ -488,7 +583,10 @@ impl Pool {
         ] {
             outcome.map_err(|err| Error::from_redis(err, timeout))?;
         }
-        Ok(connection)
+        Ok(Pooled {
+            connection,
+            generation,
+        })
     }
 
     /// A new connection, set up and, for TLS, past its handshake, within `timeout`.
@@ -523,6 +621,7 @@ impl Pool {
         let (host, port) = locator.address();
         let resolver = Resolver::new(&host, port);
         let info = locator.info_at(host, port);
+        let give_up_at = Instant::now() + timeout;
         let connected = if self.tls {
             redis::Client::open(info)
                 .map_err(|err| Error::from_redis(err, timeout))
@@ -530,14 +629,64 @@ impl Pool {
         } else {
             connect_resolved(&info, &resolver, timeout)
         };
-        connected.inspect_err(|err| {
-            if let Error::Unreachable(_) | Error::Timeout(_) = err {
-                if locator.ask_again() {
+        connected
+            .and_then(|mut connection| {
+                confirm_master(&mut connection, give_up_at, timeout)?;
+                Ok(connection)
+            })
+            .inspect_err(|err| {
+                let demoted = matches!(err, Error::Redis(err)
+                    if err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly));
+                let unreachable = matches!(err, Error::Unreachable(_) | Error::Timeout(_));
+                if (demoted || unreachable) && locator.ask_again() {
                     self.forget_idle();
                 }
-            }
-        })
+            })
     }
+}
+
+/// Confirms with `ROLE`, before `give_up_at`, that a new connection reached a master: the
+/// sentinels may name a server that has been demoted since (one sentinel lags behind the
+/// others). A server that is not a master is refused as `READONLY` would refuse a write; a
+/// user whose ACL refuses `ROLE` is taken at the sentinels' word.
+fn confirm_master(
+    connection: &mut Connection,
+    give_up_at: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    let left = give_up_at.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Timeout(timeout));
+    }
+    let role = connection
+        .set_read_timeout(Some(left))
+        .and_then(|()| redis::cmd("ROLE").query::<Value>(connection));
+    let restored = connection.set_read_timeout(Some(timeout));
+    let role = match role {
+        Ok(role) => role,
+        Err(err) if err.code() == Some("NOPERM") => {
+            log::debug!("cannot confirm the master's role: {err}");
+            return Ok(());
+        }
+        Err(err) => return Err(Error::from_redis(err, timeout)),
+    };
+    restored.map_err(|err| Error::from_redis(err, timeout))?;
+    let named = match &role {
+        Value::Array(fields) => match fields.first() {
+            Some(Value::BulkString(role)) => String::from_utf8_lossy(role).into_owned(),
+            Some(Value::SimpleString(role)) => role.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    if named == "master" {
+        return Ok(());
+    }
+    Err(Error::Redis(RedisError::from((
+        ErrorKind::Server(ServerErrorKind::ReadOnly),
+        "the server the sentinels name as master is not one",
+        format!("ROLE answered {named:?}"),
+    ))))
 }
 
 /// For TLS: confirms that the host name answers, within `timeout`, then lets redis-rs look it

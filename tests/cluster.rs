@@ -1155,3 +1155,88 @@ fn fenced_stores_and_group_locks_work_with_cluster_managers() {
         "{report}:daily"
     ));
 }
+
+/// A call blocked on a frozen master through its failover is answered once the old master
+/// wakes, still a master in its own eyes until the cluster tells it otherwise. Neither that
+/// answer nor its connection may be trusted: a lock granted there is invisible to every
+/// manager that follows the cluster, so two holders would hold it at once.
+#[test]
+fn a_connection_to_a_demoted_master_is_never_used_again() {
+    let cluster = start(3, 1);
+    let seeds = cluster.seed_urls();
+    // A call stays blocked on the frozen master through the failover (response timeout), and
+    // the renewal of a held lock fails (at its lease's end) well after it: that failure makes
+    // the manager ask the cluster for its map again.
+    let manager = LockManager::builder_cluster(seeds.iter().map(String::as_str))
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(60))
+        .watchdog_timeout(Duration::from_secs(30))
+        .outage_grace(Duration::from_secs(30))
+        .build()
+        .expect("manager in cluster mode");
+    let _held = manager.lock("{t}held").lock().expect("lock");
+    let slot = cluster.key_slot("{t}").unwrap();
+    let old_master = cluster.master_of_slot(slot).unwrap();
+    let promoted = cluster.replicas_of(old_master).unwrap()[0];
+    // The held lock is on the replica that takes over.
+    assert!(eventually(Duration::from_secs(10), || after::<i64>(
+        promoted,
+        "READONLY",
+        &["EXISTS", "{t}held"]
+    ) == 1));
+
+    old_master.pause().expect("SIGSTOP the master");
+    // The blocked call's guard is kept until the end, as its holder would keep it.
+    let (answered, answer) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let blocked = thread::spawn({
+        let manager = manager.clone();
+        move || {
+            let guard = manager.lock("{t}blocked").try_lock();
+            let _ = answered.send(
+                guard
+                    .as_ref()
+                    .map(Option::is_some)
+                    .map_err(|e| e.to_string()),
+            );
+            let _ = released.recv();
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(30), || promoted
+            .command(&["ROLE"])
+            .is_ok_and(|role| role.contains("master"))),
+        "the replica never took over"
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || manager.stats().renewals_failed
+            > 0),
+        "the renewal on the frozen master never failed"
+    );
+    old_master.resume().expect("SIGCONT the old master");
+    let answered = answer
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the blocked call answered");
+    println!("the call blocked on the old master answered {answered:?}");
+    let other = cluster_manager_for(&seeds, Duration::from_secs(9));
+    if let Ok(true) = answered {
+        let again = other.lock("{t}blocked").try_lock().expect("try_lock");
+        assert!(again.is_none(), "a lock granted by the demoted master");
+    }
+
+    // The old master may still take writes until it hears of the failover: a lock taken now
+    // must be taken on the new master, where every other manager looks.
+    let first = manager.lock("{t}c").try_lock().expect("try_lock");
+    let second = other.lock("{t}c").try_lock().expect("try_lock");
+    assert!(
+        !(first.is_some() && second.is_some()),
+        "two managers hold the same lock: one on the demoted master"
+    );
+    assert!(first.is_some(), "the lock was free");
+    assert!(
+        exists(promoted, "{t}c"),
+        "the lock is not on the new master"
+    );
+    drop(release);
+    blocked.join().expect("blocked thread");
+}

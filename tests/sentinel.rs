@@ -231,3 +231,83 @@ fn survives_a_failover(run: usize) -> Result<Duration, String> {
         .map_err(|err| format!("unlock on the new master: {err}"))?;
     Ok(failover)
 }
+
+/// A call blocked on a frozen master through its failover is answered once the old master
+/// wakes, still a master in its own eyes. Neither that answer nor its connection may be
+/// trusted: a lock granted there is on a server the sentinels demoted, invisible to every
+/// manager that follows them, so two holders would hold it at once.
+#[test]
+fn a_connection_to_a_demoted_master_is_never_used_again() {
+    let deployment = Deployment::start(2);
+    // Long enough for a call to stay blocked on the frozen master through the failover.
+    let manager = LockManager::builder_sentinel(deployment.sentinel_urls(), MASTER_NAME)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(30))
+        .watchdog_timeout(Duration::from_secs(9))
+        .outage_grace(Duration::from_secs(30))
+        .build()
+        .expect("manager in sentinel mode");
+    manager
+        .lock("warm")
+        .lock()
+        .expect("lock")
+        .unlock()
+        .expect("unlock");
+    let old_master = deployment.master();
+    let old_port = old_master.port();
+
+    old_master.pause().expect("SIGSTOP the master");
+    // The blocked call's guard is kept until the end, as its holder would keep it.
+    let (answered, answer) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let blocked = thread::spawn({
+        let manager = manager.clone();
+        move || {
+            let guard = manager.lock("blocked").try_lock();
+            let _ = answered.send(
+                guard
+                    .as_ref()
+                    .map(Option::is_some)
+                    .map_err(|e| e.to_string()),
+            );
+            let _ = released.recv();
+        }
+    });
+    let new_port = deployment.wait_for_failover(old_port, Duration::from_secs(30));
+    // The manager follows the sentinels: a short try reaches the new master.
+    assert!(
+        eventually(Duration::from_secs(30), || manager
+            .lock("probe")
+            .try_lock_for(Duration::from_millis(300))
+            .is_ok_and(|guard| guard.is_some())),
+        "the manager never reached the new master"
+    );
+    old_master.resume().expect("SIGCONT the old master");
+    let answered = answer
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the blocked call answered");
+    println!("the call blocked on the old master answered {answered:?}");
+    let other = sentinel_manager(&deployment, Duration::from_secs(9));
+    if let Ok(true) = answered {
+        let again = other.lock("blocked").try_lock().expect("try_lock");
+        assert!(again.is_none(), "a lock granted by the demoted master");
+    }
+
+    // The old master still takes writes until the sentinels demote it: a lock taken now
+    // must be taken on the new master, where every other manager looks.
+    let first = manager.lock("c").try_lock().expect("try_lock");
+    let second = other.lock("c").try_lock().expect("try_lock");
+    assert!(
+        !(first.is_some() && second.is_some()),
+        "two managers hold the same lock: one on the demoted master"
+    );
+    assert!(first.is_some(), "the lock was free");
+    let new_master = deployment.server_on(new_port);
+    assert_eq!(
+        new_master.command(&["EXISTS", "c"]).expect("EXISTS"),
+        ":1\r\n",
+        "the lock is not on the new master"
+    );
+    drop(release);
+    blocked.join().expect("blocked thread");
+}
