@@ -322,7 +322,8 @@ impl Error {
     /// [`Error::NoQuorum`], or so slow that the lease was spent: [`Error::LeaseSpent`]), its
     /// replicas did not acknowledge a write in time ([`Error::NotReplicated`]), or it
     /// answered that it cannot serve now (`LOADING`, `BUSY`,
-    /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`). Never for a refused login or
+    /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, or `UNBLOCKED`: a master demoted
+    /// while the call waited for its replicas). Never for a refused login or
     /// permission: the same call is refused until the user's ACL changes.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -341,7 +342,7 @@ impl Error {
                             | ServerErrorKind::ReadOnly
                             | ServerErrorKind::ClusterDown
                     )
-                ) || err.code() == Some("BUSY")
+                ) || matches!(err.code(), Some("BUSY" | "UNBLOCKED"))
             }
             _ => false,
         }

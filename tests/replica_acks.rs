@@ -322,3 +322,62 @@ fn an_empty_script_cache_with_replicas_short_costs_one_ack_timeout_not_the_call(
     resume_and_catch_up(&master, &replica);
     renewed.unlock().unwrap();
 }
+
+/// A master demoted while an acquisition waits for its replicas answers the `WAIT` with
+/// `-UNBLOCKED`: that is an outage like the failover it comes from, and the wait rides it
+/// out up to its deadline, then takes the lock once the server is a master again.
+#[test]
+fn a_wait_unblocked_by_a_demotion_rides_it_out() {
+    let (master, replica) = pair();
+    let manager = LockManager::builder(master.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .replica_acks(1, Duration::from_secs(8))
+        .outage_grace(Duration::from_secs(30))
+        .build()
+        .expect("build manager");
+    // The script cached, so that the `WAIT` that blocks is the one behind the acquisition.
+    let lock = manager.lock("unblocked");
+    lock.lock().expect("lock").unlock().expect("unlock");
+    replica.pause().expect("SIGSTOP the replica");
+    let waiting = std::thread::spawn({
+        let manager = manager.clone();
+        move || {
+            let started = Instant::now();
+            let outcome = manager
+                .lock("unblocked")
+                .try_lock_for(Duration::from_secs(60));
+            (
+                outcome.map(|guard| guard.map(|guard| guard.unlock())),
+                started.elapsed(),
+            )
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || ask(
+            &master,
+            &["INFO", "clients"]
+        )
+        .contains("blocked_clients:1")),
+        "the acquisition never waited for its replica"
+    );
+    // Demoted: the `WAIT` is answered `-UNBLOCKED`, and writes `READONLY`, until it is a
+    // master again.
+    let replica_port = replica.port().to_string();
+    ask(&master, &["REPLICAOF", "127.0.0.1", &replica_port]);
+    // Demoted until the acquisition has been refused as a replica once (or has ended).
+    assert!(
+        eventually(Duration::from_secs(20), || waiting.is_finished()
+            || ask(&master, &["INFO", "errorstats"])
+                .contains("errorstat_READONLY")),
+        "the acquisition neither ended nor tried again"
+    );
+    ask(&master, &["REPLICAOF", "NO", "ONE"]);
+    resume_and_catch_up(&master, &replica);
+    let (outcome, took) = waiting.join().expect("waiting thread");
+    let unlocked = outcome
+        .expect("the demotion is an outage that the wait rides out")
+        .expect("the lock is free once the server is a master again");
+    unlocked.expect("unlock");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
