@@ -159,8 +159,11 @@ pub struct LostLock {
     /// The lock name.
     pub name: String,
     /// The holder id (`<client-id>:<chain-number>`, unique to the acquisition chain) that held
-    /// it.
+    /// it: a guard's [`holder_id`](crate::LockGuard::holder_id).
     pub holder: String,
+    /// The fencing token of the acquisition chain that held it (0 for a permit, which has
+    /// none): a guard's [`fencing_token`](crate::LockGuard::fencing_token).
+    pub fencing_token: u64,
     /// Why it is known to be gone.
     pub reason: LostReason,
 }

@@ -259,3 +259,27 @@ fn a_change_that_cannot_be_confirmed_says_so() {
     // It did run (Redis was only paused), once.
     assert!(eventually(PATIENCE, || latch.count().unwrap() == 1));
 }
+
+/// A grant that arrives after its lease ran out by the local clock (a slow network, a frozen
+/// master) is never handed out as a guard, lost the moment it is returned: it is given back,
+/// and the wait goes on until its deadline.
+#[test]
+fn a_grant_that_arrives_past_its_lease_is_not_handed_out() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let lock = manager.lock("late-grant");
+    lock.try_lock().unwrap().expect("free").unlock().unwrap(); // the scripts are loaded
+    proxy.set_latency(Duration::from_millis(400));
+    let lease = Duration::from_millis(200);
+    if let Ok(Some(guard)) = lock.try_lock_for_with_lease(Duration::from_secs(2), lease) {
+        panic!("a guard handed out past its lease: {:?}", guard.check());
+    }
+    proxy.set_latency(Duration::ZERO);
+    let guard = lock
+        .try_lock_for_with_lease(PATIENCE, Duration::from_secs(5))
+        .unwrap()
+        .expect("the late grants were given back or ran out");
+    assert!(!guard.is_lost());
+    guard.unlock().unwrap();
+}

@@ -251,7 +251,10 @@ fn a_restart_without_persistence_is_reported_within_one_renewal_interval() {
     );
     let (report, _) = reports.recv_timeout(PATIENCE).unwrap();
     assert_eq!(report.reason, LostReason::NotHeldAnymore);
+    // The report names the guard's acquisition: its holder id and its fencing token.
+    assert_eq!(report.holder, guard.holder_id());
     assert!(report.holder.starts_with(manager.client_id()));
+    assert_eq!(report.fencing_token, guard.fencing_token());
     assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
     assert_nothing_left(&manager, &redis);
 }

@@ -27,6 +27,15 @@ use crate::protocol::names;
 /// comparable. The value is a plain Redis string under the given key, readable by anyone;
 /// the token lives in `redlease_fence:{key}`, which stays after a delete.
 ///
+/// A write with a token *equal* to the highest seen is taken: one holder writes as often as
+/// it likes under one guard. Two holders with the same token would therefore both be taken,
+/// which happens only if the lock's token counter itself was rolled back by a failover. On a
+/// single server (with its data kept across restarts) tokens never repeat for a name. Behind
+/// a failover they never repeat when every acquisition was acknowledged by the replica that
+/// gets promoted: [`replica_acks`](crate::LockManagerBuilder::replica_acks) with as many
+/// replicas as the master has. Without acknowledgements, a failover may lose the last
+/// increments of the counter along with the lock, and issue a token again.
+///
 /// ```
 /// # fn main() -> redlease::Result<()> {
 /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");

@@ -106,8 +106,30 @@ impl LockGuard {
 
     /// The fencing token of this acquisition: strictly greater than the token of every
     /// earlier holder of the lock name; reentrant levels share the token of the first level.
+    ///
+    /// Across a failover this holds only where the token's increment reached the promoted
+    /// replica: with [`replica_acks`](crate::LockManagerBuilder::replica_acks) on every
+    /// replica (see [`FencedStore`](crate::FencedStore) for what a repeated token means).
     pub fn fencing_token(&self) -> u64 {
         self.core.hold().token
+    }
+
+    /// The holder id of this acquisition chain (`<client-id>:<chain-number>`), as Redis keeps
+    /// it and as a [`LostLock`](crate::LostLock) report names it: reentrant levels of one
+    /// chain share it.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let guard = manager.lock("exports:daily").lock()?;
+    /// let inner = manager.lock("exports:daily").lock()?;
+    /// assert_eq!(guard.holder_id(), inner.holder_id());
+    /// assert!(guard.holder_id().starts_with(manager.client_id()));
+    /// # Ok(()) }
+    /// ```
+    pub fn holder_id(&self) -> &str {
+        &self.core.hold().holder
     }
 
     /// Whether the lock is known to be lost (see [`LostReason`]): a renewal found another

@@ -25,6 +25,7 @@ use crate::cancel::CancelToken;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
 use crate::guard::run_holding;
+use crate::lease;
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
@@ -374,8 +375,9 @@ impl Lock {
                         match self.guard(holder.clone(), joins, lease, token, sent_at) {
                             Some(guard) => wait::Attempt::Taken(guard),
                             None => {
-                                // The level joined a chain given up here meanwhile: take the
-                                // chain's hold back, and start a new chain.
+                                // The level joined a chain given up here meanwhile, or came
+                                // too late to hold anything: take the chain's hold back, and
+                                // start a new chain.
                                 self.undo_given_up(&holder);
                                 *chain.borrow_mut() = self.chain_to_join(thread)?;
                                 wait::Attempt::Again
@@ -501,7 +503,9 @@ impl Lock {
     }
 
     /// The guard of a level granted to `holder` (`joins`: of a chain it holds already);
-    /// `None` when that chain was given up meanwhile.
+    /// `None` when that chain was given up meanwhile, or when the grant of a new chain came
+    /// so late that its lease had run out by the local clock (a slow network, a frozen
+    /// master): such a guard would be lost the moment it is handed out.
     fn guard(
         &self,
         holder: String,
@@ -514,6 +518,14 @@ impl Lock {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
         };
+        let lease_length = fixed_lease.unwrap_or_else(|| self.client.watchdog_timeout());
+        if !joins && lease::deadline(sent_at, lease_length) <= Instant::now() {
+            log::debug!(
+                "lock {:?}: a grant came after its lease ran out; giving it back",
+                self.name()
+            );
+            return None;
+        }
         let thread = names::thread_number();
         let holding = Holding {
             key: &self.watch_key(thread),

@@ -23,6 +23,7 @@ pub use guard::PermitGuard;
 use crate::cancel::CancelToken;
 use crate::client::{Release, Undoing};
 use crate::error::{Error, Result};
+use crate::lease;
 use crate::lock::deadline_after;
 use crate::protocol::names;
 use crate::protocol::renew::HoldKind;
@@ -305,7 +306,14 @@ impl PermitSemaphore {
             joins: false,
         };
         let watchdog = self.semaphore.client().watchdog();
-        match watchdog.watch(holding, grant, sent_at, fixed_lease) {
+        let lease_length = fixed_lease.unwrap_or_else(|| watchdog.timeout());
+        // A grant that came after its lease ran out by the local clock (a slow network, a
+        // frozen master) would be lost the moment it is handed out.
+        let in_time = lease::deadline(sent_at, lease_length) > Instant::now();
+        match in_time
+            .then(|| watchdog.watch(holding, grant, sent_at, fixed_lease))
+            .flatten()
+        {
             Some((lease, _)) => Some(PermitGuard::new(
                 self.clone(),
                 id,
@@ -315,7 +323,8 @@ impl PermitSemaphore {
                 lease,
             )),
             None => {
-                // Only a level joining a chain is refused; give the permit back regardless.
+                // Too late, or (for a level joining a chain, never here) refused: give the
+                // permit back.
                 if let Err(err) = self.release(&id, Release::Dropped) {
                     log::debug!(
                         "semaphore {:?}: release of a refused permit: {err}",

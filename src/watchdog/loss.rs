@@ -37,6 +37,7 @@ impl LossReports {
             self.pending.push(LostLock {
                 name: entry.name.to_string(),
                 holder: entry.holder.to_string(),
+                fencing_token: entry.lease.token(),
                 reason,
             });
         }
