@@ -192,7 +192,7 @@ impl Group {
             .iter()
             .map(|member| {
                 let watchdog = member.client().watchdog();
-                match watchdog.chain_of(member.name(), thread) {
+                match watchdog.chain_of(&member.watch_key(thread), thread) {
                     Some((holder, levels)) => (holder.to_string(), levels),
                     None => (member.client().new_holder_id(), 0),
                 }
@@ -307,7 +307,8 @@ impl Group {
                     // attempt starts a new one there.
                     let member = &self.members[index];
                     let watchdog = member.client().watchdog();
-                    watchdog.chain_gone(member.name(), &holders[index]);
+                    let key = member.watch_key(crate::protocol::names::thread_number());
+                    watchdog.chain_gone(&key, &holders[index]);
                 }
                 Ok(Acked {
                     answer: Acquired::Held { ttl },
@@ -383,8 +384,9 @@ impl Group {
             .enumerate()
             .map(|(index, ((member, holder), grant))| {
                 let grant = (*grant)?;
+                let key = member.watch_key(thread);
                 let holding = Holding {
-                    key: member.name(),
+                    key: &key,
                     name: member.name(),
                     holder,
                     kind: HoldKind::Lock,

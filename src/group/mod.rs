@@ -627,7 +627,8 @@ impl Group {
             .map(|(member, hold)| {
                 let hold = hold.as_ref()?;
                 let watchdog = member.client().watchdog();
-                let left = watchdog.unwatch(member.name(), &hold.lease, chain.fixed.is_some());
+                let key = member.watch_key(names::thread_number());
+                let left = watchdog.unwatch(&key, &hold.lease, chain.fixed.is_some());
                 hold.lease.lost().is_none().then_some(left)
             })
             .collect();

@@ -13,7 +13,6 @@
 
 mod guard;
 
-use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::sync::Arc;
@@ -309,13 +308,12 @@ impl Lock {
         watchdog.chain_of(&self.watch_key(thread), thread)
     }
 
-    /// The watchdog's key for `thread`'s chain of this lock: the name, as one thread of a
-    /// process at most holds the lock, except for read locks, which many threads hold at
-    /// once.
-    pub(crate) fn watch_key(&self, thread: u64) -> Cow<'_, str> {
+    /// The watchdog's key for `thread`'s chain of this lock (its read levels, for a read
+    /// lock).
+    pub(crate) fn watch_key(&self, thread: u64) -> String {
         match self.keys.kind {
-            LockKind::Read => Cow::Owned(names::reader_watch_key(&self.keys.name, thread)),
-            _ => Cow::Borrowed(&self.keys.name),
+            LockKind::Read => names::reader_watch_key(&self.keys.name, thread),
+            _ => names::holder_watch_key(&self.keys.name, thread),
         }
     }
 
@@ -422,7 +420,8 @@ impl Lock {
         let watchdog = self.client.watchdog();
         match self.keys.kind {
             LockKind::Read => {
-                if let Some((writer, _)) = watchdog.chain_of(&self.keys.name, thread) {
+                let writer_key = names::holder_watch_key(&self.keys.name, thread);
+                if let Some((writer, _)) = watchdog.chain_of(&writer_key, thread) {
                     return Ok((writer.to_string(), 0));
                 }
             }

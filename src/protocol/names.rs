@@ -75,8 +75,14 @@ pub(crate) fn permit_timeouts(name: &str) -> String {
     suffixed(name, "timeout")
 }
 
-/// The watchdog's key for the read levels `thread` holds of the read-write lock `name` (many
-/// threads of a process may hold read levels at once; the write lock is keyed by its name).
+/// The watchdog's key for the chain by which `thread` holds the lock `name` (a plain or fair
+/// lock, a write lock, a member of a group lock). Keyed by thread, not by name: a grant that
+/// should not have been (a demoted master's) must not stand in for another thread's hold.
+pub(crate) fn holder_watch_key(name: &str, thread: u64) -> String {
+    format!("{name}\0thread\0{thread}")
+}
+
+/// The watchdog's key for the read levels `thread` holds of the read-write lock `name`.
 pub(crate) fn reader_watch_key(name: &str, thread: u64) -> String {
     format!("{name}\0read\0{thread}")
 }

@@ -2,10 +2,11 @@
 //! as early as it can when one is lost, and deletes the latches that releases leave behind.
 //!
 //! Its parts:
-//! - [`registry`]: the entries, one per acquisition chain held in this process, keyed by lock
-//!   name, or by a key of the primitive's making for holds many threads of a process have at
-//!   once (read levels, permits); each with its kind of hold, holder, thread, reentrant levels
-//!   and the shared [`LeaseState`];
+//! - [`registry`]: the entries, one per acquisition chain held in this process, keyed by a
+//!   key of the primitive's making: the lock name and the holding thread (read levels too),
+//!   the permit's id; never by name alone, so that a grant that should not have been (a
+//!   demoted master's) cannot stand in for another thread's hold; each with its kind of
+//!   hold, holder, thread, reentrant levels and the shared [`LeaseState`];
 //! - [`schedule`]: when each entry is next looked at: renewals batched by tick, lease-end
 //!   checks to the instant, and whether new work must wake the thread;
 //! - [`renewal`]: the I/O, one pipeline of batched script calls per batch, however many locks
@@ -72,8 +73,8 @@ pub(crate) struct Grant {
 
 /// A hold to watch: one level of an acquisition chain.
 pub(crate) struct Holding<'a> {
-    /// The registry key: the name, for a hold that one thread of a process at most can have;
-    /// else a key of the primitive's making, unique to the chain's thread or permit.
+    /// The registry key: a key of the primitive's making, unique to the chain's name and
+    /// thread, or to its permit.
     pub(crate) key: &'a str,
     /// The name of the primitive.
     pub(crate) name: &'a str,
@@ -241,8 +242,9 @@ impl Watchdog {
     /// Tracks one more level of `holding`, as `grant`ed by a request sent at `sent_at`:
     /// renewed by the watchdog, or with a `fixed` lease that is only watched until it runs
     /// out. A level of the chain already tracked under the key joins it; a fresh acquisition
-    /// starts a new chain (and an older chain under the key, which must have been lost, is
-    /// reported lost). Answers the lease state of the chain and its fencing token; `None`
+    /// starts a new chain (and an older chain of the same thread under the key, which must
+    /// have been lost, is reported lost; another thread's chain of the same name is left to
+    /// its own renewals). Answers the lease state of the chain and its fencing token; `None`
     /// when the grant joined a chain that is lost or gone here by now (its lease ran out
     /// while the answer was on its way): the level belongs to no live chain, and its holder
     /// id must not start one.

@@ -1,7 +1,7 @@
 //! The registry of watched chains, keyed by watch key (the counterpart of Redisson's
-//! `EXPIRATION_RENEWAL_MAP`): the lock name for a hold that one thread of a process at most
-//! can have (a lock, a fair lock, a write lock), a key of the primitive's making for others
-//! (a thread's read levels, a permit).
+//! `EXPIRATION_RENEWAL_MAP`), a key of the primitive's making: the lock name and the thread
+//! that holds it (a lock, a fair lock, a write lock, a thread's read levels), or a permit's
+//! id.
 //!
 //! An [`Entry`] is one acquisition chain held in this process: what it holds (the primitive's
 //! name and kind of hold, which decide how it is renewed), its holder id, the thread that
