@@ -311,3 +311,35 @@ fn a_connection_to_a_demoted_master_is_never_used_again() {
     drop(release);
     blocked.join().expect("blocked thread");
 }
+
+/// A release sent while the master is down waits out the failover (within the outage grace)
+/// and is answered by the new master: it frees the lock there, or finds it gone (the
+/// promoted replica never got it). It does not fail for good with the lock left until its
+/// lease ends.
+#[test]
+fn a_release_during_a_failover_is_answered_by_the_new_master() {
+    let mut deployment = Deployment::start(2);
+    let manager = sentinel_manager(&deployment, Duration::from_secs(30));
+    let guard = manager.lock("released-in-failover").lock().expect("lock");
+    // The lock reached both replicas: whichever is promoted has it.
+    for replica in &deployment.servers[1..] {
+        assert!(eventually(Duration::from_secs(10), || replica
+            .command(&["EXISTS", "released-in-failover"])
+            .is_ok_and(|reply| reply.starts_with(":1"))));
+    }
+    let old_port = deployment.kill_master();
+    let released = guard.unlock();
+    let new_port = deployment.wait_for_failover(old_port, Duration::from_secs(30));
+    released.expect("the release rides out the failover");
+    let new_master = deployment.server_on(new_port);
+    assert_eq!(
+        new_master
+            .command(&["EXISTS", "released-in-failover"])
+            .expect("EXISTS"),
+        ":0\r\n",
+        "the lock was freed on the new master"
+    );
+    let other = sentinel_manager(&deployment, Duration::from_secs(30));
+    let taken = other.lock("released-in-failover").try_lock().expect("try_lock");
+    assert!(taken.is_some(), "the released lock is free");
+}
