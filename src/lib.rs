@@ -97,6 +97,15 @@
 //!   or what it undoes would have run out by itself. A guard dropped while Redis cannot be
 //!   reached has its release sent the same way (a drop never blocks for the outage).
 //!   [`Stats`] counts them (`cleanup_pending`, `cleanup_done`, `cleanup_abandoned`).
+//! - **A demoted master is never used again.** Every connection carries the generation of
+//!   the topology it was made for (the master the sentinels name, or in cluster mode whether
+//!   its node is still a master). A call blocked on a frozen master through its failover, and
+//!   answered once the old master wakes, is not trusted: it counts as a broken connection
+//!   and is sent again to the master now; its connection is dropped. A new connection in
+//!   sentinel mode confirms with `ROLE` that it reached a master. `-UNBLOCKED` (a master
+//!   demoted under a `WAIT`) is an outage like the others.
+//! - **No guard is handed out already lost.** A grant that arrives after its lease ran out by
+//!   the local clock is given back, and the wait goes on.
 //!
 //! Per primitive, what a repeat of a call may and may not do:
 //!

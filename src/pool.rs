@@ -36,12 +36,13 @@
 //! mode the locator's, which moves with every change of master; otherwise the pool's own,
 //! which moves when the pool is [retired](Pool::retire) (in cluster mode, its node stopped
 //! being a master: a retired pool makes no connection again, and refuses every call as an
-//! unreachable server would). A connection of an older generation is never used again: it is dropped
-//! when it comes back to the pool, and an answer read on it after the generation moved (a
-//! call that was blocked on a frozen master through a failover) is not trusted: the server
-//! that gave it may have been demoted, and what it wrote may be lost. Such a call fails as
-//! an outage that may have run ([`Error::Unreachable`]), which every caller rides out by
-//! sending it again to the master now (every call that changes state is safe to send twice).
+//! unreachable server would). A connection of an older generation is never used again: it
+//! is dropped when it comes back to the pool, and an answer read on it after the generation
+//! moved (a call that was blocked on a frozen master through a failover) is not trusted: the
+//! server that gave it may have been demoted, and what it wrote may be lost. Such a call
+//! fails as an outage that may have run ([`Error::Unreachable`]), which every caller rides
+//! out by sending it again to the master now (every call that changes state is safe to send
+//! twice).
 
 use std::io;
 use std::net::SocketAddr;

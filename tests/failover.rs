@@ -7,16 +7,17 @@
 //! when it began and ended, whether the guard said it was lost) and every lost-lock report.
 //!
 //! The checks: with replica acknowledgements on every replica, no two holds of one name ever
-//! overlap unless one of them was told it was lost; without them, every overlap is explained
-//! by a loss report, which comes within one renewal interval (and a second of slack) after
-//! the failover that caused it. A master that was stopped and woke to find itself demoted
+//! overlap; without them (a grant that never reached the promoted replica), every overlap is
+//! explained by a loss told to one of the two holders (its guard, its release answered
+//! `NotHeld`, or a lost-lock report) within one renewal interval (and a second of slack)
+//! after the failover that caused it. A master that was stopped and woke to find itself demoted
 //! served no call between its waking and its demotion (its `EVALSHA` count did not move).
 //! The run prints its figures: holds, overlaps, the longest time a name could not be taken
 //! after each fault, errors by kind.
 //!
 //! The suite runs the acknowledged runs for 20 s each. The runs without acknowledgements, and
 //! longer runs, by hand:
-//! `REDLEASE_FAILOVER_SECONDS=60 cargo test --release --test failover -- --include-ignored --nocapture`.
+//! `REDLEASE_FAILOVER_SECONDS=60 cargo test --test failover -- --include-ignored --nocapture`.
 
 mod common;
 #[path = "common/sentinel.rs"]
@@ -235,7 +236,8 @@ fn child_manager(events: crossbeam_channel::Sender<String>) -> LockManager {
 }
 
 /// Takes random names until `until`, recording `hold <name> <holder> <token> <began>
-/// <ended> <lost>` for each hold and `error <kind>` for each failure.
+/// <ended> <lost> <not-held>` for each hold (`not-held`: its release found it gone) and
+/// `error <kind>` for each failure.
 fn take_repeatedly(
     manager: &LockManager,
     until: u64,
@@ -253,8 +255,9 @@ fn take_repeatedly(
                 let lost = guard.is_lost();
                 let (holder, token) = (guard.holder_id().to_owned(), guard.fencing_token());
                 let released = guard.unlock();
+                let not_held = matches!(released, Err(Error::NotHeld { .. }));
                 let _ = events.send(format!(
-                    "hold {name} {holder} {token} {began} {ended} {lost}"
+                    "hold {name} {holder} {token} {began} {ended} {lost} {not_held}"
                 ));
                 if let Err(err) = released {
                     let _ = events.send(format!("error unlock-{}", kind(&err)));
@@ -305,7 +308,9 @@ fn sentinel_fault(deployment: &mut Deployment, random: &mut Random, faults: &mut
         deployment.wait_for_failover(old_port, Duration::from_secs(60));
         faults.done.push(now_ns());
         faults.kills += 1;
-        server_on_mut(deployment, old_port).restart().expect("restart");
+        server_on_mut(deployment, old_port)
+            .restart()
+            .expect("restart");
     } else {
         let old = deployment.server_on(old_port);
         old.pause().expect("SIGSTOP");
@@ -371,7 +376,11 @@ fn cluster_fault(cluster: &mut RedisCluster, random: &mut Random, faults: &mut F
                 .expect("failover");
             faults.done.push(now_ns());
             faults.kills += 1;
-            cluster.node_mut(port).expect("node").restart().expect("restart");
+            cluster
+                .node_mut(port)
+                .expect("node")
+                .restart()
+                .expect("restart");
         }
         1 => {
             faults.at.push(now_ns());
@@ -442,6 +451,7 @@ enum Event {
         token: u64,
         began: u64,
         ended: u64,
+        /// Its guard said it was lost, or its release found it gone.
         lost: bool,
     },
     Lost {
@@ -460,13 +470,13 @@ fn read_events(path: &Path) -> Vec<Event> {
         .map(|line| {
             let words: Vec<&str> = line.split(' ').collect();
             match words.as_slice() {
-                ["hold", name, holder, token, began, ended, lost] => Event::Hold {
+                ["hold", name, holder, token, began, ended, lost, not_held] => Event::Hold {
                     name: name.to_string(),
                     holder: holder.to_string(),
                     token: token.parse().unwrap(),
                     began: began.parse().unwrap(),
                     ended: ended.parse().unwrap(),
-                    lost: *lost == "true",
+                    lost: *lost == "true" || *not_held == "true",
                 },
                 ["lost", _name, holder, token, at] => Event::Lost {
                     holder: holder.to_string(),
@@ -488,7 +498,7 @@ struct Hold<'a> {
     token: u64,
     began: u64,
     ended: u64,
-    /// Known lost: by its guard at its end, or by a report.
+    /// When it was known lost: by its guard at its end, its release, or a report.
     told: Option<u64>,
 }
 
@@ -550,7 +560,10 @@ fn check(mode: Mode, acks: bool, events: &[Event], faults: &Faults) {
         let mut tokens: Vec<(u64, &str)> = holds.iter().map(|h| (h.token, h.holder)).collect();
         tokens.sort_unstable();
         tokens.dedup();
-        repeated_tokens += tokens.windows(2).filter(|pair| pair[0].0 == pair[1].0).count();
+        repeated_tokens += tokens
+            .windows(2)
+            .filter(|pair| pair[0].0 == pair[1].0)
+            .count();
     }
     // How late the holders of overlapping holds were told, after the failover before.
     let latest_report = told_of_overlaps

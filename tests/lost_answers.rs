@@ -283,3 +283,32 @@ fn a_grant_that_arrives_past_its_lease_is_not_handed_out() {
     assert!(!guard.is_lost());
     guard.unlock().unwrap();
 }
+
+/// The same for a permit: a permit granted after its lease ran out by the local clock is
+/// given back, not handed out lost.
+#[test]
+fn a_permit_granted_past_its_lease_is_not_handed_out() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let permits = manager.permit_semaphore("late-permit");
+    assert!(permits.try_set_permits(1).unwrap());
+    permits
+        .try_acquire()
+        .unwrap()
+        .expect("free")
+        .release()
+        .unwrap(); // scripts loaded
+    proxy.set_latency(Duration::from_millis(400));
+    let lease = Duration::from_millis(200);
+    if let Ok(Some(guard)) = permits.try_acquire_for_with_lease(Duration::from_secs(2), lease) {
+        panic!("a permit handed out past its lease: {:?}", guard.check());
+    }
+    proxy.set_latency(Duration::ZERO);
+    let guard = permits
+        .try_acquire_for_with_lease(PATIENCE, Duration::from_secs(5))
+        .unwrap()
+        .expect("the late permits were given back or ran out");
+    assert!(!guard.is_lost());
+    guard.release().unwrap();
+}

@@ -340,6 +340,9 @@ fn a_release_during_a_failover_is_answered_by_the_new_master() {
         "the lock was freed on the new master"
     );
     let other = sentinel_manager(&deployment, Duration::from_secs(30));
-    let taken = other.lock("released-in-failover").try_lock().expect("try_lock");
+    let taken = other
+        .lock("released-in-failover")
+        .try_lock()
+        .expect("try_lock");
     assert!(taken.is_some(), "the released lock is free");
 }
