@@ -278,10 +278,12 @@ fn finish(
         // Dropped: the stream may still carry the late answer.
         Err(err) => return Err(Error::from_redis(err, budget)),
     };
-    let (unreplicated, reading) = match request.acks {
+    let (judged, reading) = match request.acks {
         Some(acks) => {
             let acks_by = answer_by + acks.timeout();
-            acks.read_answer(&mut connection, acks_by, budget + acks.timeout())
+            let (judged, reading) =
+                acks.read_answer(&mut connection, acks_by, budget + acks.timeout());
+            (Some(judged), reading)
         }
         None => (None, Reading::Complete),
     };
@@ -298,9 +300,9 @@ fn finish(
             request.pool.failed(&err);
             Err(Error::from_server(err).for_user(request.pool.user()))
         }
-        answer => Ok(Acked {
-            answer,
-            unreplicated,
+        answer => Ok(match judged {
+            Some(judged) => Acked::judged(answer, judged),
+            None => Acked::unasked(answer),
         }),
     }
 }

@@ -83,7 +83,7 @@ impl ReplicaAcks {
         connection: &mut Connection,
         deadline: Instant,
         budget: Duration,
-    ) -> (Option<Unreplicated>, Reading) {
+    ) -> (Judged, Reading) {
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(GRACE_AFTER_DEADLINE);
@@ -94,28 +94,49 @@ impl ReplicaAcks {
             Ok(answer) => (self.judge(answer), Reading::Complete),
             Err(err) => {
                 log::debug!("no answer to WAIT within {budget:?}: {err}");
-                (
-                    Some(Unreplicated::Unanswered { budget }),
-                    Reading::AnswerLeft,
-                )
+                let unanswered = Unreplicated::Unanswered { budget };
+                (Judged::short(unanswered), Reading::AnswerLeft)
             }
         }
     }
 
     /// What `WAIT`'s answer says of the write before it.
-    fn judge(&self, answer: Value) -> Option<Unreplicated> {
+    fn judge(&self, answer: Value) -> Judged {
         match answer {
-            Value::Int(count) if count >= i64::from(self.replicas) => None,
-            Value::Int(count) => Some(Unreplicated::Short {
-                acknowledged: u32::try_from(count.max(0)).unwrap_or(0),
-                required: self.replicas,
-            }),
-            Value::ServerError(err) => Some(Unreplicated::Refused(err.into())),
-            other => Some(Unreplicated::Refused(RedisError::from((
+            Value::Int(count) => {
+                let acknowledged = u32::try_from(count.max(0)).unwrap_or(u32::MAX);
+                Judged {
+                    acknowledged: Some(acknowledged),
+                    unreplicated: (acknowledged < self.replicas).then_some(Unreplicated::Short {
+                        acknowledged,
+                        required: self.replicas,
+                    }),
+                }
+            }
+            Value::ServerError(err) => Judged::short(Unreplicated::Refused(err.into())),
+            other => Judged::short(Unreplicated::Refused(RedisError::from((
                 ErrorKind::UnexpectedReturnType,
                 "WAIT answered something other than a count",
                 format!("{other:?}"),
             )))),
+        }
+    }
+}
+
+/// What a `WAIT` answered of the write before it.
+#[derive(Debug)]
+pub(crate) struct Judged {
+    /// How many replicas acknowledged it, when `WAIT` answered a count.
+    pub(crate) acknowledged: Option<u32>,
+    /// `None` when enough did.
+    pub(crate) unreplicated: Option<Unreplicated>,
+}
+
+impl Judged {
+    fn short(why: Unreplicated) -> Self {
+        Judged {
+            acknowledged: None,
+            unreplicated: Some(why),
         }
     }
 }
@@ -177,6 +198,8 @@ pub(crate) struct Acked<T> {
     pub(crate) answer: T,
     /// `None` when enough replicas acknowledged, or when acknowledgements are off.
     pub(crate) unreplicated: Option<Unreplicated>,
+    /// How many replicas acknowledged the write (`WAIT`'s count), when it was asked.
+    pub(crate) acknowledged: Option<u32>,
 }
 
 impl<T> Acked<T> {
@@ -185,6 +208,16 @@ impl<T> Acked<T> {
         Acked {
             answer,
             unreplicated: None,
+            acknowledged: None,
+        }
+    }
+
+    /// An answer, and what the `WAIT` behind it answered.
+    pub(crate) fn judged(answer: T, judged: Judged) -> Self {
+        Acked {
+            answer,
+            unreplicated: judged.unreplicated,
+            acknowledged: judged.acknowledged,
         }
     }
 }
@@ -200,6 +233,7 @@ impl Acked<Value> {
         Ok(Acked {
             answer,
             unreplicated: self.unreplicated,
+            acknowledged: self.acknowledged,
         })
     }
 }
@@ -272,9 +306,9 @@ mod tests {
     #[test]
     fn answers_are_judged_against_the_count_required() {
         let acks = ReplicaAcks::new(2, Duration::from_millis(10)).unwrap();
-        assert!(acks.judge(Value::Int(2)).is_none());
-        assert!(acks.judge(Value::Int(3)).is_none());
-        match acks.judge(Value::Int(1)) {
+        assert!(acks.judge(Value::Int(2)).unreplicated.is_none());
+        assert_eq!(acks.judge(Value::Int(3)).acknowledged, Some(3));
+        match acks.judge(Value::Int(1)).unreplicated {
             Some(Unreplicated::Short {
                 acknowledged: 1,
                 required: 2,
@@ -282,10 +316,14 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            acks.judge(Value::Nil),
+            acks.judge(Value::Nil).unreplicated,
             Some(Unreplicated::Refused(_))
         ));
-        let short = acks.judge(Value::Int(0)).unwrap().into_error("payments");
+        let short = acks
+            .judge(Value::Int(0))
+            .unreplicated
+            .unwrap()
+            .into_error("payments");
         assert!(matches!(
             short,
             Error::NotReplicated { ref name, acknowledged: 0, required: 2 } if name == "payments"

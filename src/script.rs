@@ -143,13 +143,9 @@ pub(crate) fn run_acknowledged(
     let response_budget = answer_by.saturating_duration_since(started);
     let acks_by = answer_by.max(Instant::now() + response_budget) + acks.timeout();
     let budget = acks_by.saturating_duration_since(started);
-    let (unreplicated, reading) = acks.read_answer(connection, acks_by, budget);
+    let (judged, reading) = acks.read_answer(connection, acks_by, budget);
     let answer = answers.into_iter().next().unwrap_or(Value::Nil);
-    let acked = Acked {
-        answer,
-        unreplicated,
-    };
-    Ok((acked, reading))
+    Ok((Acked::judged(answer, judged), reading))
 }
 
 /// Sends `pipeline` and reads the answers of its first `count` commands, server errors

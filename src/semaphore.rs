@@ -286,6 +286,7 @@ impl Semaphore {
                 Ok(Acked {
                     answer,
                     unreplicated: None,
+                    ..
                 }) => {
                     self.client.forget(request);
                     // No lease runs out here: only a release (or the fallback look) helps.
@@ -297,6 +298,7 @@ impl Semaphore {
                 Ok(Acked {
                     answer,
                     unreplicated: Some(why),
+                    ..
                 }) => {
                     if answer != 1 {
                         self.client.forget(request);

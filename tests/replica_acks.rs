@@ -99,6 +99,8 @@ fn acknowledged_acquisitions_are_on_the_replica() {
 
     let lock = manager.lock("acks:lock").lock().unwrap();
     assert!(exists(&replica, "acks:lock"));
+    // Acknowledged by the master's one replica: its token survives a failover.
+    assert_eq!(lock.replicas_acknowledged(), Some(1));
     let fair = manager.fair_lock("acks:fair").lock().unwrap();
     assert!(exists(&replica, "acks:fair"));
     let read_write = manager.read_write_lock("acks:rw");
@@ -141,7 +143,10 @@ fn acknowledged_acquisitions_are_on_the_replica() {
 fn without_replica_acks_no_wait_is_sent() {
     let redis = common::server();
     let manager = common::manager(&redis, Duration::from_secs(30));
-    manager.lock("plain").lock().unwrap().unlock().unwrap();
+    let guard = manager.lock("plain").lock().unwrap();
+    // Nothing was asked of replicas: the guard cannot say its token survives a failover.
+    assert_eq!(guard.replicas_acknowledged(), None);
+    guard.unlock().unwrap();
     let permits = manager.permit_semaphore("plain:permits");
     permits.try_set_permits(1).unwrap();
     permits.acquire().unwrap().release().unwrap();

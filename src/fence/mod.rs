@@ -33,8 +33,10 @@ use crate::protocol::names;
 /// single server (with its data kept across restarts) tokens never repeat for a name. Behind
 /// a failover they never repeat when every acquisition was acknowledged by the replica that
 /// gets promoted: [`replica_acks`](crate::LockManagerBuilder::replica_acks) with as many
-/// replicas as the master has. Without acknowledgements, a failover may lose the last
-/// increments of the counter along with the lock, and issue a token again.
+/// replicas as the master has; a guard's
+/// [`replicas_acknowledged`](crate::LockGuard::replicas_acknowledged) says how many had its
+/// acquisition. Without acknowledgements, a failover may lose the last increments of the
+/// counter along with the lock, and issue a token again.
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {

@@ -286,6 +286,7 @@ impl Group {
                 Ok(Acked {
                     answer: Acquired::Taken { token },
                     unreplicated: None,
+                    ..
                 }) => {
                     let joins = levels_held[index] > 0;
                     attempt.taken[index] = Some(Grant { token, joins });
@@ -293,6 +294,7 @@ impl Group {
                 Ok(Acked {
                     answer: Acquired::Taken { .. },
                     unreplicated: Some(why),
+                    ..
                 }) => {
                     attempt.uncounted[index] = true;
                     attempt.failed += 1;

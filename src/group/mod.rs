@@ -698,7 +698,8 @@ impl Group {
                     answer,
                     Ok(Acked {
                         answer: redis::Value::Int(1),
-                        unreplicated: None
+                        unreplicated: None,
+                        ..
                     })
                 )
             })

@@ -52,6 +52,8 @@ struct LockHold {
     /// `None` when the watchdog renews this level.
     fixed_lease: Option<Duration>,
     token: u64,
+    /// How many replicas acknowledged this level's acquisition, when asked.
+    acknowledged: Option<u32>,
     lease: Arc<LeaseState>,
 }
 
@@ -85,7 +87,7 @@ impl LockGuard {
         lock: Lock,
         holder: String,
         fixed_lease: Option<Duration>,
-        token: u64,
+        (token, acknowledged): (u64, Option<u32>),
         lease: Arc<LeaseState>,
     ) -> Self {
         LockGuard {
@@ -94,6 +96,7 @@ impl LockGuard {
                 holder,
                 fixed_lease,
                 token,
+                acknowledged,
                 lease,
             }),
         }
@@ -109,9 +112,22 @@ impl LockGuard {
     ///
     /// Across a failover this holds only where the token's increment reached the promoted
     /// replica: with [`replica_acks`](crate::LockManagerBuilder::replica_acks) on every
-    /// replica (see [`FencedStore`](crate::FencedStore) for what a repeated token means).
+    /// replica (see [`replicas_acknowledged`](Self::replicas_acknowledged), and
+    /// [`FencedStore`](crate::FencedStore) for what a repeated token means).
     pub fn fencing_token(&self) -> u64 {
         self.core.hold().token
+    }
+
+    /// How many replicas acknowledged this acquisition (the count `WAIT` answered), with
+    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks); `None` without. When it is
+    /// the master's number of replicas, whichever replica a failover promotes has this hold
+    /// and its fencing token: the token cannot be issued again after the failover. Fewer
+    /// (as many as `replica_acks` asked for, or more) leave that to the choice of replica.
+    ///
+    /// `WAIT` answers once enough replicas have acknowledged, so the count may be the number
+    /// asked for even when more replicas got the write.
+    pub fn replicas_acknowledged(&self) -> Option<u32> {
+        self.core.hold().acknowledged
     }
 
     /// The holder id of this acquisition chain (`<client-id>:<chain-number>`), as Redis keeps

@@ -77,6 +77,21 @@ impl Lease {
     }
 }
 
+/// What one acquisition try came to, and what its answer said beside.
+struct Tried {
+    acquired: Acquired,
+    grant: Granted,
+}
+
+/// A grant's particulars: its fencing token (when taken), when its request was sent, and how
+/// many replicas acknowledged it (when the manager asks for acknowledgements).
+#[derive(Clone, Copy)]
+struct Granted {
+    token: u64,
+    sent_at: Instant,
+    acknowledged: Option<u32>,
+}
+
 impl Lock {
     pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
         Lock::of_kind(client, name, LockKind::Plain)
@@ -367,10 +382,12 @@ impl Lock {
                     // thread): a later try of the same chain must not be what it undoes.
                     *chain.borrow_mut() = self.chain_to_join(thread)?;
                 }
-                Ok(match tried? {
-                    (Acquired::Taken { token }, sent_at) => {
+                let Tried { acquired, grant } = tried?;
+                Ok(match acquired {
+                    Acquired::Taken { token } => {
                         let joins = levels_held > 0;
-                        match self.guard(holder.clone(), joins, lease, token, sent_at) {
+                        let grant = Granted { token, ..grant };
+                        match self.guard(holder.clone(), joins, lease, grant) {
                             Some(guard) => wait::Attempt::Taken(guard),
                             None => {
                                 // The level joined a chain given up here meanwhile, or came
@@ -382,11 +399,11 @@ impl Lock {
                             }
                         }
                     }
-                    (Acquired::Held { ttl }, _) => {
+                    Acquired::Held { ttl } => {
                         queued.set(true);
                         wait::Attempt::Held { hint: ttl }
                     }
-                    (Acquired::ChainGone, _) => {
+                    Acquired::ChainGone => {
                         let watchdog = self.client.watchdog();
                         watchdog.chain_gone(&self.watch_key(thread), &holder);
                         *chain.borrow_mut() = self.chain_to_join(thread)?;
@@ -442,7 +459,7 @@ impl Lock {
     /// it was sent. When its answer does not come, its undo is queued behind it: a late grant
     /// is taken back. A grant that too few replicas acknowledged is taken back too, and
     /// answered as an error: a failover now could erase it.
-    fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<(Acquired, Instant)> {
+    fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<Tried> {
         let lease_ms = match lease {
             Lease::Watchdog => self.client.watchdog_timeout_ms(),
             Lease::Fixed { millis, .. } => millis,
@@ -469,11 +486,23 @@ impl Lock {
             Ok(Acked {
                 answer: Acquired::Taken { .. },
                 unreplicated: Some(why),
+                ..
             }) => {
                 self.take_back(holder, levels_held, &why, Undoing::Now);
                 Err(why.into_error(self.name()))
             }
-            answer => Ok((answer?.answer, sent_at)),
+            answer => {
+                let answer = answer?;
+                let grant = Granted {
+                    token: 0,
+                    sent_at,
+                    acknowledged: answer.acknowledged,
+                };
+                Ok(Tried {
+                    acquired: answer.answer,
+                    grant,
+                })
+            }
         }
     }
 
@@ -510,9 +539,13 @@ impl Lock {
         holder: String,
         joins: bool,
         lease: Lease,
-        token: u64,
-        sent_at: Instant,
+        grant: Granted,
     ) -> Option<LockGuard> {
+        let Granted {
+            token,
+            sent_at,
+            acknowledged,
+        } = grant;
         let fixed_lease = match lease {
             Lease::Watchdog => None,
             Lease::Fixed { duration, .. } => Some(duration),
@@ -541,7 +574,7 @@ impl Lock {
             self.clone(),
             holder,
             fixed_lease,
-            token,
+            (token, acknowledged),
             state,
         ))
     }

@@ -241,6 +241,7 @@ impl PermitSemaphore {
             Ok(Acked {
                 answer: PermitTaken::Taken,
                 unreplicated: Some(why),
+                ..
             }) => {
                 // A failover now could erase the take: it must not count.
                 self.undo_take(id, request, &why, Undoing::Now);

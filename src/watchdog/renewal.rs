@@ -233,7 +233,8 @@ fn renew(
                     .by
                     .max(Instant::now() + response_budget + wait.acks.timeout());
                 let budget = by.saturating_duration_since(started);
-                wait.acks.read_answer(connection, by, budget)
+                let (judged, reading) = wait.acks.read_answer(connection, by, budget);
+                (judged.unreplicated, reading)
             }
             None => (None, Reading::Complete),
         })
