@@ -273,6 +273,13 @@ fn take_repeatedly(
 }
 
 fn kind(err: &Error) -> String {
+    if let Error::Redis(err) = err {
+        // The server's code too (`Redis:CLUSTERDOWN`), or the client's kind.
+        let code = err
+            .code()
+            .map_or_else(|| format!("{:?}", err.kind()), str::to_owned);
+        return format!("Redis:{}", code.replace(' ', "_"));
+    }
     let text = format!("{err:?}");
     text.split(['(', ' ', '{'])
         .next()
