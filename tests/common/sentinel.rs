@@ -18,6 +18,11 @@ pub const MASTER_NAME: &str = "locks";
 /// How long a master may be silent before the sentinels call it down.
 const DOWN_AFTER_MS: u32 = 1000;
 
+/// How long a deployment may take to start and settle, at most: a bound against a hang. A
+/// loaded 2-core machine starting several deployments at once took over 20 s for the
+/// sentinels to see each other (hello messages every 2 s).
+const SETTLE: Duration = Duration::from_secs(60);
+
 static NEXT_SENTINEL: AtomicU64 = AtomicU64::new(0);
 
 /// A `redis-sentinel` child process, killed when dropped.
@@ -60,7 +65,7 @@ impl Sentinel {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()?;
-            let sentinel_up = wait_for(Duration::from_secs(10), || {
+            let sentinel_up = wait_for(SETTLE, || {
                 matches!(child.try_wait(), Ok(None)) && ping(port)
             });
             if sentinel_up {
@@ -150,7 +155,7 @@ impl Deployment {
         });
         for replica in &replicas {
             assert!(
-                wait_for(Duration::from_secs(10), || replica
+                wait_for(SETTLE, || replica
                     .command(&["INFO", "replication"])
                     .is_ok_and(|info| info.contains("master_link_status:up"))),
                 "replica on {} never linked up",
@@ -169,7 +174,7 @@ impl Deployment {
         let count = replicas.len() as u32;
         // Sentinels find each other through hello messages every 2 s.
         assert!(
-            wait_for(Duration::from_secs(20), || sentinels
+            wait_for(SETTLE, || sentinels
                 .iter()
                 .all(|sentinel| sentinel.sees(count, 2))),
             "the sentinels never saw the whole deployment"
