@@ -250,3 +250,38 @@ fn a_silent_master_does_not_hold_up_a_settled_redlock_vote() {
         "the master that came back is not used again"
     );
 }
+
+/// A port taken between the fixture's choice and the server's bind answers `PING` from
+/// someone else's server: the fixture took that for its own, and the test then shared a server
+/// that its owner killed under it (CI: `Connection reset by peer` in the middle of a test).
+#[test]
+fn a_server_fixture_never_takes_someone_elses_server_for_its_own() {
+    let mut ours = common::server();
+    let port = ours.port();
+    ours.kill().unwrap();
+    let program =
+        std::env::var_os("REDLEASE_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+    let theirs = common::KillOnDrop::spawn(
+        std::process::Command::new(program)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    );
+    let answers = eventually(Duration::from_secs(10), || {
+        ours.command(&["PING"])
+            .is_ok_and(|reply| reply.starts_with("+PONG"))
+    });
+    assert!(answers, "their server never answered on port {port}");
+    let restarted = ours.restart();
+    let error = restarted.expect_err("the port answers for another process");
+    assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse, "{error}");
+    assert_eq!(ours.pid(), None);
+    drop(theirs);
+}

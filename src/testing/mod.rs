@@ -241,14 +241,17 @@ impl RedisServer {
 
     /// Kills the server if it runs and starts a new one on the same port, with the same
     /// arguments; without persistence it starts empty.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::AddrInUse`] when another process took the port meanwhile.
     pub fn restart(&mut self) -> io::Result<()> {
         self.kill()?;
         let deadline = Instant::now() + STARTUP_DEADLINE;
         loop {
             match self.spawn() {
                 Ok(()) => return Ok(()),
-                // The old socket may linger a moment.
-                Err(_) if Instant::now() < deadline => {
+                // The old socket may linger a moment; a port someone else took stays taken.
+                Err(err) if err.kind() != io::ErrorKind::AddrInUse && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50))
                 }
                 Err(err) => return Err(err),
@@ -417,8 +420,20 @@ impl RedisServer {
                 return Err(io::Error::other(format!("redis-server exited: {status}")));
             }
             if self.answers_ping() {
-                self.child = Some(child);
-                return Ok(());
+                // A port taken between our choice and the server's bind answers too, from
+                // someone else's server (ours then exits): only our own process will do.
+                if self.process_id() == Some(child.id()) {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                if child.try_wait()?.is_some() || Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("port {} answers for another process", self.port),
+                    ));
+                }
             }
             if Instant::now() >= deadline {
                 let _ = child.kill();
@@ -444,6 +459,14 @@ impl RedisServer {
     fn answers_ping(&self) -> bool {
         self.command(&["PING"])
             .is_ok_and(|reply| reply.starts_with("+PONG"))
+    }
+
+    /// The process id of the server that answers on this port (`process_id` in `INFO server`).
+    fn process_id(&self) -> Option<u32> {
+        let info = self.call_text(&["INFO", "server"]).ok()?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("process_id:"))
+            .and_then(|id| id.trim().parse().ok())
     }
 
     fn signal(&self, signal: libc::c_int) -> io::Result<()> {

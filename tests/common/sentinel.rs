@@ -66,7 +66,8 @@ impl Sentinel {
                 .stderr(Stdio::null())
                 .spawn()?;
             let sentinel_up = wait_for(SETTLE, || {
-                matches!(child.try_wait(), Ok(None)) && ping(port)
+                // A port taken between our choice and the bind answers for someone else.
+                matches!(child.try_wait(), Ok(None)) && process_id(port) == Some(child.id())
             });
             if sentinel_up {
                 return Ok(Sentinel { child, port, dir });
@@ -249,7 +250,14 @@ fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
     Ok(connection)
 }
 
-fn ping(port: u16) -> bool {
-    connect(port)
-        .is_ok_and(|mut connection| redis::cmd("PING").query::<String>(&mut connection).is_ok())
+/// The process id of whatever answers on `port` (`process_id` in `INFO server`).
+fn process_id(port: u16) -> Option<u32> {
+    let mut connection = connect(port).ok()?;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut connection)
+        .ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|id| id.trim().parse().ok())
 }
