@@ -76,8 +76,9 @@ pub(crate) enum Undoing {
 }
 
 /// Who releases a hold, which decides what an outage does to the release.
+// `pub` in a private module: it appears in the guards' crate-internal `Hold` trait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Release {
+pub enum Release {
     /// Its owner, who waits for the outcome: sent again through an outage, for up to the
     /// outage grace.
     Waited,

@@ -1,10 +1,12 @@
-//! The part every guard shares: one held level of some lock, released once, when dropped or
-//! by `unlock`, and the questions about its loss.
+//! [`Guard`]: what every guard is. One held level of a lock (or one permit), released exactly
+//! once, when dropped or by [`unlock`](Guard::unlock), and the questions about its loss.
 //!
-//! A primitive's guard wraps a [`GuardCore`] over its own [`Hold`] (what it holds and how to
-//! release it) and adds what is particular to it. The core is `Sync` (another thread may
-//! watch `is_lost` through a shared reference) but not `Send`: a lock is held by a thread,
-//! and only that thread may release it. No I/O here beyond the hold's release.
+//! A primitive's guard is a `Guard` over its own hold: the crate-internal [`Hold`] trait says
+//! what it holds and how to release it, and the primitive adds, in an `impl` of its own
+//! `Guard<…>`, what is particular to it (a fencing token, a permit id). The guard is `Sync`
+//! (another thread may watch `is_lost` through a shared reference) but not `Send`: a lock is
+//! held by a thread, and only that thread may release it. No I/O here beyond the hold's
+//! release.
 
 use std::marker::PhantomData;
 
@@ -13,29 +15,44 @@ use crossbeam_channel::Receiver;
 use crate::client::Release;
 use crate::error::{Error, LostReason, Result};
 
-/// What a guard holds, as its primitive knows it.
-pub(crate) trait Hold {
-    /// The name to report in errors and logs.
-    fn label(&self) -> String;
-    /// Why the hold is known to be lost, if it is.
-    fn lost(&self) -> Option<LostReason>;
-    /// A receiver that gets the reason once the loss is recorded.
-    fn lost_signal(&self) -> Receiver<LostReason>;
-    /// Releases this level.
-    fn release(&self, how: Release) -> Result<()>;
+pub(crate) use hold::Hold;
+
+mod hold {
+    use super::*;
+
+    /// What a guard holds, as its primitive knows it. (`pub` in a private module: it bounds
+    /// the public [`Guard`], and nothing outside the crate can name or implement it.)
+    pub trait Hold {
+        /// The name to report in errors and logs.
+        fn label(&self) -> String;
+        /// Why the hold is known to be lost, if it is.
+        fn lost(&self) -> Option<LostReason>;
+        /// A receiver that gets the reason once the loss is recorded.
+        fn lost_signal(&self) -> Receiver<LostReason>;
+        /// Releases this level.
+        fn release(&self, how: Release) -> Result<()>;
+    }
 }
 
-/// One held level, released exactly once.
-pub(crate) struct GuardCore<H: Hold> {
+/// One held level of a lock (or one permit), taken by the current thread: the type behind
+/// [`LockGuard`](crate::LockGuard), [`GroupGuard`](crate::GroupGuard) and
+/// [`PermitGuard`](crate::PermitGuard), which add their own methods to the ones here.
+///
+/// Dropping the guard releases the level; [`unlock`](Guard::unlock) does the same and says
+/// how it went, where `Drop` can only log a failure. The guard is not `Send`: the lock is held
+/// by a thread, and only that thread may release it. It is `Sync`, so a scoped thread may
+/// watch [`is_lost`](Guard::is_lost) through a shared reference.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct Guard<H: Hold> {
     hold: H,
     released: bool,
     /// `!Send` (the hold belongs to the thread that took it) but `Sync`.
     _thread_bound: PhantomData<std::sync::MutexGuard<'static, ()>>,
 }
 
-impl<H: Hold> GuardCore<H> {
-    pub(crate) fn new(hold: H) -> Self {
-        GuardCore {
+impl<H: Hold> Guard<H> {
+    pub(crate) fn from_hold(hold: H) -> Self {
+        Guard {
             hold,
             released: false,
             _thread_bound: PhantomData,
@@ -46,11 +63,17 @@ impl<H: Hold> GuardCore<H> {
         &self.hold
     }
 
-    pub(crate) fn is_lost(&self) -> bool {
+    /// Whether what this guard holds is known to be lost (see [`LostReason`]): a renewal
+    /// found another holder or nothing, the lease ran out by the local clock before a
+    /// renewal succeeded (or, for a fixed lease, at all), a force release was heard, or (for a
+    /// group lock) fewer than the required members are still held. Cheap: no I/O.
+    pub fn is_lost(&self) -> bool {
         self.hold.lost().is_some()
     }
 
-    pub(crate) fn check(&self) -> Result<()> {
+    /// `Err(Error::LockLost)` once what this guard holds is known to be lost, else `Ok(())`:
+    /// a check for between the steps of a critical section.
+    pub fn check(&self) -> Result<()> {
         match self.hold.lost() {
             Some(reason) => Err(Error::LockLost {
                 name: self.hold.label(),
@@ -60,17 +83,64 @@ impl<H: Hold> GuardCore<H> {
         }
     }
 
-    pub(crate) fn lost_signal(&self) -> Receiver<LostReason> {
+    /// A receiver that gets one message, the reason, once what this guard holds is found lost
+    /// (at once if it already is). Suits `select!` or a monitoring thread; every call
+    /// registers a new receiver for the life of the hold, and all of them fire, so take one
+    /// and keep it rather than calling this in a loop. After
+    /// [`LockManager::shutdown`](crate::LockManager::shutdown) it no longer fires;
+    /// [`is_lost`](Guard::is_lost) still turns true at the deadline.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use crossbeam_channel::select;
+    ///
+    /// let (send_job, jobs) = crossbeam_channel::unbounded::<u32>();
+    /// send_job.send(7).unwrap();
+    /// drop(send_job);
+    ///
+    /// let guard = manager.lock("migration").lock()?;
+    /// let lost = guard.lost_signal();
+    /// loop {
+    ///     select! {
+    ///         recv(lost) -> reason => {
+    ///             eprintln!("lock lost ({reason:?}): stop taking jobs");
+    ///             break;
+    ///         }
+    ///         recv(jobs) -> job => match job {
+    ///             Ok(job) => println!("migrating batch {job}"),
+    ///             Err(_) => break, // no more jobs
+    ///         },
+    ///     }
+    /// }
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lost_signal(&self) -> Receiver<LostReason> {
         self.hold.lost_signal()
     }
 
-    pub(crate) fn unlock(mut self) -> Result<()> {
+    /// Releases this level now and reports the outcome:
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when it was lost (expired, force-released,
+    /// given back by id) before; for a group lock, [`Error::NoQuorum`](crate::Error::NoQuorum)
+    /// when too few servers answered. Through an outage the release is sent again for up to
+    /// the outage grace, then [`Error::Indeterminate`](crate::Error::Indeterminate); dropping
+    /// the guard instead leaves that to the manager's cleanup thread.
+    pub fn unlock(mut self) -> Result<()> {
         self.released = true;
         self.hold.release(Release::Waited)
     }
 }
 
-impl<H: Hold> Drop for GuardCore<H> {
+impl<H: Hold + std::fmt::Debug> std::fmt::Debug for Guard<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.hold.fmt(f)
+    }
+}
+
+impl<H: Hold> Drop for Guard<H> {
     fn drop(&mut self) {
         if self.released {
             return;
@@ -82,19 +152,6 @@ impl<H: Hold> Drop for GuardCore<H> {
             );
         }
     }
-}
-
-/// Runs `work` with `guard`, then releases it with `unlock`, whose failure (the lock was lost
-/// before `work` ended) is the answer. When `work` panics, the guard's drop releases it while
-/// unwinding.
-pub(crate) fn run_holding<G, R>(
-    guard: G,
-    work: impl FnOnce(&G) -> R,
-    unlock: impl FnOnce(G) -> Result<()>,
-) -> Result<R> {
-    let result = work(&guard);
-    unlock(guard)?;
-    Ok(result)
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use crate::cancel::CancelToken;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lock::deadline_after;
 use crate::protocol::latch::{self as protocol, LatchKeys};
 use crate::wait::{self, Attempt, WaitFor};
 
@@ -202,7 +201,7 @@ impl CountDownLatch {
     /// # }
     /// ```
     pub fn wait_for(&self, wait: Duration) -> Result<bool> {
-        self.wait_until(deadline_after(wait)?)
+        self.wait_until(wait::deadline_after(wait, "CountDownLatch::wait_for")?)
     }
 
     /// Waits until the latch is open, at most until `deadline`; answers whether it is.

@@ -250,7 +250,7 @@ impl LockManager {
     /// included); it is the Redis key of the lock. Making a handle does no I/O; every call on
     /// a handle with an empty name fails with [`Error::InvalidArgument`].
     pub fn lock(&self, name: &str) -> Lock {
-        Lock::new(Arc::clone(&self.client), name)
+        Lock::plain(Arc::clone(&self.client), name)
     }
 
     /// A handle to the fair lock called `name`: a [`Lock`] whose waiters, in all processes,

@@ -19,7 +19,6 @@ use redis::{Connection, FromRedisValue};
 use crate::cancel::CancelToken;
 use crate::client::{Client, Undoing};
 use crate::error::{Error, Result};
-use crate::lock::deadline_after;
 use crate::protocol::semaphore::{self as protocol, Changed, SemaphoreKeys, MAX_COUNT};
 use crate::protocol::{Request, ScriptCall};
 use crate::pubsub::Subscription;
@@ -68,6 +67,11 @@ impl Semaphore {
             keys: Arc::new(SemaphoreKeys::new(name)),
             cancel: None,
         }
+    }
+
+    /// The token that ends this handle's waits, if any.
+    pub(crate) fn cancel_token(&self) -> Option<&CancelToken> {
+        self.cancel.as_ref()
     }
 
     /// This handle, with its waits (and those of its clones) ended by `token`: once it is
@@ -127,7 +131,7 @@ impl Semaphore {
     /// Takes `permits`, waiting at most `wait` for that many to be available at once;
     /// `false` when the wait ran out. A zero `wait` tries once.
     pub fn try_acquire_for(&self, permits: u32, wait: Duration) -> Result<bool> {
-        let deadline = deadline_after(wait)?;
+        let deadline = wait::deadline_after(wait, "Semaphore::try_acquire_for")?;
         Ok(self.acquire_until(permits, Some(deadline))?.is_some())
     }
 
@@ -246,10 +250,11 @@ impl Semaphore {
     /// Waits in the shared wait loop until `attempt` takes what it is after or `deadline`
     /// passes, woken by every message on the semaphore's channel. Without a message, it looks
     /// again after the hint of the last attempt, or once per watchdog interval (a count
-    /// changed by hand announces nothing).
+    /// changed by hand announces nothing). `cancel` ends the wait.
     pub(crate) fn wait_until<T>(
         &self,
         deadline: Option<Instant>,
+        cancel: Option<&CancelToken>,
         attempt: impl FnMut() -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
         self.client.ensure_running()?;
@@ -263,7 +268,7 @@ impl Semaphore {
             },
             attempt,
             ensure_running: || self.client.ensure_running(),
-            cancel: self.cancel.as_ref(),
+            cancel,
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
         })
@@ -272,7 +277,7 @@ impl Semaphore {
     fn acquire_until(&self, permits: u32, deadline: Option<Instant>) -> Result<Option<()>> {
         checked_permits(permits)?;
         let keys = self.keys()?;
-        self.wait_until(deadline, || {
+        self.wait_until(deadline, self.cancel.as_ref(), || {
             let request = self.client.request(&keys.name);
             let call = protocol::take(keys, permits, &request);
             let taken = self.run_acknowledged::<i64>(&call, |connection| {

@@ -218,6 +218,18 @@ pub(crate) fn without_deadline<T>(mut acquire: impl FnMut() -> Result<Option<T>>
     }
 }
 
+/// The deadline of a wait of `wait` from now, for the call `call` (named in the error).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the deadline lies beyond what the clock can count.
+pub(crate) fn deadline_after(wait: Duration, call: &str) -> Result<Instant> {
+    Instant::now().checked_add(wait).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{call}: a wait of {wait:?} is too long; wait without a deadline instead"
+        ))
+    })
+}
+
 /// Asks every subscription to follow its channel's slot (cluster mode; nothing on a single
 /// server); answers whether any moved and is live.
 fn follow_slots(subscriptions: &mut [Subscription]) -> Result<bool> {

@@ -314,6 +314,15 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     invalid(semaphore.acquire_with_lease(Duration::ZERO));
     invalid(semaphore.acquire_with_lease(Duration::MAX));
     invalid(semaphore.try_acquire_for(Duration::MAX));
+    match semaphore.try_acquire_for(Duration::MAX) {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.contains("try_acquire_for"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    invalid(semaphore.try_acquire_until_with_lease(Instant::now(), Duration::ZERO));
+    invalid(semaphore.with_permit_for(Duration::MAX, |_| ()));
+    invalid(semaphore.with_permit_with_lease(Duration::ZERO, |_| ()));
     invalid(semaphore.try_acquire_for_with_lease(Duration::ZERO, Duration::ZERO));
     invalid(semaphore.add_permits(0));
     invalid(semaphore.add_permits(-2));
@@ -517,4 +526,35 @@ fn a_take_gives_the_permit_zset_the_expiry_of_the_count_as_redisson_does() {
     assert!(matches!(brief.release(), Err(Error::NotHeld { .. })));
     assert_eq!(semaphore.available_permits().unwrap(), 3);
     assert_left_nothing(&manager, &redis, "ttl-gone");
+}
+
+/// The permit semaphore has the lock's set of acquisition forms, under a semaphore's names.
+#[test]
+fn every_form_of_acquisition_takes_a_permit_and_gives_it_back() {
+    let redis = server();
+    let manager = manager(&redis, LONG_WATCHDOG);
+    let semaphore = manager.permit_semaphore("forms");
+    assert!(semaphore.try_set_permits(1).unwrap());
+    let seen = semaphore.with_permit(|_| semaphore.available_permits().unwrap());
+    assert_eq!(seen.unwrap(), 0, "held while the work ran");
+    assert_eq!(
+        semaphore.available_permits().unwrap(),
+        1,
+        "given back after it"
+    );
+    let lease = Duration::from_secs(60);
+    let ran = semaphore.with_permit_with_lease(lease, |permit| permit.is_lost());
+    assert!(!ran.unwrap());
+    let held = semaphore
+        .try_acquire_until_with_lease(Instant::now() + PATIENCE, lease)
+        .unwrap()
+        .expect("a free permit");
+    let ran = semaphore.with_permit_for(Duration::from_millis(50), |_| ());
+    assert!(
+        ran.unwrap().is_none(),
+        "no permit free: the work did not run"
+    );
+    held.release().unwrap();
+    assert_eq!(semaphore.with_permit_for(PATIENCE, |_| 7).unwrap(), Some(7));
+    assert_left_nothing(&manager, &redis, "forms");
 }

@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::guard::{Chain, MemberHold};
-use super::{Group, GroupGuard, Lease};
+use super::{Group, GroupGuard};
 use crate::error::{Error, Result};
 use crate::fanout::{self, FanOut, Request};
+use crate::handle::Lease;
 use crate::lease::clock_drift;
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::renew::HoldKind;
@@ -191,10 +192,10 @@ impl Group {
         self.members
             .iter()
             .map(|member| {
-                let watchdog = member.client().watchdog();
-                match watchdog.chain_of(&member.watch_key(thread), thread) {
+                let watchdog = member.raw().client().watchdog();
+                match watchdog.chain_of(&member.raw().watch_key(thread), thread) {
                     Some((holder, levels)) => (holder.to_string(), levels),
-                    None => (member.client().new_holder_id(), 0),
+                    None => (member.raw().client().new_holder_id(), 0),
                 }
             })
             .unzip()
@@ -223,9 +224,9 @@ impl Group {
             .map(|&index| {
                 let member = &self.members[index];
                 Request::new(
-                    member.client(),
+                    member.raw().client(),
                     protocol::acquire(
-                        member.keys_unchecked(),
+                        member.raw().keys_unchecked(),
                         &holders[index],
                         levels_held[index],
                         lease_ms[index],
@@ -308,8 +309,10 @@ impl Group {
                     // The member's chain (a single lock of this thread) is gone: the next
                     // attempt starts a new one there.
                     let member = &self.members[index];
-                    let watchdog = member.client().watchdog();
-                    let key = member.watch_key(crate::protocol::names::thread_number());
+                    let watchdog = member.raw().client().watchdog();
+                    let key = member
+                        .raw()
+                        .watch_key(crate::protocol::names::thread_number());
                     watchdog.chain_gone(&key, &holders[index]);
                 }
                 Ok(Acked {
@@ -337,8 +340,8 @@ impl Group {
         for (position, &index) in asked.iter().enumerate() {
             if fan_out.is_pending(position) {
                 let member = &self.members[index];
-                let undo = member.client().in_dialect(protocol::undo(
-                    member.keys_unchecked(),
+                let undo = member.raw().client().in_dialect(protocol::undo(
+                    member.raw().keys_unchecked(),
                     &holders[index],
                     levels_held[index],
                 ));
@@ -373,10 +376,7 @@ impl Group {
         attempt: &Attempt,
         lease: Lease,
     ) -> (Arc<Chain>, Vec<bool>) {
-        let fixed = match lease {
-            Lease::Watchdog => None,
-            Lease::Fixed(duration) => Some(duration),
-        };
+        let fixed = lease.fixed_duration();
         let mut given_up = vec![false; self.members.len()];
         let members = self
             .members
@@ -386,7 +386,7 @@ impl Group {
             .enumerate()
             .map(|(index, ((member, holder), grant))| {
                 let grant = (*grant)?;
-                let key = member.watch_key(thread);
+                let key = member.raw().watch_key(thread);
                 let holding = Holding {
                     key: &key,
                     name: member.name(),
@@ -396,6 +396,7 @@ impl Group {
                 };
                 let watched =
                     member
+                        .raw()
                         .client()
                         .watchdog()
                         .watch(holding, grant, attempt.sent_at, fixed);
@@ -415,8 +416,12 @@ impl Group {
             .map(|index| {
                 let member = &self.members[index];
                 Request::new(
-                    member.client(),
-                    protocol::undo(member.keys_unchecked(), &holders[index], levels_held[index]),
+                    member.raw().client(),
+                    protocol::undo(
+                        member.raw().keys_unchecked(),
+                        &holders[index],
+                        levels_held[index],
+                    ),
                 )
                 .without_acks()
             })

@@ -10,7 +10,7 @@ use crossbeam_channel::Receiver;
 use super::Group;
 use crate::client::Release;
 use crate::error::{LostReason, Result};
-use crate::guard::{GuardCore, Hold};
+use crate::guard::{Guard, Hold};
 use crate::lease::LeaseState;
 use crate::protocol::names::{self, MAX_LEASE};
 
@@ -127,15 +127,17 @@ impl Chain {
 /// taken by the current thread; dropping it releases the level, the last one releases every
 /// member.
 ///
-/// Like [`LockGuard`](crate::LockGuard), it is not `Send` but `Sync`, and
-/// [`unlock`](GroupGuard::unlock) reports what dropping can only log.
-#[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct GroupGuard {
-    core: GuardCore<GroupHold>,
-}
+/// A [`Guard`] (with its `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its
+/// fencing token and how many members it still holds. Like [`LockGuard`](crate::LockGuard),
+/// it is not `Send` but `Sync`, and [`unlock`](Guard::unlock) reports what dropping can only
+/// log: [`Error::NotHeld`](crate::Error::NotHeld) when too few members were still held,
+/// [`Error::NoQuorum`](crate::Error::NoQuorum) when too few servers answered. Its lost signal
+/// no longer fires once the members' managers are shut down.
+pub type GroupGuard = Guard<GroupHold>;
 
-/// What a [`GroupGuard`] holds: one level of a chain.
-struct GroupHold {
+/// What a [`GroupGuard`] holds: one level of a chain (`pub` in a private module: it names
+/// the guard's type).
+pub struct GroupHold {
     group: Arc<Group>,
     chain: Arc<Chain>,
 }
@@ -172,16 +174,14 @@ impl Hold for GroupHold {
     }
 }
 
-impl GroupGuard {
+impl Guard<GroupHold> {
     pub(super) fn new(group: Arc<Group>, chain: Arc<Chain>) -> Self {
-        GroupGuard {
-            core: GuardCore::new(GroupHold { group, chain }),
-        }
+        Guard::from_hold(GroupHold { group, chain })
     }
 
     /// How many members (servers, or locks of a multi-lock) are still held.
     pub fn held_members(&self) -> usize {
-        self.core.hold().chain.alive()
+        self.hold().chain.alive()
     }
 
     /// The fencing token of this acquisition: greater than the token of every earlier
@@ -192,35 +192,13 @@ impl GroupGuard {
     /// round trip, only then); any later acquisition takes a higher token on at least one of
     /// those members.
     pub fn fencing_token(&self) -> u64 {
-        self.core.hold().chain.fence()
-    }
-
-    /// Whether the lock is known to be lost: fewer than the required members are still held.
-    pub fn is_lost(&self) -> bool {
-        self.core.is_lost()
-    }
-
-    /// `Err(Error::LockLost)` once the lock is known to be lost, else `Ok(())`.
-    pub fn check(&self) -> Result<()> {
-        self.core.check()
-    }
-
-    /// A receiver that gets one message, the reason, once too few members are still held.
-    /// It no longer fires once the members' managers are shut down.
-    pub fn lost_signal(&self) -> Receiver<LostReason> {
-        self.core.lost_signal()
-    }
-
-    /// Releases this level now and reports the outcome: [`Error::NotHeld`](crate::Error::NotHeld) when too few
-    /// members were still held, [`Error::NoQuorum`](crate::Error::NoQuorum) when too few servers answered.
-    pub fn unlock(self) -> Result<()> {
-        self.core.unlock()
+        self.hold().chain.fence()
     }
 }
 
-impl std::fmt::Debug for GroupGuard {
+impl std::fmt::Debug for GroupHold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let GroupHold { group, chain } = self.core.hold();
+        let GroupHold { group, chain } = self;
         f.debug_struct("GroupGuard")
             .field("name", &group.label())
             .field("held_members", &chain.alive())

@@ -39,9 +39,9 @@ pub use guard::GroupGuard;
 use crate::cancel::CancelToken;
 use crate::error::{Error, LostReason, Result};
 use crate::fanout::{self, Request};
-use crate::guard::run_holding;
+use crate::handle::{Lease, LockHandle, RawAcquire};
 use crate::lease::clock_drift;
-use crate::lock::{deadline_after, Lock};
+use crate::lock::Lock;
 use crate::manager::LockManager;
 use crate::protocol::group as group_protocol;
 use crate::protocol::lock as protocol;
@@ -83,12 +83,12 @@ const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
-pub struct RedLock {
-    group: Arc<Group>,
-    /// Ends this handle's waits when cancelled.
-    cancel: Option<CancelToken>,
-}
+///
+/// The acquisition calls (`lock`, `try_lock`, `try_lock_for`, `with_lock`, ...) are
+/// [`LockHandle`]'s, shared with [`Lock`] and [`MultiLock`]: a try is one attempt (one round
+/// trip to every server); a wait fails when too few servers answer
+/// ([`Error::NoQuorum`]).
+pub type RedLock = LockHandle<RawGroup<Majority>>;
 
 /// Several locks taken together, all or nothing: for work that needs several resources at
 /// once. Cheap to clone; `Send` and `Sync`.
@@ -111,11 +111,36 @@ pub struct RedLock {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
-pub struct MultiLock {
+///
+/// The acquisition calls (`lock`, `try_lock`, `try_lock_for`, `with_lock`, ...) are
+/// [`LockHandle`]'s, shared with [`Lock`] and [`RedLock`].
+pub type MultiLock = LockHandle<RawGroup<All>>;
+
+/// The group lock behind a [`RedLock`] or [`MultiLock`] handle (`pub` in a private module:
+/// it names the handle's type, and has nothing to call from outside the crate).
+pub struct RawGroup<K> {
     group: Arc<Group>,
-    /// Ends this handle's waits when cancelled.
-    cancel: Option<CancelToken>,
+    _kind: PhantomData<K>,
+}
+
+/// The kind of a [`RedLock`]: a majority of its members.
+pub enum Majority {}
+
+/// The kind of a [`MultiLock`]: all of its members.
+pub enum All {}
+
+/// What a group lock's kind decides.
+pub trait GroupKind {
+    /// How the kind is named in errors and `Debug`.
+    const KIND: Kind;
+}
+
+impl GroupKind for Majority {
+    const KIND: Kind = Kind::RedLock;
+}
+
+impl GroupKind for All {
+    const KIND: Kind = Kind::MultiLock;
 }
 
 /// Configures a [`RedLock`] or a [`MultiLock`]; see [`RedLock::builder`] and
@@ -130,7 +155,7 @@ pub struct GroupBuilder<T> {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+pub enum Kind {
     RedLock,
     MultiLock,
 }
@@ -145,13 +170,6 @@ pub struct Group {
     holds: Mutex<HashMap<u64, Arc<Chain>>>,
     /// Per member: `None` while it answers in time; once it did not, when it was last asked.
     silence: Vec<Mutex<Option<Instant>>>,
-}
-
-/// How long an acquisition keeps the members.
-#[derive(Clone, Copy)]
-enum Lease {
-    Watchdog,
-    Fixed(Duration),
 }
 
 impl RedLock {
@@ -206,165 +224,84 @@ impl MultiLock {
     }
 }
 
-macro_rules! group_lock_api {
-    ($type:ty) => {
-        impl $type {
-            /// Takes the lock, waiting as long as it takes; the members' watchdogs keep it
-            /// while the guard lives. Fails when too few servers answer
-            /// ([`Error::NoQuorum`]), or on a Redis error.
-            pub fn lock(&self) -> Result<GroupGuard> {
-                wait::without_deadline(|| self.acquire(None, Lease::Watchdog))
-            }
-
-            /// Takes the lock for a fixed `lease`, waiting as long as it takes.
-            pub fn lock_with_lease(&self, lease: Duration) -> Result<GroupGuard> {
-                names::lease_millis("lease", lease)?;
-                wait::without_deadline(|| self.acquire(None, Lease::Fixed(lease)))
-            }
-
-            /// Makes one attempt (one round trip to every server); `Ok(None)` when the lock
-            /// is held elsewhere.
-            pub fn try_lock(&self) -> Result<Option<GroupGuard>> {
-                self.acquire(Some(Instant::now()), Lease::Watchdog)
-            }
-
-            /// Takes the lock, waiting at most `wait`; `Ok(None)` when the wait ran out.
-            pub fn try_lock_for(&self, wait: Duration) -> Result<Option<GroupGuard>> {
-                self.acquire(Some(deadline_after(wait)?), Lease::Watchdog)
-            }
-
-            /// Like `try_lock_for`, with a fixed `lease` and no watchdog.
-            pub fn try_lock_for_with_lease(
-                &self,
-                wait: Duration,
-                lease: Duration,
-            ) -> Result<Option<GroupGuard>> {
-                names::lease_millis("lease", lease)?;
-                self.acquire(Some(deadline_after(wait)?), Lease::Fixed(lease))
-            }
-
-            /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
-            /// deadline in the past makes one attempt.
-            pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<GroupGuard>> {
-                self.acquire(Some(deadline), Lease::Watchdog)
-            }
-
-            /// Like `try_lock_until`, with a fixed `lease` and no watchdog.
-            pub fn try_lock_until_with_lease(
-                &self,
-                deadline: Instant,
-                lease: Duration,
-            ) -> Result<Option<GroupGuard>> {
-                names::lease_millis("lease", lease)?;
-                self.acquire(Some(deadline), Lease::Fixed(lease))
-            }
-
-            /// Runs `work` holding the lock, taken as by `lock`, and releases it on every
-            /// way out, a panic included. Answers what `work` returned, or the error of the
-            /// release when it failed (the lock was lost before `work` ended).
-            pub fn with_lock<R>(&self, work: impl FnOnce(&GroupGuard) -> R) -> Result<R> {
-                run_holding(self.lock()?, work, GroupGuard::unlock)
-            }
-
-            /// Like `with_lock`, waiting at most `wait`: `Ok(None)`, without running `work`,
-            /// when the wait ran out.
-            pub fn with_lock_for<R>(
-                &self,
-                wait: Duration,
-                work: impl FnOnce(&GroupGuard) -> R,
-            ) -> Result<Option<R>> {
-                match self.try_lock_for(wait)? {
-                    Some(guard) => run_holding(guard, work, GroupGuard::unlock).map(Some),
-                    None => Ok(None),
-                }
-            }
-
-            /// Like `with_lock`, with a fixed `lease` and no watchdog.
-            pub fn with_lock_with_lease<R>(
-                &self,
-                lease: Duration,
-                work: impl FnOnce(&GroupGuard) -> R,
-            ) -> Result<R> {
-                run_holding(self.lock_with_lease(lease)?, work, GroupGuard::unlock)
-            }
-
-            /// This handle, with its waits (and those of its clones) ended by `token`: once
-            /// it is cancelled, they return [`Error::Cancelled`] promptly, leaving no
-            /// subscription behind.
-            pub fn with_cancel(&self, token: &CancelToken) -> Self {
-                Self {
-                    group: Arc::clone(&self.group),
-                    cancel: Some(token.clone()),
-                }
-            }
-
-            fn acquire(
-                &self,
-                deadline: Option<Instant>,
-                lease: Lease,
-            ) -> Result<Option<GroupGuard>> {
-                self.group.acquire(deadline, lease, self.cancel.as_ref())
-            }
-
-            /// Whether the calling thread holds the lock, as this process knows it: taken,
-            /// not released, and not known to be lost. No I/O.
-            pub fn is_held_by_current_thread(&self) -> bool {
-                self.group.is_held_by_current_thread()
-            }
-
-            /// The lock handles the lock is made of.
-            pub fn members(&self) -> &[Lock] {
-                &self.group.members
-            }
-
-            /// How many members an acquisition must take.
-            pub fn required(&self) -> usize {
-                self.group.required
-            }
+impl<K> Clone for RawGroup<K> {
+    fn clone(&self) -> Self {
+        RawGroup {
+            group: Arc::clone(&self.group),
+            _kind: PhantomData,
         }
-
-        impl std::fmt::Debug for $type {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($type))
-                    .field("members", &self.group.members)
-                    .field("required", &self.group.required)
-                    .finish()
-            }
-        }
-    };
+    }
 }
 
-group_lock_api!(RedLock);
-group_lock_api!(MultiLock);
+impl<K: GroupKind> RawAcquire for RawGroup<K> {
+    type Guard = GroupGuard;
+
+    fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Lease,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<GroupGuard>> {
+        self.group.acquire(deadline, lease, cancel)
+    }
+
+    fn unlock(guard: GroupGuard) -> Result<()> {
+        guard.unlock()
+    }
+}
+
+impl<K: GroupKind> LockHandle<RawGroup<K>> {
+    /// Whether the calling thread holds the lock, as this process knows it: taken, not
+    /// released, and not known to be lost. No I/O.
+    pub fn is_held_by_current_thread(&self) -> bool {
+        self.raw().group.is_held_by_current_thread()
+    }
+
+    /// The lock handles the lock is made of.
+    pub fn members(&self) -> &[Lock] {
+        &self.raw().group.members
+    }
+
+    /// How many members an acquisition must take.
+    pub fn required(&self) -> usize {
+        self.raw().group.required
+    }
+}
+
+impl<K: GroupKind> std::fmt::Debug for RawGroup<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(match K::KIND {
+            Kind::RedLock => "RedLock",
+            Kind::MultiLock => "MultiLock",
+        })
+        .field("members", &self.group.members)
+        .field("required", &self.group.required)
+        .finish()
+    }
+}
 
 /// What a [`GroupBuilder`] builds: [`RedLock`] or [`MultiLock`] (sealed).
 pub trait FromGroup: sealed::Sealed {}
 
-impl FromGroup for RedLock {}
-impl FromGroup for MultiLock {}
+impl<K: GroupKind> FromGroup for LockHandle<RawGroup<K>> {}
 
 mod sealed {
+    use std::marker::PhantomData;
     use std::sync::Arc;
+
+    use super::{GroupKind, LockHandle, RawGroup};
 
     pub trait Sealed: Sized {
         fn from_group(group: Arc<super::Group>) -> Self;
     }
 
-    impl Sealed for super::RedLock {
+    impl<K: GroupKind> Sealed for LockHandle<RawGroup<K>> {
         fn from_group(group: Arc<super::Group>) -> Self {
-            super::RedLock {
+            let raw = RawGroup {
                 group,
-                cancel: None,
-            }
-        }
-    }
-
-    impl Sealed for super::MultiLock {
-        fn from_group(group: Arc<super::Group>) -> Self {
-            super::MultiLock {
-                group,
-                cancel: None,
-            }
+                _kind: PhantomData,
+            };
+            LockHandle::from_raw(raw, None)
         }
     }
 }
@@ -417,14 +354,14 @@ impl<T: FromGroup> GroupBuilder<T> {
         }
         let mut seen = HashSet::new();
         for member in &members {
-            member.keys()?;
-            if !member.is_plain() {
+            member.raw().keys()?;
+            if !member.raw().is_plain() {
                 return Err(Error::InvalidArgument(format!(
                     "a {kind:?} is made of plain locks; {:?} is a fair, read or write lock",
                     member.name()
                 )));
             }
-            let server = member.client().router().server_of(member.name());
+            let server = member.raw().client().router().server_of(member.name());
             let identity = match kind {
                 Kind::RedLock => server.clone(),
                 Kind::MultiLock => format!("{server} {}", member.name()),
@@ -439,7 +376,7 @@ impl<T: FromGroup> GroupBuilder<T> {
         let attempt_timeout = attempt_timeout.unwrap_or_else(|| {
             members
                 .iter()
-                .map(|member| member.client().router().response_timeout())
+                .map(|member| member.raw().client().router().response_timeout())
                 .min()
                 .unwrap_or(Duration::from_secs(1))
         });
@@ -486,7 +423,7 @@ impl Group {
         cancel: Option<&CancelToken>,
     ) -> Result<Option<GroupGuard>> {
         for member in &self.members {
-            member.client().ensure_running()?;
+            member.raw().client().ensure_running()?;
         }
         let thread = names::thread_number();
         if let Some(chain) = self.holds.lock().get(&thread) {
@@ -499,9 +436,9 @@ impl Group {
             Lease::Watchdog => self
                 .members
                 .iter()
-                .map(|member| member.client().watchdog_timeout_ms())
+                .map(|member| member.raw().client().watchdog_timeout_ms())
                 .collect(),
-            Lease::Fixed(duration) => {
+            Lease::Fixed { duration, .. } => {
                 if duration <= clock_drift(duration) {
                     return Err(Error::InvalidArgument(format!(
                         "lease of {duration:?} is shorter than the clock drift it must allow for"
@@ -520,8 +457,8 @@ impl Group {
                 let mut subscriptions = Vec::new();
                 for (member, silence) in self.members.iter().zip(&self.silence) {
                     if silence.lock().is_none() {
-                        let hub = member.client().hub();
-                        let keys = member.keys_unchecked();
+                        let hub = member.raw().client().hub();
+                        let keys = member.raw().keys_unchecked();
                         subscriptions.push(hub.subscribe(&keys.channel, &keys.name)?);
                     }
                 }
@@ -531,13 +468,13 @@ impl Group {
             ensure_running: || {
                 self.members
                     .iter()
-                    .try_for_each(|member| member.client().ensure_running())
+                    .try_for_each(|member| member.raw().client().ensure_running())
             },
             cancel,
             // A group's waits count on its first member's manager.
             // Independent masters: an outage of some is what the quorum is for.
             outage_grace: Duration::ZERO,
-            recorder: self.members[0].client().wait_recorder(),
+            recorder: self.members[0].raw().client().wait_recorder(),
         })
     }
 
@@ -561,8 +498,9 @@ impl Group {
             .map(|&(index, _)| {
                 let member = &self.members[index];
                 member
+                    .raw()
                     .keys_unchecked()
-                    .unlock_latch(&member.client().next_request_id())
+                    .unlock_latch(&member.raw().client().next_request_id())
             })
             .collect();
         let requests: Vec<Request<'_>> = asked
@@ -570,15 +508,15 @@ impl Group {
             .zip(&latches)
             .map(|(&(index, left), latch)| {
                 let member = &self.members[index];
-                let keys = member.keys_unchecked();
+                let keys = member.raw().keys_unchecked();
                 Request::new(
-                    member.client(),
+                    member.raw().client(),
                     protocol::release(
                         keys,
                         latch,
                         &holders[index],
                         lease_ms[index],
-                        member.client().answer_keep_ms(),
+                        member.raw().client().answer_keep_ms(),
                         left.total(),
                     ),
                 )
@@ -595,10 +533,13 @@ impl Group {
             let member = &self.members[index];
             let released = answer.map(|acked| {
                 // The answer has arrived: the latch will not be asked again.
-                member.client().watchdog().discard_latch(latch);
+                member.raw().client().watchdog().discard_latch(latch);
                 let released = protocol::released(&acked.answer);
                 if let (true, Some(why)) = (released, acked.unreplicated) {
-                    member.client().release_unreplicated(member.name(), &why);
+                    member
+                        .raw()
+                        .client()
+                        .release_unreplicated(member.name(), &why);
                 }
                 released
             });
@@ -617,7 +558,7 @@ impl Group {
             .iter()
             .map(|member| match chain.fixed {
                 Some(lease) => names::lease_millis("lease", lease).unwrap_or(1),
-                None => member.client().watchdog_timeout_ms(),
+                None => member.raw().client().watchdog_timeout_ms(),
             })
             .collect();
         let releases: Vec<Option<LevelsLeft>> = self
@@ -626,8 +567,8 @@ impl Group {
             .zip(&chain.members)
             .map(|(member, hold)| {
                 let hold = hold.as_ref()?;
-                let watchdog = member.client().watchdog();
-                let key = member.watch_key(names::thread_number());
+                let watchdog = member.raw().client().watchdog();
+                let key = member.raw().watch_key(names::thread_number());
                 let left = watchdog.unwatch(&key, &hold.lease, chain.fixed.is_some());
                 hold.lease.lost().is_none().then_some(left)
             })
@@ -684,8 +625,8 @@ impl Group {
             // let a later holder's token fall below this one.
             .map(|((member, holder), _)| {
                 Request::new(
-                    member.client(),
-                    group_protocol::raise_token(member.keys_unchecked(), holder, token),
+                    member.raw().client(),
+                    group_protocol::raise_token(member.raw().keys_unchecked(), holder, token),
                 )
             })
             .collect();

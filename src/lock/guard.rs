@@ -8,19 +8,21 @@ use crossbeam_channel::Receiver;
 use super::Lock;
 use crate::client::Release;
 use crate::error::{LostReason, Result};
-use crate::guard::{GuardCore, Hold};
+use crate::guard::{Guard, Hold};
 use crate::lease::LeaseState;
 
-/// One held level of a [`Lock`], taken by the current thread.
+/// One held level of a [`Lock`], taken by the current thread: a [`Guard`] (with its
+/// `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its fencing token and
+/// holder id.
 ///
 /// The guard owns a clone of its [`Lock`] handle, so it can outlive the handle it came from
 /// (`manager.lock("name").lock()?` is fine).
 ///
 /// Dropping the guard releases this level; the last level frees the lock and wakes one
-/// waiter. [`unlock`](LockGuard::unlock) does the same and says how it went, where `Drop` can
+/// waiter. [`unlock`](Guard::unlock) does the same and says how it went, where `Drop` can
 /// only log a failure. The guard is not `Send`: the lock is held by a thread, and only that
 /// thread may release it. It is `Sync`, so a scoped thread may watch
-/// [`is_lost`](LockGuard::is_lost) through a shared reference.
+/// [`is_lost`](Guard::is_lost) through a shared reference.
 ///
 /// ```compile_fail
 /// fn moves_to_another_thread<T: Send>() {}
@@ -39,13 +41,10 @@ use crate::lease::LeaseState;
 /// # Ok(())
 /// # }
 /// ```
-#[must_use = "the lock is released as soon as the guard is dropped"]
-pub struct LockGuard {
-    core: GuardCore<LockHold>,
-}
+pub type LockGuard = Guard<LockHold>;
 
-/// What a [`LockGuard`] holds.
-struct LockHold {
+/// What a [`LockGuard`] holds (`pub` in a private module: it names the guard's type).
+pub struct LockHold {
     lock: Lock,
     /// The holder id of the acquisition chain.
     holder: String,
@@ -72,17 +71,17 @@ impl Hold for LockHold {
 
     fn release(&self, how: Release) -> Result<()> {
         // A guard is not `Send`: it is released on the thread that took it.
-        let watch_key = self.lock.watch_key(crate::protocol::names::thread_number());
-        let left = self.lock.client.watchdog().unwatch(
-            &watch_key,
-            &self.lease,
-            self.fixed_lease.is_some(),
-        );
-        self.lock.release(&self.holder, left, self.fixed_lease, how)
+        let lock = self.lock.raw();
+        let watch_key = lock.watch_key(crate::protocol::names::thread_number());
+        let left =
+            lock.client()
+                .watchdog()
+                .unwatch(&watch_key, &self.lease, self.fixed_lease.is_some());
+        lock.release(&self.holder, left, self.fixed_lease, how)
     }
 }
 
-impl LockGuard {
+impl Guard<LockHold> {
     pub(super) fn new(
         lock: Lock,
         holder: String,
@@ -90,21 +89,19 @@ impl LockGuard {
         (token, acknowledged): (u64, Option<u32>),
         lease: Arc<LeaseState>,
     ) -> Self {
-        LockGuard {
-            core: GuardCore::new(LockHold {
-                lock,
-                holder,
-                fixed_lease,
-                token,
-                acknowledged,
-                lease,
-            }),
-        }
+        Guard::from_hold(LockHold {
+            lock,
+            holder,
+            fixed_lease,
+            token,
+            acknowledged,
+            lease,
+        })
     }
 
     /// The lock this guard holds.
     pub fn lock(&self) -> &Lock {
-        &self.core.hold().lock
+        &self.hold().lock
     }
 
     /// The fencing token of this acquisition: strictly greater than the token of every
@@ -115,7 +112,7 @@ impl LockGuard {
     /// replica (see [`replicas_acknowledged`](Self::replicas_acknowledged), and
     /// [`FencedStore`](crate::FencedStore) for what a repeated token means).
     pub fn fencing_token(&self) -> u64 {
-        self.core.hold().token
+        self.hold().token
     }
 
     /// How many replicas acknowledged this acquisition (the count `WAIT` answered), with
@@ -127,7 +124,7 @@ impl LockGuard {
     /// `WAIT` answers once enough replicas have acknowledged, so the count may be the number
     /// asked for even when more replicas got the write.
     pub fn replicas_acknowledged(&self) -> Option<u32> {
-        self.core.hold().acknowledged
+        self.hold().acknowledged
     }
 
     /// The holder id of this acquisition chain (`<client-id>:<chain-number>`), as Redis keeps
@@ -145,73 +142,13 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn holder_id(&self) -> &str {
-        &self.core.hold().holder
-    }
-
-    /// Whether the lock is known to be lost (see [`LostReason`]): a renewal found another
-    /// holder or no key, the lease ran out by the local clock before a renewal succeeded (or,
-    /// for a fixed lease, at all), or a force release was heard. Cheap: no I/O.
-    pub fn is_lost(&self) -> bool {
-        self.core.is_lost()
-    }
-
-    /// `Err(Error::LockLost)` once the lock is known to be lost, else `Ok(())`: a check for
-    /// between the steps of a critical section.
-    pub fn check(&self) -> Result<()> {
-        self.core.check()
-    }
-
-    /// A receiver that gets one message, the reason, once the lock is found lost (at once if
-    /// it already is). Suits `select!` or a monitoring thread; every call registers a new
-    /// receiver for the life of the chain, and all of them fire, so take one and keep it
-    /// rather than calling this in a loop. After [`LockManager::shutdown`](crate::LockManager::shutdown)
-    /// it no longer fires; [`is_lost`](LockGuard::is_lost) still turns true at the deadline.
-    ///
-    /// ```
-    /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
-    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
-    /// use crossbeam_channel::select;
-    ///
-    /// let (send_job, jobs) = crossbeam_channel::unbounded::<u32>();
-    /// send_job.send(7).unwrap();
-    /// drop(send_job);
-    ///
-    /// let guard = manager.lock("migration").lock()?;
-    /// let lost = guard.lost_signal();
-    /// loop {
-    ///     select! {
-    ///         recv(lost) -> reason => {
-    ///             eprintln!("lock lost ({reason:?}): stop taking jobs");
-    ///             break;
-    ///         }
-    ///         recv(jobs) -> job => match job {
-    ///             Ok(job) => println!("migrating batch {job}"),
-    ///             Err(_) => break, // no more jobs
-    ///         },
-    ///     }
-    /// }
-    /// guard.unlock()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn lost_signal(&self) -> Receiver<LostReason> {
-        self.core.lost_signal()
-    }
-
-    /// Releases this level now and reports the outcome: [`Error::NotHeld`](crate::Error::NotHeld)
-    /// when the lock was lost (expired or force-released) before. Through an outage the
-    /// release is sent again for up to the outage grace, then
-    /// [`Error::Indeterminate`](crate::Error::Indeterminate); dropping the guard instead
-    /// leaves that to the manager's cleanup thread.
-    pub fn unlock(self) -> Result<()> {
-        self.core.unlock()
+        &self.hold().holder
     }
 }
 
-impl std::fmt::Debug for LockGuard {
+impl std::fmt::Debug for LockHold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hold = self.core.hold();
+        let hold = self;
         f.debug_struct("LockGuard")
             .field("name", &hold.lock.name())
             .field("holder", &hold.holder)

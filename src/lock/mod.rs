@@ -23,7 +23,7 @@ pub use guard::LockGuard;
 use crate::cancel::CancelToken;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
-use crate::guard::run_holding;
+use crate::handle::{Lease, LockHandle, RawAcquire};
 use crate::lease;
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
@@ -53,28 +53,17 @@ use crate::watchdog::{Grant, Holding, LevelsLeft};
 /// # Ok(())
 /// # }
 /// ```
+///
+/// The acquisition calls (`lock`, `try_lock`, `try_lock_for`, `with_lock`, ...) are
+/// [`LockHandle`]'s, shared with the group locks; the rest is the lock's own.
+pub type Lock = LockHandle<RawLock>;
+
+/// The reentrant lock behind a [`Lock`] handle (`pub` in a private module: it names the
+/// handle's type, and has nothing to call from outside the crate).
 #[derive(Clone)]
-pub struct Lock {
+pub struct RawLock {
     client: Arc<Client>,
     keys: Arc<LockKeys>,
-    /// Ends this handle's waits when cancelled.
-    cancel: Option<CancelToken>,
-}
-
-/// How long an acquisition keeps the lock.
-#[derive(Clone, Copy)]
-enum Lease {
-    /// The watchdog timeout, renewed while held.
-    Watchdog,
-    /// A fixed lease, never renewed.
-    Fixed { duration: Duration, millis: u64 },
-}
-
-impl Lease {
-    fn fixed(duration: Duration) -> Result<Self> {
-        let millis = names::lease_millis("lease", duration)?;
-        Ok(Lease::Fixed { duration, millis })
-    }
 }
 
 /// What one acquisition try came to, and what its answer said beside.
@@ -92,147 +81,56 @@ struct Granted {
     acknowledged: Option<u32>,
 }
 
+impl RawAcquire for RawLock {
+    type Guard = LockGuard;
+
+    fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Lease,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_level(deadline, lease, cancel)
+    }
+
+    fn unlock(guard: LockGuard) -> Result<()> {
+        guard.unlock()
+    }
+}
+
 impl Lock {
-    pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
+    pub(crate) fn plain(client: Arc<Client>, name: &str) -> Self {
         Lock::of_kind(client, name, LockKind::Plain)
     }
 
     /// A handle to the lock `name` of the given kind: a fair lock, or the read or write lock
     /// of a read-write lock.
     pub(crate) fn of_kind(client: Arc<Client>, name: &str, kind: LockKind) -> Self {
-        Lock {
+        let raw = RawLock {
             client,
             keys: Arc::new(LockKeys::of_kind(name, kind)),
-            cancel: None,
-        }
-    }
-
-    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
-    /// cancelled, they return [`Error::Cancelled`] promptly, leaving no subscription and no
-    /// place in a fair lock's queue behind.
-    pub fn with_cancel(&self, token: &CancelToken) -> Lock {
-        Lock {
-            cancel: Some(token.clone()),
-            ..self.clone()
-        }
+        };
+        LockHandle::from_raw(raw, None)
     }
 
     /// The lock name: the Redis key of the lock.
     pub fn name(&self) -> &str {
-        &self.keys.name
-    }
-
-    /// Takes the lock, waiting as long as it takes; the watchdog keeps it while the guard
-    /// lives.
-    ///
-    /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
-    /// down; with [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when the
-    /// lock was taken but too few replicas acknowledged it in time ([`Error::NotReplicated`]:
-    /// it was given back, and the wait ends there, as every acquisition of the handle does).
-    pub fn lock(&self) -> Result<LockGuard> {
-        wait::without_deadline(|| self.acquire(None, Lease::Watchdog))
-    }
-
-    /// Takes the lock for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
-    /// expires after `lease` even if the guard still lives.
-    pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        let lease = Lease::fixed(lease)?;
-        wait::without_deadline(|| self.acquire(None, lease))
-    }
-
-    /// Takes the lock if it is free (or held by this thread), without waiting.
-    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.acquire(Some(Instant::now()), Lease::Watchdog)
-    }
-
-    /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when the wait ran out. A zero
-    /// `wait` tries once.
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.acquire(Some(deadline_after(wait)?), Lease::Watchdog)
-    }
-
-    /// Like [`try_lock_for`](Lock::try_lock_for), with a fixed `lease` and no watchdog.
-    pub fn try_lock_for_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        let lease = Lease::fixed(lease)?;
-        self.acquire(Some(deadline_after(wait)?), lease)
-    }
-
-    /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
-    /// deadline in the past tries once.
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.acquire(Some(deadline), Lease::Watchdog)
-    }
-
-    /// Like [`try_lock_until`](Lock::try_lock_until), with a fixed `lease` and no watchdog.
-    pub fn try_lock_until_with_lease(
-        &self,
-        deadline: Instant,
-        lease: Duration,
-    ) -> Result<Option<LockGuard>> {
-        self.acquire(Some(deadline), Lease::fixed(lease)?)
-    }
-
-    /// Runs `work` holding the lock, taken as by [`lock`](Lock::lock), and releases it on
-    /// every way out, a panic included (the guard's drop releases it while unwinding).
-    ///
-    /// Answers what `work` returned, or the error of the release when it failed: the lock
-    /// was lost before `work` ended (see [`Error::NotHeld`]), so whatever it did may have
-    /// overlapped with another holder.
-    ///
-    /// ```
-    /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
-    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
-    /// let total = manager.lock("invoice:42").with_lock(|guard| {
-    ///     // ... only one thread in all processes runs this at a time ...
-    ///     guard.fencing_token()
-    /// })?;
-    /// # assert!(total > 0);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_lock<R>(&self, work: impl FnOnce(&LockGuard) -> R) -> Result<R> {
-        run_holding(self.lock()?, work, LockGuard::unlock)
-    }
-
-    /// Like [`with_lock`](Lock::with_lock), waiting at most `wait`: `Ok(None)`, without
-    /// running `work`, when the wait ran out.
-    pub fn with_lock_for<R>(
-        &self,
-        wait: Duration,
-        work: impl FnOnce(&LockGuard) -> R,
-    ) -> Result<Option<R>> {
-        match self.try_lock_for(wait)? {
-            Some(guard) => run_holding(guard, work, LockGuard::unlock).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Like [`with_lock`](Lock::with_lock), with a fixed `lease` and no watchdog.
-    pub fn with_lock_with_lease<R>(
-        &self,
-        lease: Duration,
-        work: impl FnOnce(&LockGuard) -> R,
-    ) -> Result<R> {
-        run_holding(self.lock_with_lease(lease)?, work, LockGuard::unlock)
+        self.raw().name()
     }
 
     /// Whether anyone holds the lock (for the read or write lock of a read-write lock:
     /// whether it is held in that mode).
     pub fn is_locked(&self) -> Result<bool> {
-        let name = &self.keys()?.name;
-        let mode = match self.keys.kind {
+        let raw = self.raw();
+        let name = &raw.keys()?.name;
+        let mode = match raw.keys.kind {
             LockKind::Plain | LockKind::Fair { .. } => {
-                return self.query(redis::cmd("EXISTS").arg(name));
+                return raw.query(redis::cmd("EXISTS").arg(name));
             }
             LockKind::Read => "read",
             LockKind::Write => "write",
         };
-        let held: Option<String> = self.query(redis::cmd("HGET").arg(name).arg("mode"))?;
+        let held: Option<String> = raw.query(redis::cmd("HGET").arg(name).arg("mode"))?;
         Ok(held.as_deref() == Some(mode))
     }
 
@@ -240,25 +138,28 @@ impl Lock {
     /// released, and not known to be lost. No I/O (see [`hold_count`](Lock::hold_count) for
     /// what Redis records).
     pub fn is_held_by_current_thread(&self) -> bool {
-        self.keys().is_ok() && self.current_chain().is_some()
+        let raw = self.raw();
+        raw.keys().is_ok() && raw.current_chain().is_some()
     }
 
     /// How many times the calling thread holds the lock, as Redis counts it now (0 without
     /// I/O when this process knows of no hold of the thread, or knows it lost it).
     pub fn hold_count(&self) -> Result<u32> {
-        let name = &self.keys()?.name;
-        let Some((holder, _)) = self.current_chain() else {
+        let raw = self.raw();
+        let name = &raw.keys()?.name;
+        let Some((holder, _)) = raw.current_chain() else {
             return Ok(0);
         };
-        let field = protocol::holder_field(&self.keys, &holder);
-        let count: Option<u32> = self.query(redis::cmd("HGET").arg(name).arg(field))?;
+        let field = protocol::holder_field(&raw.keys, &holder);
+        let count: Option<u32> = raw.query(redis::cmd("HGET").arg(name).arg(field))?;
         Ok(count.unwrap_or(0))
     }
 
     /// The lease the lock has left: `None` when nobody holds it, [`Duration::MAX`] when its
     /// key has no expiry (set by something other than a lock).
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        let millis: i64 = self.query(redis::cmd("PTTL").arg(&self.keys()?.name))?;
+        let raw = self.raw();
+        let millis: i64 = raw.query(redis::cmd("PTTL").arg(&raw.keys()?.name))?;
         Ok(match millis {
             -2 => None,
             -1 => Some(Duration::MAX),
@@ -276,9 +177,10 @@ impl Lock {
     /// next renewal finds the lock gone; a holder with a fixed lease, which nothing renews,
     /// then only learns at the end of its lease. Its release answers [`Error::NotHeld`].
     pub fn force_unlock(&self) -> Result<bool> {
-        self.keys()?;
-        let freed: i64 = self.client.change(&self.keys.name, |request| {
-            protocol::force_release(&self.keys, request)
+        let raw = self.raw();
+        raw.keys()?;
+        let freed: i64 = raw.client.change(&raw.keys.name, |request| {
+            protocol::force_release(&raw.keys, request)
         })?;
         Ok(freed == 1)
     }
@@ -287,13 +189,21 @@ impl Lock {
     /// was leaked with [`std::mem::forget`]. Fails with [`Error::NotHeld`] when the calling
     /// thread does not hold the lock.
     pub fn unlock(&self) -> Result<()> {
-        let name = &self.keys()?.name;
-        let watchdog = self.client.watchdog();
+        let raw = self.raw();
+        let name = &raw.keys()?.name;
+        let watchdog = raw.client.watchdog();
         let thread = names::thread_number();
         let (left, holder) = watchdog
-            .unwatch_thread(&self.watch_key(thread), thread)
+            .unwatch_thread(&raw.watch_key(thread), thread)
             .ok_or_else(|| Error::NotHeld { name: name.clone() })?;
-        self.release(&holder, left, None, Release::Waited)
+        raw.release(&holder, left, None, Release::Waited)
+    }
+}
+
+impl RawLock {
+    /// The lock name: the Redis key of the lock.
+    pub(crate) fn name(&self) -> &str {
+        &self.keys.name
     }
 
     pub(crate) fn keys(&self) -> Result<&LockKeys> {
@@ -349,7 +259,12 @@ impl Lock {
     /// Tries until `deadline` (forever with `None`), in the shared wait loop: subscribed to
     /// the release channel after the first failed attempt and before the next, sleeping until
     /// a release wakes this thread or the holder's lease runs out.
-    fn acquire(&self, deadline: Option<Instant>, lease: Lease) -> Result<Option<LockGuard>> {
+    fn acquire_level(
+        &self,
+        deadline: Option<Instant>,
+        lease: Lease,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<LockGuard>> {
         self.client.ensure_running()?;
         self.keys()?;
         let thread = names::thread_number();
@@ -387,7 +302,7 @@ impl Lock {
                     Acquired::Taken { token } => {
                         let joins = levels_held > 0;
                         let grant = Granted { token, ..grant };
-                        match self.guard(holder.clone(), joins, lease, grant) {
+                        match self.guard(holder.clone(), joins, lease, grant, cancel) {
                             Some(guard) => wait::Attempt::Taken(guard),
                             None => {
                                 // The level joined a chain given up here meanwhile, or came
@@ -412,7 +327,7 @@ impl Lock {
                 })
             },
             ensure_running: || self.client.ensure_running(),
-            cancel: self.cancel.as_ref(),
+            cancel,
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
         });
@@ -460,10 +375,7 @@ impl Lock {
     /// is taken back. A grant that too few replicas acknowledged is taken back too, and
     /// answered as an error: a failover now could erase it.
     fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<Tried> {
-        let lease_ms = match lease {
-            Lease::Watchdog => self.client.watchdog_timeout_ms(),
-            Lease::Fixed { millis, .. } => millis,
-        };
+        let lease_ms = lease.millis_or(self.client.watchdog_timeout_ms());
         let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms);
         let sent_at = Instant::now();
         let answer = self
@@ -540,16 +452,14 @@ impl Lock {
         joins: bool,
         lease: Lease,
         grant: Granted,
+        cancel: Option<&CancelToken>,
     ) -> Option<LockGuard> {
         let Granted {
             token,
             sent_at,
             acknowledged,
         } = grant;
-        let fixed_lease = match lease {
-            Lease::Watchdog => None,
-            Lease::Fixed { duration, .. } => Some(duration),
-        };
+        let fixed_lease = lease.fixed_duration();
         let lease_length = fixed_lease.unwrap_or_else(|| self.client.watchdog_timeout());
         if !joins && lease::deadline(sent_at, lease_length) <= Instant::now() {
             log::debug!(
@@ -571,7 +481,7 @@ impl Lock {
                 .watchdog()
                 .watch(holding, Grant { token, joins }, sent_at, fixed_lease)?;
         Some(LockGuard::new(
-            self.clone(),
+            LockHandle::from_raw(self.clone(), cancel.cloned()),
             holder,
             fixed_lease,
             (token, acknowledged),
@@ -627,7 +537,7 @@ impl Lock {
     }
 }
 
-impl std::fmt::Debug for Lock {
+impl std::fmt::Debug for RawLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
             .field("name", &self.keys.name)
@@ -639,12 +549,4 @@ impl std::fmt::Debug for Lock {
 /// run, or its grant was taken back for want of replica acknowledgements.
 fn undo_may_come_late(err: &Error) -> bool {
     err.may_have_run() || matches!(err, Error::NotReplicated { .. })
-}
-
-pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
-    Instant::now().checked_add(wait).ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "wait of {wait:?} is too long; use lock() to wait forever"
-        ))
-    })
 }

@@ -8,15 +8,16 @@ use crossbeam_channel::Receiver;
 use super::PermitSemaphore;
 use crate::client::Release;
 use crate::error::{LostReason, Result};
-use crate::guard::{GuardCore, Hold};
+use crate::guard::{Guard, Hold};
 use crate::lease::LeaseState;
 use crate::protocol::semaphore::PermitId;
 
-/// One permit of a [`PermitSemaphore`], taken by the current thread.
+/// One permit of a [`PermitSemaphore`], taken by the current thread: a [`Guard`] (with its
+/// `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its permit id.
 ///
 /// Dropping the guard gives the permit back and wakes the waiters;
-/// [`release`](PermitGuard::release) does the same and says how it went, where `Drop` can
-/// only log a failure. While it lives, the watchdog renews the permit's lease, unless it was
+/// [`release`](Guard::release) (or [`unlock`](Guard::unlock)) does the same and says how it
+/// went, where `Drop` can only log a failure. While it lives, the watchdog renews the permit's lease, unless it was
 /// taken with a fixed lease. Like a [`LockGuard`](crate::LockGuard) it tells when the permit
 /// is known to be lost, is `Sync` but not `Send`, and owns a clone of its handle.
 ///
@@ -39,13 +40,10 @@ use crate::protocol::semaphore::PermitId;
 /// # Ok(())
 /// # }
 /// ```
-#[must_use = "the permit is given back as soon as the guard is dropped"]
-pub struct PermitGuard {
-    core: GuardCore<PermitHold>,
-}
+pub type PermitGuard = Guard<PermitHold>;
 
-/// What a [`PermitGuard`] holds.
-struct PermitHold {
+/// What a [`PermitGuard`] holds (`pub` in a private module: it names the guard's type).
+pub struct PermitHold {
     semaphore: PermitSemaphore,
     id: PermitId,
     /// The id as users and the watchdog know it.
@@ -77,7 +75,7 @@ impl Hold for PermitHold {
     }
 }
 
-impl PermitGuard {
+impl Guard<PermitHold> {
     pub(super) fn new(
         semaphore: PermitSemaphore,
         id: PermitId,
@@ -86,59 +84,41 @@ impl PermitGuard {
         fixed_lease: Option<Duration>,
         lease: Arc<LeaseState>,
     ) -> Self {
-        PermitGuard {
-            core: GuardCore::new(PermitHold {
-                semaphore,
-                id,
-                hex,
-                watch_key,
-                fixed_lease,
-                lease,
-            }),
-        }
+        Guard::from_hold(PermitHold {
+            semaphore,
+            id,
+            hex,
+            watch_key,
+            fixed_lease,
+            lease,
+        })
     }
 
     /// The semaphore this permit belongs to.
     pub fn semaphore(&self) -> &PermitSemaphore {
-        &self.core.hold().semaphore
+        &self.hold().semaphore
     }
 
     /// The permit's id: 32 lowercase hex digits, as Redisson shows its permit ids. Another
     /// process may give the permit back with [`PermitSemaphore::release_id`].
     pub fn permit_id(&self) -> &str {
-        &self.core.hold().hex
-    }
-
-    /// Whether the permit is known to be lost (see [`LostReason`]): a renewal found it given
-    /// back already, or its lease ran out by the local clock before a renewal succeeded (or,
-    /// for a fixed lease, at all). Cheap: no I/O.
-    pub fn is_lost(&self) -> bool {
-        self.core.is_lost()
-    }
-
-    /// `Err(Error::LockLost)` once the permit is known to be lost, else `Ok(())`.
-    pub fn check(&self) -> Result<()> {
-        self.core.check()
-    }
-
-    /// A receiver that gets one message, the reason, once the permit is found lost (at once
-    /// if it already is); as [`LockGuard::lost_signal`](crate::LockGuard::lost_signal).
-    pub fn lost_signal(&self) -> Receiver<LostReason> {
-        self.core.lost_signal()
+        &self.hold().hex
     }
 
     /// Gives the permit back now and reports the outcome: [`NotHeld`](crate::Error::NotHeld)
     /// when it was given back before (its lease ran out, or someone released its id), or
     /// [`Indeterminate`](crate::Error::Indeterminate) when Redis did not answer within the
     /// outage grace (see the crate's "On a bad day").
+    ///
+    /// The same as [`unlock`](Guard::unlock), under a semaphore's word.
     pub fn release(self) -> Result<()> {
-        self.core.unlock()
+        self.unlock()
     }
 }
 
-impl std::fmt::Debug for PermitGuard {
+impl std::fmt::Debug for PermitHold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hold = self.core.hold();
+        let hold = self;
         f.debug_struct("PermitGuard")
             .field("name", &hold.semaphore.name())
             .field("permit_id", &hold.hex)

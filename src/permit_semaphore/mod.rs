@@ -23,15 +23,15 @@ pub use guard::PermitGuard;
 use crate::cancel::CancelToken;
 use crate::client::{Release, Undoing};
 use crate::error::{Error, Result};
+use crate::handle::{Acquisition, Lease, RawAcquire};
 use crate::lease;
-use crate::lock::deadline_after;
 use crate::protocol::names;
 use crate::protocol::renew::HoldKind;
 use crate::protocol::semaphore::{self as protocol, PermitId, PermitTaken};
 use crate::protocol::Request;
 use crate::replication::Acked;
 use crate::semaphore::Semaphore;
-use crate::wait::{self, Attempt};
+use crate::wait::Attempt;
 use crate::watchdog::{Grant, Holding};
 
 /// A handle to one named semaphore whose permits each have an id and a lease. Cheap to
@@ -107,45 +107,31 @@ impl PermitSemaphore {
     /// Takes a permit, waiting as long as it takes; the watchdog keeps it while the guard
     /// lives.
     ///
-    /// Fails only when Redis cannot be reached or answers an error, or the manager is shut
-    /// down; with [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when a
-    /// permit was taken but too few replicas acknowledged it in time
-    /// ([`Error::NotReplicated`]: it was given back).
+    /// Fails only when Redis cannot be reached (past the outage grace) or answers an error,
+    /// or the manager is shut down; with
+    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when a permit was
+    /// taken but too few replicas acknowledged it in time ([`Error::NotReplicated`]: it was
+    /// given back).
     pub fn acquire(&self) -> Result<PermitGuard> {
-        wait::without_deadline(|| self.acquire_until(None, None))
+        self.acquisition().forever(Lease::Watchdog)
     }
 
     /// Takes a permit for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
     /// comes back after `lease` even if the guard still lives.
     pub fn acquire_with_lease(&self, lease: Duration) -> Result<PermitGuard> {
-        names::lease_millis("lease", lease)?;
-        wait::without_deadline(|| self.acquire_until(None, Some(lease)))
+        self.acquisition().forever(Lease::fixed(lease)?)
     }
 
     /// Takes a permit if one is available now, without waiting.
     pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
-        self.acquire_until(Some(Instant::now()), None)
+        self.acquisition().until(Instant::now(), Lease::Watchdog)
     }
 
     /// Takes a permit, waiting at most `wait` for one; `Ok(None)` when the wait ran out. A
     /// zero `wait` tries once.
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
-        self.acquire_until(Some(deadline_after(wait)?), None)
-    }
-
-    /// Takes a permit, waiting until `deadline` at most; `Ok(None)` when it passed. A deadline
-    /// in the past tries once.
-    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
-        self.acquire_until(Some(deadline), None)
-    }
-
-    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
-    /// cancelled, they return [`Error::Cancelled`](crate::Error::Cancelled) promptly, leaving
-    /// no subscription behind.
-    pub fn with_cancel(&self, token: &CancelToken) -> PermitSemaphore {
-        PermitSemaphore {
-            semaphore: self.semaphore.with_cancel(token),
-        }
+        self.acquisition()
+            .within(wait, Lease::Watchdog, "try_acquire_for")
     }
 
     /// Like [`try_acquire_for`](PermitSemaphore::try_acquire_for), with a fixed `lease` and no
@@ -155,8 +141,75 @@ impl PermitSemaphore {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<PermitGuard>> {
-        names::lease_millis("lease", lease)?;
-        self.acquire_until(Some(deadline_after(wait)?), Some(lease))
+        let lease = Lease::fixed(lease)?;
+        self.acquisition()
+            .within(wait, lease, "try_acquire_for_with_lease")
+    }
+
+    /// Takes a permit, waiting until `deadline` at most; `Ok(None)` when it passed. A deadline
+    /// in the past tries once.
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
+        self.acquisition().until(deadline, Lease::Watchdog)
+    }
+
+    /// Like [`try_acquire_until`](PermitSemaphore::try_acquire_until), with a fixed `lease`
+    /// and no watchdog.
+    pub fn try_acquire_until_with_lease(
+        &self,
+        deadline: Instant,
+        lease: Duration,
+    ) -> Result<Option<PermitGuard>> {
+        self.acquisition().until(deadline, Lease::fixed(lease)?)
+    }
+
+    /// Runs `work` holding a permit, taken as by [`acquire`](PermitSemaphore::acquire), and
+    /// gives it back on every way out, a panic included. Answers what `work` returned, or the
+    /// error of the release when it failed (the permit was lost before `work` ended).
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let renders = manager.permit_semaphore("renders");
+    /// renders.try_set_permits(2)?;
+    /// let id = renders.with_permit(|permit| permit.permit_id().to_owned())?;
+    /// assert_eq!(id.len(), 32);
+    /// assert_eq!(renders.available_permits()?, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_permit<T>(&self, work: impl FnOnce(&PermitGuard) -> T) -> Result<T> {
+        Acquisition::<Self>::holding(self.acquire()?, work)
+    }
+
+    /// Like [`with_permit`](PermitSemaphore::with_permit), waiting at most `wait`:
+    /// `Ok(None)`, without running `work`, when the wait ran out.
+    pub fn with_permit_for<T>(
+        &self,
+        wait: Duration,
+        work: impl FnOnce(&PermitGuard) -> T,
+    ) -> Result<Option<T>> {
+        self.acquisition()
+            .holding_within(wait, Lease::Watchdog, "with_permit_for", work)
+    }
+
+    /// Like [`with_permit`](PermitSemaphore::with_permit), with a fixed `lease` and no
+    /// watchdog.
+    pub fn with_permit_with_lease<T>(
+        &self,
+        lease: Duration,
+        work: impl FnOnce(&PermitGuard) -> T,
+    ) -> Result<T> {
+        Acquisition::<Self>::holding(self.acquire_with_lease(lease)?, work)
+    }
+
+    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
+    /// cancelled, they return [`Error::Cancelled`](crate::Error::Cancelled) promptly, leaving
+    /// no subscription behind.
+    pub fn with_cancel(&self, token: &CancelToken) -> PermitSemaphore {
+        PermitSemaphore {
+            semaphore: self.semaphore.with_cancel(token),
+        }
     }
 
     /// Gives back the permit with this id (its [`PermitGuard::permit_id`]), whoever took it:
@@ -196,19 +249,22 @@ impl PermitSemaphore {
         self.semaphore.change(protocol::add_reclaiming, change)
     }
 
+    fn acquisition(&self) -> Acquisition<'_, Self> {
+        Acquisition::new(self, self.semaphore.cancel_token())
+    }
+
     /// Tries until `deadline` (forever with `None`) in the semaphore's wait loop, sleeping
     /// until a message or the end of the first lease of a permit taken.
     fn acquire_until(
         &self,
         deadline: Option<Instant>,
-        fixed_lease: Option<Duration>,
+        lease: Lease,
+        cancel: Option<&CancelToken>,
     ) -> Result<Option<PermitGuard>> {
         let client = self.semaphore.client();
-        let lease_ms = match fixed_lease {
-            Some(lease) => names::lease_millis("lease", lease)?,
-            None => client.watchdog_timeout_ms(),
-        };
-        self.semaphore.wait_until(deadline, || {
+        let lease_ms = lease.millis_or(client.watchdog_timeout_ms());
+        let fixed_lease = lease.fixed_duration();
+        self.semaphore.wait_until(deadline, cancel, || {
             let id = PermitId::random();
             let sent_at = Instant::now();
             Ok(match self.attempt(&id, lease_ms)? {
@@ -357,6 +413,23 @@ impl PermitSemaphore {
                 name: keys.name.clone(),
             })
         }
+    }
+}
+
+impl RawAcquire for PermitSemaphore {
+    type Guard = PermitGuard;
+
+    fn acquire(
+        &self,
+        deadline: Option<Instant>,
+        lease: Lease,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<PermitGuard>> {
+        self.acquire_until(deadline, lease, cancel)
+    }
+
+    fn unlock(guard: PermitGuard) -> Result<()> {
+        guard.unlock()
     }
 }
 

@@ -1,0 +1,293 @@
+//! The acquisition API, written once: [`LockHandle`] gives every lock that hands out a guard
+//! ([`Lock`](crate::Lock), [`RedLock`](crate::RedLock), [`MultiLock`](crate::MultiLock)) the
+//! same `lock` / `try_lock` / `_for` / `_until` / `_with_lease` / `with_lock` calls, with the
+//! same semantics, over the crate-internal [`RawAcquire`] trait each implements (as
+//! `lock_api` builds `Mutex` over `RawMutex`). The permit semaphore's `acquire` family, the
+//! same set of forms under a semaphore's names, runs on the same [`Acquisition`] steps.
+//!
+//! It may use the wait layer (a wait without deadline, deadlines) and the protocol's lease
+//! checks; it does no I/O of its own.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::cancel::CancelToken;
+use crate::error::Result;
+use crate::protocol::names;
+use crate::wait;
+
+pub(crate) use raw::{Lease, RawAcquire};
+
+mod raw {
+    use super::*;
+
+    /// How long an acquisition keeps what it takes. (`pub` in a private module, as
+    /// [`RawAcquire`] is.)
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Lease {
+        /// The watchdog timeout, renewed while held.
+        Watchdog,
+        /// A fixed lease, never renewed; its length in whole milliseconds checked.
+        Fixed { duration: Duration, millis: u64 },
+    }
+
+    /// What a primitive that hands out guards implements; [`LockHandle`] provides the rest.
+    /// (`pub` in a private module: it bounds the public handle, and nothing outside the
+    /// crate can name or implement it.)
+    pub trait RawAcquire: Clone + fmt::Debug {
+        /// The guard of one acquisition.
+        type Guard;
+
+        /// Takes one level, trying until `deadline` (with `None`, until taken or failed;
+        /// `Ok(None)` then means "try again"), with `lease`, the wait ended by `cancel`.
+        fn acquire(
+            &self,
+            deadline: Option<Instant>,
+            lease: Lease,
+            cancel: Option<&CancelToken>,
+        ) -> Result<Option<Self::Guard>>;
+
+        /// Releases the level `guard` holds, and reports the outcome.
+        fn unlock(guard: Self::Guard) -> Result<()>;
+    }
+}
+
+impl Lease {
+    /// A fixed lease of `duration`, checked (not zero, a whole number of milliseconds Redis
+    /// accepts).
+    pub(crate) fn fixed(duration: Duration) -> Result<Lease> {
+        let millis = names::lease_millis("lease", duration)?;
+        Ok(Lease::Fixed { duration, millis })
+    }
+
+    /// The fixed lease's length; `None` for the watchdog's.
+    pub(crate) fn fixed_duration(self) -> Option<Duration> {
+        match self {
+            Lease::Watchdog => None,
+            Lease::Fixed { duration, .. } => Some(duration),
+        }
+    }
+
+    /// The lease in milliseconds, `watchdog_ms` for the watchdog's.
+    pub(crate) fn millis_or(self, watchdog_ms: u64) -> u64 {
+        match self {
+            Lease::Watchdog => watchdog_ms,
+            Lease::Fixed { millis, .. } => millis,
+        }
+    }
+}
+
+/// The steps every form of acquisition is made of, for a raw primitive and a cancel token.
+pub(crate) struct Acquisition<'a, R> {
+    raw: &'a R,
+    cancel: Option<&'a CancelToken>,
+}
+
+impl<'a, R: RawAcquire> Acquisition<'a, R> {
+    pub(crate) fn new(raw: &'a R, cancel: Option<&'a CancelToken>) -> Self {
+        Acquisition { raw, cancel }
+    }
+
+    /// Waits as long as it takes.
+    pub(crate) fn forever(&self, lease: Lease) -> Result<R::Guard> {
+        wait::without_deadline(|| self.raw.acquire(None, lease, self.cancel))
+    }
+
+    /// Waits until `deadline` at most: `Ok(None)` once it passed. A deadline in the past
+    /// tries once.
+    pub(crate) fn until(&self, deadline: Instant, lease: Lease) -> Result<Option<R::Guard>> {
+        self.raw.acquire(Some(deadline), lease, self.cancel)
+    }
+
+    /// Waits `wait` at most; `call` names the public call in the error for a wait too long.
+    pub(crate) fn within(
+        &self,
+        wait: Duration,
+        lease: Lease,
+        call: &str,
+    ) -> Result<Option<R::Guard>> {
+        self.until(wait::deadline_after(wait, call)?, lease)
+    }
+
+    /// Runs `work` with `guard`, then releases it, whose failure (the hold was lost before
+    /// `work` ended) is the answer. When `work` panics, the guard's drop releases it while
+    /// unwinding.
+    pub(crate) fn holding<T>(guard: R::Guard, work: impl FnOnce(&R::Guard) -> T) -> Result<T> {
+        let result = work(&guard);
+        R::unlock(guard)?;
+        Ok(result)
+    }
+
+    /// Runs `work` holding a level taken within `wait`: `Ok(None)`, without running `work`,
+    /// when the wait ran out.
+    pub(crate) fn holding_within<T>(
+        &self,
+        wait: Duration,
+        lease: Lease,
+        call: &str,
+        work: impl FnOnce(&R::Guard) -> T,
+    ) -> Result<Option<T>> {
+        match self.within(wait, lease, call)? {
+            Some(guard) => Self::holding(guard, work).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A handle to a distributed lock: the type behind [`Lock`](crate::Lock),
+/// [`RedLock`](crate::RedLock) and [`MultiLock`](crate::MultiLock), which add their own
+/// methods to the acquisition calls here. Cheap to clone; `Send` and `Sync`.
+///
+/// Every acquisition answers a guard that releases one level when dropped. The calls differ
+/// only in how long they wait (`lock`: as long as it takes; `try_lock`: not at all;
+/// `try_lock_for` / `try_lock_until`: until a deadline, then `Ok(None)`) and how long the
+/// lock is kept (the watchdog's renewed lease, or a fixed lease: `_with_lease`). A wait rides
+/// out an outage (Redis unreachable, slow, loading or failing over) up to its deadline, or
+/// without one for up to the manager's
+/// [`outage_grace`](crate::LockManagerBuilder::outage_grace), then fails with the last error.
+#[derive(Clone)]
+pub struct LockHandle<R> {
+    raw: R,
+    /// Ends this handle's waits when cancelled.
+    cancel: Option<CancelToken>,
+}
+
+impl<R> LockHandle<R> {
+    pub(crate) fn from_raw(raw: R, cancel: Option<CancelToken>) -> Self {
+        LockHandle { raw, cancel }
+    }
+
+    /// The primitive behind the handle.
+    pub(crate) fn raw(&self) -> &R {
+        &self.raw
+    }
+}
+
+impl<R: RawAcquire> LockHandle<R> {
+    fn acquisition(&self) -> Acquisition<'_, R> {
+        Acquisition::new(&self.raw, self.cancel.as_ref())
+    }
+
+    /// Takes the lock, waiting as long as it takes; the watchdog (for a group lock, each
+    /// member's) keeps it while the guard lives.
+    ///
+    /// Fails when Redis cannot be reached (past the outage grace) or answers an error, or the
+    /// manager is shut down; a group lock also when too few servers answer
+    /// ([`Error::NoQuorum`](crate::Error::NoQuorum)). With
+    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when the lock was taken
+    /// but too few replicas acknowledged it in time
+    /// ([`Error::NotReplicated`](crate::Error::NotReplicated): it was given back, and the
+    /// wait ends there, as every acquisition of the handle does).
+    pub fn lock(&self) -> Result<R::Guard> {
+        self.acquisition().forever(Lease::Watchdog)
+    }
+
+    /// Takes the lock for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
+    /// expires after `lease` even if the guard still lives.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero or too long
+    /// lease; otherwise as [`lock`](LockHandle::lock).
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<R::Guard> {
+        self.acquisition().forever(Lease::fixed(lease)?)
+    }
+
+    /// Takes the lock if it is free (or held by this thread), without waiting: one try (for
+    /// a group lock, one round trip to every server).
+    pub fn try_lock(&self) -> Result<Option<R::Guard>> {
+        self.acquisition().until(Instant::now(), Lease::Watchdog)
+    }
+
+    /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when the wait ran out. A zero
+    /// `wait` tries once.
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<R::Guard>> {
+        self.acquisition()
+            .within(wait, Lease::Watchdog, "try_lock_for")
+    }
+
+    /// Like [`try_lock_for`](LockHandle::try_lock_for), with a fixed `lease` and no watchdog.
+    pub fn try_lock_for_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<R::Guard>> {
+        let lease = Lease::fixed(lease)?;
+        self.acquisition()
+            .within(wait, lease, "try_lock_for_with_lease")
+    }
+
+    /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
+    /// deadline in the past tries once.
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<R::Guard>> {
+        self.acquisition().until(deadline, Lease::Watchdog)
+    }
+
+    /// Like [`try_lock_until`](LockHandle::try_lock_until), with a fixed `lease` and no
+    /// watchdog.
+    pub fn try_lock_until_with_lease(
+        &self,
+        deadline: Instant,
+        lease: Duration,
+    ) -> Result<Option<R::Guard>> {
+        self.acquisition().until(deadline, Lease::fixed(lease)?)
+    }
+
+    /// Runs `work` holding the lock, taken as by [`lock`](LockHandle::lock), and releases it
+    /// on every way out, a panic included (the guard's drop releases it while unwinding).
+    ///
+    /// Answers what `work` returned, or the error of the release when it failed: the lock
+    /// was lost before `work` ended (see [`Error::NotHeld`](crate::Error::NotHeld)), so
+    /// whatever it did may have overlapped with another holder.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let total = manager.lock("invoice:42").with_lock(|guard| {
+    ///     // ... only one thread in all processes runs this at a time ...
+    ///     guard.fencing_token()
+    /// })?;
+    /// # assert!(total > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_lock<T>(&self, work: impl FnOnce(&R::Guard) -> T) -> Result<T> {
+        Acquisition::<R>::holding(self.lock()?, work)
+    }
+
+    /// Like [`with_lock`](LockHandle::with_lock), waiting at most `wait`: `Ok(None)`, without
+    /// running `work`, when the wait ran out.
+    pub fn with_lock_for<T>(
+        &self,
+        wait: Duration,
+        work: impl FnOnce(&R::Guard) -> T,
+    ) -> Result<Option<T>> {
+        self.acquisition()
+            .holding_within(wait, Lease::Watchdog, "with_lock_for", work)
+    }
+
+    /// Like [`with_lock`](LockHandle::with_lock), with a fixed `lease` and no watchdog.
+    pub fn with_lock_with_lease<T>(
+        &self,
+        lease: Duration,
+        work: impl FnOnce(&R::Guard) -> T,
+    ) -> Result<T> {
+        Acquisition::<R>::holding(self.lock_with_lease(lease)?, work)
+    }
+
+    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
+    /// cancelled, they return [`Error::Cancelled`](crate::Error::Cancelled) promptly,
+    /// leaving no subscription and no place in a fair lock's queue behind.
+    pub fn with_cancel(&self, token: &CancelToken) -> Self {
+        LockHandle {
+            raw: self.raw.clone(),
+            cancel: Some(token.clone()),
+        }
+    }
+}
+
+impl<R: fmt::Debug> fmt::Debug for LockHandle<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.raw.fmt(f)
+    }
+}
