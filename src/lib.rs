@@ -172,6 +172,7 @@ mod cancel;
 mod cleanup;
 mod client;
 mod cluster;
+mod deadline;
 mod error;
 mod fanout;
 mod fence;

@@ -13,6 +13,7 @@ use redis::{
     Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
 };
 
+use crate::deadline::time_left;
 use crate::pool::Reading;
 use crate::protocol::ScriptCall as Call;
 use crate::replication::{Acked, ReplicaAcks};
@@ -172,10 +173,7 @@ fn query_before(
 
 /// Makes the socket timeouts end at `deadline`, or fails when it has passed.
 fn set_timeout_until(connection: &Connection, deadline: Instant) -> RedisResult<()> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed").into());
-    }
+    let left = time_left(deadline)?;
     connection.set_read_timeout(Some(left))?;
     connection.set_write_timeout(Some(left))
 }

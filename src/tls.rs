@@ -1,6 +1,6 @@
 //! TLS for every connection of a manager: the builder's options, checked once at build; the
-//! rustls configuration of the pub/sub connection; and the sorting of TLS failures into
-//! [`TlsFailure`](crate::TlsFailure)s.
+//! rustls configuration of the pub/sub connection. (The sorting of TLS failures into
+//! [`TlsFailure`](crate::TlsFailure)s belongs to the error layer.)
 //!
 //! The two kinds of connection reach TLS through the same rustls, with the same inputs:
 //! - The command connections are redis-rs's (`ConnectionAddr::TcpTls`). redis-rs is handed
@@ -42,13 +42,10 @@ use rustls::pki_types::pem::PemObject;
 #[cfg(feature = "tls")]
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 #[cfg(feature = "tls")]
-use rustls::{
-    AlertDescription, CertificateError, ClientConfig, DigitallySignedStruct, InvalidMessage,
-    RootCertStore, SignatureScheme,
-};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 #[cfg(feature = "tls")]
-use crate::error::TlsFailure;
+use crate::deadline::time_left;
 use crate::error::{Error, Result};
 
 /// The TLS options of a builder, as given; checked by [`prepare`]. (Empty without the `tls`
@@ -361,73 +358,6 @@ impl ServerCertVerifier for AcceptAnyServerCertificate {
     }
 }
 
-/// The typed error for a redis-rs error caused by TLS, if it is one.
-///
-/// redis-rs keeps an I/O error as an `Arc<dyn Error>` (its `source`), and rustls's errors
-/// reach it inside that I/O error (`io::Error::get_ref`).
-#[cfg(feature = "tls")]
-pub(crate) fn failure_of_redis_error(err: &redis::RedisError) -> Option<Error> {
-    type Shared = Arc<dyn std::error::Error + Send + Sync>;
-    let source = std::error::Error::source(err)?;
-    let io_error = source.downcast_ref::<io::Error>().or_else(|| {
-        source
-            .downcast_ref::<Shared>()
-            .and_then(|shared| shared.downcast_ref::<io::Error>())
-    })?;
-    failure_of_io_error(io_error)
-}
-
-/// The typed error for an I/O error caused by TLS (a rustls error inside), if it is one.
-#[cfg(feature = "tls")]
-pub(crate) fn failure_of_io_error(err: &io::Error) -> Option<Error> {
-    let tls_error = err.get_ref()?.downcast_ref::<rustls::Error>()?;
-    Some(Error::Tls {
-        kind: kind_of(tls_error)?,
-        detail: tls_error.to_string(),
-    })
-}
-
-/// Sorts a rustls error. `None` for errors that do not say the session could not be set up
-/// (a session that broke later stays an I/O error: the request may have run).
-#[cfg(feature = "tls")]
-pub(crate) fn kind_of(err: &rustls::Error) -> Option<TlsFailure> {
-    use rustls::Error as E;
-    Some(match err {
-        E::InvalidCertificate(CertificateError::UnknownIssuer) => TlsFailure::UnknownIssuer,
-        E::InvalidCertificate(
-            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-        ) => TlsFailure::HostNameMismatch,
-        E::InvalidCertificate(_) => TlsFailure::InvalidCertificate,
-        // A TLS peer never sends a record of an unknown type or version: the first bytes
-        // of the answer were something else.
-        E::InvalidMessage(InvalidMessage::InvalidContentType)
-        | E::InvalidMessage(InvalidMessage::UnknownProtocolVersion) => TlsFailure::NotTls,
-        E::AlertReceived(AlertDescription::CertificateRequired) => {
-            TlsFailure::ClientCertificateRequired
-        }
-        E::AlertReceived(
-            AlertDescription::BadCertificate
-            | AlertDescription::UnsupportedCertificate
-            | AlertDescription::CertificateRevoked
-            | AlertDescription::CertificateExpired
-            | AlertDescription::CertificateUnknown
-            | AlertDescription::UnknownCA
-            | AlertDescription::AccessDenied,
-        ) => TlsFailure::ClientCertificateRejected,
-        E::AlertReceived(
-            AlertDescription::HandshakeFailure
-            | AlertDescription::ProtocolVersion
-            | AlertDescription::InsufficientSecurity
-            | AlertDescription::IllegalParameter
-            | AlertDescription::UnrecognisedName
-            | AlertDescription::MissingExtension
-            | AlertDescription::UnsupportedExtension
-            | AlertDescription::NoApplicationProtocol,
-        ) => TlsFailure::HandshakeRefused,
-        _ => return None,
-    })
-}
-
 /// Whether the server at `address` answers a TLS client hello with a TLS record (a
 /// handshake or an alert record), within `budget`: the check behind
 /// [`TlsFailure::ServerRequiresTls`], made only after a plaintext connection was ended
@@ -509,102 +439,9 @@ pub(crate) fn speaks_plaintext_redis(address: SocketAddr, budget: Duration) -> b
     }
 }
 
-#[cfg(feature = "tls")]
-fn time_left(deadline: Instant) -> io::Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
-    }
-    Ok(left)
-}
-
 #[cfg(all(test, feature = "tls"))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn certificate_errors_are_told_apart() {
-        let cases = [
-            (CertificateError::UnknownIssuer, TlsFailure::UnknownIssuer),
-            (
-                CertificateError::NotValidForName,
-                TlsFailure::HostNameMismatch,
-            ),
-            (CertificateError::Expired, TlsFailure::InvalidCertificate),
-            (
-                CertificateError::NotValidYet,
-                TlsFailure::InvalidCertificate,
-            ),
-            (
-                CertificateError::BadSignature,
-                TlsFailure::InvalidCertificate,
-            ),
-            (CertificateError::Revoked, TlsFailure::InvalidCertificate),
-        ];
-        for (certificate_error, kind) in cases {
-            let err = rustls::Error::InvalidCertificate(certificate_error.clone());
-            assert_eq!(kind_of(&err), Some(kind), "{certificate_error:?}");
-        }
-    }
-
-    #[test]
-    fn alerts_are_told_apart() {
-        let cases = [
-            (
-                AlertDescription::CertificateRequired,
-                TlsFailure::ClientCertificateRequired,
-            ),
-            (
-                AlertDescription::UnknownCA,
-                TlsFailure::ClientCertificateRejected,
-            ),
-            (
-                AlertDescription::BadCertificate,
-                TlsFailure::ClientCertificateRejected,
-            ),
-            (
-                AlertDescription::HandshakeFailure,
-                TlsFailure::HandshakeRefused,
-            ),
-            (
-                AlertDescription::ProtocolVersion,
-                TlsFailure::HandshakeRefused,
-            ),
-        ];
-        for (alert, kind) in cases {
-            assert_eq!(kind_of(&rustls::Error::AlertReceived(alert)), Some(kind));
-        }
-    }
-
-    #[test]
-    fn a_session_broken_later_is_not_a_tls_failure() {
-        assert_eq!(kind_of(&rustls::Error::DecryptError), None);
-        let io_error = io::Error::new(io::ErrorKind::InvalidData, rustls::Error::DecryptError);
-        assert!(failure_of_io_error(&io_error).is_none());
-    }
-
-    #[test]
-    fn a_rustls_error_inside_a_redis_error_is_found() {
-        let io_error = io::Error::new(
-            io::ErrorKind::InvalidData,
-            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
-        );
-        let redis_error = redis::RedisError::from(io_error);
-        assert!(matches!(
-            failure_of_redis_error(&redis_error),
-            Some(Error::Tls {
-                kind: TlsFailure::UnknownIssuer,
-                ..
-            })
-        ));
-        assert!(matches!(
-            Error::from_redis(redis_error, Duration::from_secs(1)),
-            Error::Tls {
-                kind: TlsFailure::UnknownIssuer,
-                ..
-            }
-        ));
-    }
 
     #[test]
     fn an_ip_host_is_checked_as_an_ip_and_brackets_are_dropped() {

@@ -23,6 +23,7 @@ use super::frame::{self, Frame};
 use super::tls::TlsStream;
 use super::LoginRefused;
 use crate::cluster::NodeAddress;
+use crate::deadline::time_left;
 use crate::error::{Error, Result};
 use crate::resolve::{ResolveError, Resolver};
 use crate::sentinel::MasterLocator;
@@ -325,14 +326,4 @@ impl Stream {
         }
         Ok(())
     }
-}
-
-/// The time until `deadline`, or a timeout error once it has passed (a zero socket timeout
-/// would mean "wait forever").
-pub(super) fn time_left(deadline: Instant) -> io::Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
-    }
-    Ok(left)
 }

@@ -211,7 +211,7 @@ impl Shared {
 /// not speak TLS) as a warning, as it will not go away by itself; anything else for debugging.
 fn log_connect_failure(err: &io::Error) {
     #[cfg(feature = "tls")]
-    if let Some(tls_failure) = crate::tls::failure_of_io_error(err) {
+    if let Some(tls_failure) = crate::error::failure_of_io_error(err) {
         log::warn!("pub/sub connection failed: {tls_failure}");
         return;
     }

@@ -198,7 +198,11 @@ impl Shared {
     /// Writes the commands queued in the outbox, outside the hub's lock (or leaves them to
     /// the thread writing already).
     pub(super) fn flush(&self) {
-        outbox::flush(&self.state, self.response_timeout);
+        outbox::flush(
+            &self.state,
+            |state| &mut state.outbox,
+            self.response_timeout,
+        );
     }
 
     /// Joins the waiters for `lock` (`None`: every message wakes it) on `channel`; returns

@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::connection::Stream;
-use super::hub::State;
 
 #[derive(Default)]
 pub(super) struct Outbox {
@@ -81,17 +80,21 @@ impl Outbox {
     }
 }
 
-/// Writes everything queued, unless another thread is writing already (it will write what
-/// this thread queued). Never writes while holding the hub's lock; each batch gets at most
-/// `write_timeout`.
-pub(super) fn flush(state: &Mutex<State>, write_timeout: Duration) {
+/// Writes everything queued in the outbox of the hub's `state` (`outbox_of` finds it),
+/// unless another thread is writing already (it will write what this thread queued). Never
+/// writes while holding the hub's lock; each batch gets at most `write_timeout`.
+pub(super) fn flush<S>(
+    state: &Mutex<S>,
+    outbox_of: fn(&mut S) -> &mut Outbox,
+    write_timeout: Duration,
+) {
     let mut state = state.lock();
-    if state.outbox.writing {
+    if outbox_of(&mut state).writing {
         return;
     }
-    state.outbox.writing = true;
+    outbox_of(&mut state).writing = true;
     loop {
-        let outbox = &mut state.outbox;
+        let outbox = outbox_of(&mut state);
         let stream = match &outbox.stream {
             Some(stream) if !outbox.queued.is_empty() => Arc::clone(stream),
             _ => {
@@ -108,7 +111,7 @@ pub(super) fn flush(state: &Mutex<State>, write_timeout: Duration) {
             // The listener notices and reconnects; what is still queued for this
             // connection would fail the same way.
             stream.shutdown();
-            let outbox = &mut state.outbox;
+            let outbox = outbox_of(&mut state);
             if outbox
                 .stream
                 .as_ref()

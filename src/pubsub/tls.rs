@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustls::ClientConnection;
 
-use super::connection::time_left;
+use crate::deadline::time_left;
 
 /// The most read from the socket at once: a whole TLS record with its header.
 const SOCKET_CHUNK: usize = 16 * 1024 + 256;

@@ -13,6 +13,12 @@ use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind, Value};
 
+#[cfg(feature = "tls")]
+mod tls_failure;
+
+#[cfg(feature = "tls")]
+pub(crate) use tls_failure::failure_of_io_error;
+
 /// Shorthand for `std::result::Result<T, redlease::Error>`.
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -225,7 +231,7 @@ impl Error {
     /// [`Error::Timeout`], what the server said is sorted by [`Error::from_server`].
     pub(crate) fn from_redis(err: redis::RedisError, timeout: Duration) -> Self {
         #[cfg(feature = "tls")]
-        if let Some(tls) = crate::tls::failure_of_redis_error(&err) {
+        if let Some(tls) = tls_failure::failure_of_redis_error(&err) {
             return tls;
         }
         if err.is_timeout() {
