@@ -5,15 +5,15 @@
 //! scripts; reading the count is a `GET`. A waiter runs the shared wait loop, subscribed so
 //! that every message on the latch's channel wakes it: the step to zero is announced once,
 //! and must wake every waiter of every process. It talks to Redis only through its
-//! [`Client`]: the pool for commands, the pub/sub hub for wake-ups.
+//! [`Client`]: the pool for commands, the pub/sub service for wake-ups.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cancel::CancelToken;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::latch::{self as protocol, LatchKeys};
+use crate::wait::cancel::CancelToken;
 use crate::wait::{self, Attempt, WaitFor};
 
 /// The largest count a latch takes: Redis counts in signed 64-bit integers.
@@ -220,8 +220,8 @@ impl CountDownLatch {
             // once per watchdog interval all the same, as a waiter for a lock does.
             default_hint: self.client.watchdog_timeout() / 3,
             subscribe: || {
-                let hub = self.client.hub();
-                Ok(vec![hub.subscribe_to_every_message(&keys.channel)?])
+                let pubsub = self.client.pubsub();
+                Ok(vec![pubsub.subscribe_to_every_message(&keys.channel)?])
             },
             attempt: || {
                 Ok(match self.count()? {

@@ -79,7 +79,8 @@
 //!   take, release or change of permits, a forced release, a fenced write) carry a request id:
 //!   their script runs once per id and keeps its answer for a repeat, so a call sent again
 //!   after its connection broke is answered again, not applied again. An acquisition finds
-//!   its own earlier run by its holder id; a lock's release has its unlock latch.
+//!   its own earlier run by its holder id; a lock's release has its release receipt (the
+//!   `redisson_unlock_latch` key Redisson's releases leave).
 //! - **Every wait rides out an outage**, the same way for every primitive on every
 //!   deployment: a wait with a deadline tries again every 100 ms until it, then fails with
 //!   the last error (not `Ok(None)`); one without a deadline for up to the
@@ -112,7 +113,7 @@
 //! | call | sent again after a lost answer | when no answer comes at all |
 //! | --- | --- | --- |
 //! | lock, fair, read, write: take | finds its own hold (holder id), adds no level | undone (level, place); the next try is a new chain |
-//! | lock: `unlock`, guard drop | answered from its unlock latch | `Indeterminate` (`unlock`), or sent again in the background (drop) |
+//! | lock: `unlock`, guard drop | answered from its release receipt | `Indeterminate` (`unlock`), or sent again in the background (drop) |
 //! | `force_unlock` | answered from its request | `Indeterminate` |
 //! | [`Semaphore`]: take | answered from its request | undone: the permits it took are given back |
 //! | [`Semaphore`]: `release`, `add_permits`, `drain_permits`, `try_set_permits` | answered from its request | `Indeterminate` |
@@ -131,94 +132,81 @@
 //!
 //! # Inside (for contributors)
 //!
-//! Dependencies point one way, top to bottom; no module reaches into another's private state.
-//! (One edge goes up, to the facade's public API only: `RedLock::from_managers` and
-//! `from_urls` take or build managers.)
+//! The folders are the layers. Dependencies point one way, top to bottom, with no cycle
+//! between modules; no module reaches into another's private state. (One edge goes up, to
+//! the facade's public API only: `RedLock::from_managers` and `from_urls` take or build
+//! managers.)
 //!
 //! ```text
-//! manager                 LockManager: the public facade; builds the client, hands out handles
+//! manager         LockManager: the public facade; builds the client, hands out handles
 //!   |
-//! lock, rwlock, group,    the primitives: thin handles and guards over the layers below
-//! fence, latch,           (the fair, read and write locks are kinds of `lock`)
-//! semaphore,
-//! permit_semaphore
-//!   |   guard, wait       shared by every primitive: the guard core and the wait loop
-//!   |   cancel, stats     the wait loop's cancel token and its counters (read by `stats()`)
-//!   |   fanout            one script call to several servers for about one round trip
-//! client                  the internal client: pool, watchdog, pub/sub hub, timeouts, ids
-//!   |   route             where a key's calls go: the one pool, or the cluster node of its
-//!   |                     slot, `MOVED` and `ASK` followed
-//!   |   cluster           cluster mode: the slot map, one pool per node, kept true
-//!   |   pool, resolve     command connections with bounded connects (DNS included) and reads
-//!   |   sentinel          sentinel mode: where the master is now, and the thread that hears
-//!   |                     failovers (`+switch-master`)
-//!   |   tls               the TLS options, the rustls set-up, TLS failures sorted by kind
-//!   |   watchdog          renews leases in batches, reports losses to the instant
-//!   |   pubsub            one subscribed connection: wakes waiters, hears force releases
-//!   |   cleanup           sends the undos of failed calls again until Redis answers them
-//!   |   script, lease     runs protocol calls, loading missing scripts; a chain's lease state
-//!   |   replication       the replica acknowledgements a write waits for (WAIT) and their
-//!   |                     shortfalls
-//! protocol                key and channel names, cluster key slots, holder ids, every Lua
-//!                         script (plain and sharded dialect) with its arguments and
-//!                         replies; no I/O
-//! error                   the one Error enum, used everywhere, and the sorting of Redis's
-//!                         answers into it (refused logins and permissions included)
+//! lock/           the primitives: thin handles and guards over the layers below.
+//! group/            lock/: the reentrant lock and its kinds (fair, read, write), and the
+//! semaphore/        read-write lock that pairs two; group/: RedLock and MultiLock;
+//! latch, fence      semaphore/: the counting semaphore, and permit/ its permit-expirable
+//!   |               extension; latch: the count-down latch; fence: the fenced store
+//! hold/           what every primitive hands out, written once: the acquisition API
+//!   |             (LockHandle over a raw trait) and the guard (Guard over a hold)
+//! client/         the internal client: timeouts, ids, the threads it owns; cleanup (the
+//!   |             undos of failed calls, sent again until Redis answers) and fanout (one
+//!   |             script call to several servers for about one round trip)
+//! wait/           the wait loop every blocking call runs, and its cancel token
+//!   |   stats     the counters of waits, renewals and connections (read by `stats()`)
+//! watchdog/       renews leases in batches, reports losses to the instant, keeps each
+//!   |             chain's lease state, deletes release receipts
+//! pubsub/         wakes waiters and hears force releases: a hub (one subscribed connection
+//!   |             and its thread) per server or cluster master; transport/ its socket, TLS
+//!   |             session and RESP parser
+//! call/           how one call reaches Redis: route (the pool, or the cluster node of its
+//!   |             slot, MOVED and ASK followed), runner (scripts by hash, reloaded when
+//!   |             missing), replication (the WAIT a write waits for, and its shortfalls)
+//! topology/       who to talk to, and how: pool (bounded connects and reads), resolve (DNS
+//!   |             within a deadline), sentinel (where the master is now), cluster (the slot
+//!   |             map, one pool per node), tls (options and rustls set-up), deadline
+//! protocol/       key and channel names, cluster key slots, holder ids, every Lua script
+//!   |             (plain and sharded dialect) with its arguments and replies; no I/O
+//! error/          the one Error enum, used everywhere, and the sorting of Redis's answers
+//!                 into it (TLS failures, refused logins and permissions included)
 //! ```
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod cancel;
-mod cleanup;
+mod call;
 mod client;
-mod cluster;
-mod deadline;
 mod error;
-mod fanout;
 mod fence;
 mod group;
-mod guard;
-mod handle;
+mod hold;
 mod latch;
-mod lease;
 mod lock;
 mod manager;
-mod permit_semaphore;
-mod pool;
 mod protocol;
 mod pubsub;
-mod replication;
-mod resolve;
-mod route;
-mod rwlock;
-mod script;
 mod semaphore;
-mod sentinel;
 mod stats;
 #[cfg(all(unix, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
 pub mod testing;
-mod tls;
+mod topology;
 mod wait;
 mod watchdog;
 
-/// The channels whose receivers [`LockGuard::lost_signal`] and [`GroupGuard::lost_signal`]
-/// hand out (for `select!`).
-pub use cancel::CancelToken;
 pub use crossbeam_channel;
 pub use error::{Error, LostReason, Permission, Result, TlsFailure};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
-pub use guard::Guard;
-pub use handle::LockHandle;
+pub use hold::{Guard, LockHandle};
 pub use latch::CountDownLatch;
-pub use lease::LostLock;
+pub use lock::rwlock::ReadWriteLock;
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};
-pub use permit_semaphore::{PermitGuard, PermitSemaphore};
 /// The Redis client this crate is built on, whose types appear in its errors
 /// ([`Error::Redis`]) and connection settings.
 pub use redis;
-pub use rwlock::ReadWriteLock;
+pub use semaphore::permit::{PermitGuard, PermitSemaphore};
 pub use semaphore::Semaphore;
 pub use stats::{Stats, WaitTimes};
+/// The channels whose receivers [`LockGuard::lost_signal`] and [`GroupGuard::lost_signal`]
+/// hand out (for `select!`).
+pub use wait::cancel::CancelToken;
+pub use watchdog::lease::LostLock;

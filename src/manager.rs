@@ -13,19 +13,19 @@ use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
+use crate::call::replication::ReplicaAcks;
 use crate::client::{Client, SentinelSettings, Settings};
 use crate::error::{Error, Result};
 use crate::fence::FencedStore;
 use crate::latch::CountDownLatch;
-use crate::lease::LostLock;
+use crate::lock::rwlock::ReadWriteLock;
 use crate::lock::Lock;
-use crate::permit_semaphore::PermitSemaphore;
 use crate::protocol::names::{self, LockKind};
-use crate::replication::ReplicaAcks;
-use crate::rwlock::ReadWriteLock;
+use crate::semaphore::permit::PermitSemaphore;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
-use crate::tls::{self, TlsOptions};
+use crate::topology::tls::{self, TlsOptions};
+use crate::watchdog::lease::LostLock;
 use crate::watchdog::LostCallback;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -334,7 +334,7 @@ impl LockManager {
     /// How many release channels the pub/sub listener is subscribed to (or busy subscribing
     /// or unsubscribing) for waiting threads now.
     pub fn subscribed_channels(&self) -> usize {
-        self.client.hub().channel_count()
+        self.client.pubsub().channel_count()
     }
 
     /// A snapshot of what this manager's primitives have been doing: holds, waiting threads,

@@ -4,7 +4,7 @@
 //! Each part keeps its own counters where the work happens, as plain atomics: the wait loop
 //! (waiting threads, acquisitions, wait times), the watchdog (renewals, losses), the client
 //! (releases short of replica acknowledgements), the cleanup thread (undos sent again), the
-//! pub/sub hub (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
+//! pub/sub service (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
 //! snapshot without I/O and without a lock on any hot path. Wait times go into a histogram of
 //! fixed buckets (eight per power of two, so a percentile is within 12.5 %).
 

@@ -18,14 +18,14 @@ use std::time::{Duration, Instant};
 
 use super::guard::{Chain, MemberHold};
 use super::{Group, GroupGuard};
+use crate::call::replication::Acked;
+use crate::client::fanout::{self, FanOut, Request};
 use crate::error::{Error, Result};
-use crate::fanout::{self, FanOut, Request};
-use crate::handle::Lease;
-use crate::lease::clock_drift;
+use crate::hold::handle::Lease;
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::renew::HoldKind;
-use crate::replication::Acked;
 use crate::wait;
+use crate::watchdog::lease::clock_drift;
 use crate::watchdog::{Grant, Holding};
 
 /// How often a member that stopped answering is asked again while the others can make the

@@ -10,9 +10,9 @@ use crossbeam_channel::Receiver;
 use super::Group;
 use crate::client::Release;
 use crate::error::{LostReason, Result};
-use crate::guard::{Guard, Hold};
-use crate::lease::LeaseState;
+use crate::hold::guard::{Guard, Hold};
 use crate::protocol::names::{self, MAX_LEASE};
+use crate::watchdog::lease::LeaseState;
 
 /// One member a chain has taken: its fencing token and its lease, kept by its manager's
 /// watchdog.

@@ -3,7 +3,7 @@
 //!
 //! Either is a group of [`Lock`] handles, each on its own manager, of which `required` must
 //! be taken. An attempt (`attempt.rs`) sends the acquire script to the members at once and
-//! reads the answers against one attempt timeout ([`fanout`](crate::fanout): about one round
+//! reads the answers against one attempt timeout ([`fanout`](crate::client::fanout): about one round
 //! trip, not one per server), without waiting for members that went silent or for answers
 //! that can no longer change the outcome; what it must not keep is undone. It succeeds with
 //! `required` members taken and time left of the lease: the validity, lease − elapsed −
@@ -36,18 +36,18 @@ use parking_lot::Mutex;
 use guard::Chain;
 pub use guard::GroupGuard;
 
-use crate::cancel::CancelToken;
+use crate::call::replication::Acked;
+use crate::client::fanout::{self, Request};
 use crate::error::{Error, LostReason, Result};
-use crate::fanout::{self, Request};
-use crate::handle::{Lease, LockHandle, RawAcquire};
-use crate::lease::clock_drift;
+use crate::hold::handle::{Lease, LockHandle, RawAcquire};
 use crate::lock::Lock;
 use crate::manager::LockManager;
 use crate::protocol::group as group_protocol;
 use crate::protocol::lock as protocol;
 use crate::protocol::names;
-use crate::replication::Acked;
+use crate::wait::cancel::CancelToken;
 use crate::wait::{self, WaitFor};
+use crate::watchdog::lease::clock_drift;
 
 use crate::watchdog::LevelsLeft;
 
@@ -457,9 +457,9 @@ impl Group {
                 let mut subscriptions = Vec::new();
                 for (member, silence) in self.members.iter().zip(&self.silence) {
                     if silence.lock().is_none() {
-                        let hub = member.raw().client().hub();
+                        let pubsub = member.raw().client().pubsub();
                         let keys = member.raw().keys_unchecked();
-                        subscriptions.push(hub.subscribe(&keys.channel, &keys.name)?);
+                        subscriptions.push(pubsub.subscribe(&keys.channel, &keys.name)?);
                     }
                 }
                 Ok(subscriptions)
@@ -493,27 +493,27 @@ impl Group {
             .enumerate()
             .filter_map(|(index, left)| Some((index, (*left)?)))
             .collect();
-        let latches: Vec<String> = asked
+        let receipts: Vec<String> = asked
             .iter()
             .map(|&(index, _)| {
                 let member = &self.members[index];
                 member
                     .raw()
                     .keys_unchecked()
-                    .unlock_latch(&member.raw().client().next_request_id())
+                    .release_receipt(&member.raw().client().next_request_id())
             })
             .collect();
         let requests: Vec<Request<'_>> = asked
             .iter()
-            .zip(&latches)
-            .map(|(&(index, left), latch)| {
+            .zip(&receipts)
+            .map(|(&(index, left), receipt)| {
                 let member = &self.members[index];
                 let keys = member.raw().keys_unchecked();
                 Request::new(
                     member.raw().client(),
                     protocol::release(
                         keys,
-                        latch,
+                        receipt,
                         &holders[index],
                         lease_ms[index],
                         member.raw().client().answer_keep_ms(),
@@ -529,11 +529,11 @@ impl Group {
         }
         let deadline = Instant::now() + self.attempt_timeout;
         let answers = fanout::call_all(&requests, deadline);
-        for (((index, _), latch), answer) in asked.into_iter().zip(latches).zip(answers) {
+        for (((index, _), receipt), answer) in asked.into_iter().zip(receipts).zip(answers) {
             let member = &self.members[index];
             let released = answer.map(|acked| {
-                // The answer has arrived: the latch will not be asked again.
-                member.raw().client().watchdog().discard_latch(latch);
+                // The answer has arrived: the receipt will not be asked again.
+                member.raw().client().watchdog().discard_receipt(receipt);
                 let released = protocol::released(&acked.answer);
                 if let (true, Some(why)) = (released, acked.unreplicated) {
                     member

@@ -8,8 +8,8 @@ use crossbeam_channel::Receiver;
 use super::Lock;
 use crate::client::Release;
 use crate::error::{LostReason, Result};
-use crate::guard::{Guard, Hold};
-use crate::lease::LeaseState;
+use crate::hold::guard::{Guard, Hold};
+use crate::watchdog::lease::LeaseState;
 
 /// One held level of a [`Lock`], taken by the current thread: a [`Guard`] (with its
 /// `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its fencing token and

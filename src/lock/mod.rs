@@ -8,10 +8,11 @@
 //! not come is undone by a script queued behind it; one that fewer replicas than the manager
 //! asks for acknowledged is undone and reported ([`Error::NotReplicated`]). Releases whose
 //! acknowledgements fall short stand, and are counted. It talks to Redis only through its
-//! [`Client`]: the pool, the watchdog that renews leases, and the pub/sub hub that wakes it
+//! [`Client`]: the pool, the watchdog that renews leases, and the pub/sub service that wakes it
 //! when a holder releases.
 
 mod guard;
+pub(crate) mod rwlock;
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -20,16 +21,16 @@ use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
 
-use crate::cancel::CancelToken;
+use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
-use crate::handle::{Lease, LockHandle, RawAcquire};
-use crate::lease;
+use crate::hold::handle::{Lease, LockHandle, RawAcquire};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
-use crate::replication::Acked;
+use crate::wait::cancel::CancelToken;
 use crate::wait::{self, WaitFor};
+use crate::watchdog::lease;
 use crate::watchdog::{Grant, Holding, LevelsLeft};
 
 /// A handle to one named distributed lock. Cheap to clone; `Send` and `Sync`.
@@ -278,14 +279,14 @@ impl RawLock {
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
             subscribe: || {
-                let hub = self.client.hub();
+                let pubsub = self.client.pubsub();
                 let subscription = match self.keys.kind {
                     // A fair lock wakes only the next in line, on its own channel.
                     LockKind::Fair { .. } => {
                         let channel = self.keys.waiter_channel(&chain.borrow().0);
-                        hub.subscribe(&channel, &self.keys.name)?
+                        pubsub.subscribe(&channel, &self.keys.name)?
                     }
-                    _ => hub.subscribe(&self.keys.channel, &self.keys.name)?,
+                    _ => pubsub.subscribe(&self.keys.channel, &self.keys.name)?,
                 };
                 Ok(vec![subscription])
             },
@@ -510,19 +511,19 @@ impl RawLock {
             Some(lease) if !left.is_watched() => names::lease_millis("lease", lease)?,
             _ => client.watchdog_timeout_ms(),
         };
-        let latch = self.keys.unlock_latch(&client.next_request_id());
+        let receipt = self.keys.release_receipt(&client.next_request_id());
         let call = protocol::release(
             &self.keys,
-            &latch,
+            &receipt,
             holder,
             lease_ms,
             client.answer_keep_ms(),
             left.total(),
         );
-        // The latch makes a repeated request answer like the first, should the first have
+        // The receipt makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
         let until = || Instant::now() + Duration::from_millis(lease_ms);
-        let acked = client.release::<redis::Value>(self.name(), call, latch, how, until)?;
+        let acked = client.release::<redis::Value>(self.name(), call, receipt, how, until)?;
         if protocol::released(&acked.answer) {
             // Released on the master, which is what the caller's hold was: it stands.
             if let Some(why) = acked.unreplicated {

@@ -97,43 +97,43 @@ impl FromRedisValue for Acquired {
 }
 
 /// Releases one level of the chain `holder`, which keeps `levels_left` levels; remaining
-/// levels get at least `lease_ms`. The answer is kept `latch_ms` under `latch` for a retry.
+/// levels get at least `lease_ms`. The answer is kept `receipt_ms` under `receipt` for a retry.
 pub(crate) fn release(
     keys: &LockKeys,
-    latch: &str,
+    receipt: &str,
     holder: &str,
     lease_ms: u64,
-    latch_ms: u64,
+    receipt_ms: u64,
     levels_left: u32,
 ) -> ScriptCall {
     match keys.kind {
-        LockKind::Plain => ScriptCall::new(&RELEASE, &[&keys.name, &keys.channel, latch])
+        LockKind::Plain => ScriptCall::new(&RELEASE, &[&keys.name, &keys.channel, receipt])
             .arg(holder)
             .arg(lease_ms)
-            .arg(latch_ms)
+            .arg(receipt_ms)
             .arg(RELEASE_MESSAGE)
             .arg(levels_left),
         LockKind::Fair { .. } => ScriptCall::new(
             &FAIR_RELEASE,
-            &[&keys.name, &keys.queue, &keys.queue_timeouts, latch],
+            &[&keys.name, &keys.queue, &keys.queue_timeouts, receipt],
         )
         .arg(holder)
         .arg(lease_ms)
-        .arg(latch_ms)
+        .arg(receipt_ms)
         .arg(RELEASE_MESSAGE)
         .arg(levels_left)
         .arg(&keys.channel),
-        LockKind::Read => ScriptCall::new(&READ_RELEASE, &[&keys.name, &keys.channel, latch])
+        LockKind::Read => ScriptCall::new(&READ_RELEASE, &[&keys.name, &keys.channel, receipt])
             .arg(holder)
             .arg(lease_ms)
-            .arg(latch_ms)
+            .arg(receipt_ms)
             .arg(RELEASE_MESSAGE)
             .arg(levels_left)
             .arg(names::suffixed(&keys.name, "")),
-        LockKind::Write => ScriptCall::new(&WRITE_RELEASE, &[&keys.name, &keys.channel, latch])
+        LockKind::Write => ScriptCall::new(&WRITE_RELEASE, &[&keys.name, &keys.channel, receipt])
             .arg(names::writer_field(holder))
             .arg(lease_ms)
-            .arg(latch_ms)
+            .arg(receipt_ms)
             .arg(WAKE_ALL_MESSAGE)
             .arg(levels_left)
             .arg(names::suffixed(&keys.name, "")),

@@ -3,7 +3,7 @@
 //! Key and channel naming, holder ids and the force-release notice format ([`names`]), and
 //! every Lua script (the `.lua` files in this folder) with the assembly of its keys and
 //! arguments and the meaning of its reply, one module per primitive. Pure: it builds
-//! commands and reads replies; the runner in `crate::script` sends them. It may use nothing
+//! commands and reads replies; the runner in `crate::call::runner` sends them. It may use nothing
 //! of the crate but the error type.
 
 pub(crate) mod fence;

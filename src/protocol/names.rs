@@ -164,8 +164,9 @@ impl LockKeys {
         Ok(self)
     }
 
-    /// The key under which the answer of the release with `request_id` is kept.
-    pub(crate) fn unlock_latch(&self, request_id: &str) -> String {
+    /// The key under which the answer of the release with `request_id` is kept: its release
+    /// receipt (Redisson's "unlock latch" key).
+    pub(crate) fn release_receipt(&self, request_id: &str) -> String {
         let mut key = derived(UNLOCK_LATCH_PREFIX, &self.name);
         key.push(':');
         key.push_str(request_id);
@@ -289,7 +290,7 @@ mod tests {
         let keys = LockKeys::of_kind("job", LockKind::Plain);
         assert_eq!(keys.channel, "redisson_lock__channel:{job}");
         assert_eq!(keys.token, "redisson_lock_token:{job}");
-        assert_eq!(keys.unlock_latch("r1"), "redisson_unlock_latch:{job}:r1");
+        assert_eq!(keys.release_receipt("r1"), "redisson_unlock_latch:{job}:r1");
     }
 
     #[test]

@@ -1,589 +1,375 @@
-//! The hub's bookkeeping, kept under its one lock: which channels have waiters, which
-//! subscriptions Redis has confirmed, and who to wake for a message.
+//! One hub: a listener thread and the one subscribed connection it keeps to one server
+//! (a single server, the master Sentinel names, or one master of a cluster), and the waiters'
+//! memberships in its channels.
 //!
-//! Wake rules: a release message (`0`) wakes one waiter of each lock name on the channel
-//! (several lock names can share one channel, and a message does not say which was freed); a
-//! read-lock release (`1`) wakes all; a waiter that listens for every message (a latch, a
-//! semaphore) is woken by any; a waiter that leaves with an unused wake passes it on
-//! to a waiter of the same lock; a new connection wakes everyone, as a release may have gone
-//! by unseen.
+//! A hub is spawned with its endpoint and the [`HubSettings`] every hub of a manager shares
+//! (the mode, the notice channel and its handler, the timeouts). Waiters join a channel with
+//! [`Shared::join`], which returns once Redis confirmed the subscription (or refused it, or
+//! the connection is down, or the response timeout passed), and leave it by dropping their
+//! [`Member`]. Stopping a hub ends its connection and its thread; joining the thread waits at
+//! most for the connection attempt under way.
 //!
-//! Refusals: Redis answers a refused command (an ACL without `SUBSCRIBE`, or without the
-//! channel) with one error reply for the whole command, which names no channel. So each
-//! channel is subscribed by a command of its own, and the hub keeps the commands whose
-//! answers are due, oldest first: Redis answers in order, and the oldest is the one refused.
-//! A refused subscription is remembered on its channel until it is asked for again, for the
-//! waiters that wait for its answer to see.
-//!
-//! Modes: a hub subscribes its release channels with `SUBSCRIBE` (a single server, Sentinel,
-//! a Redis 6 cluster) or, in [`Mode::Sharded`], with `SSUBSCRIBE` on the node that serves the
-//! channel's slot (a Redis 7 cluster, whose releases are `SPUBLISH`ed). The notice channel is
-//! always a plain `SUBSCRIBE`: notices are published with `PUBLISH`, which a cluster hands to
-//! every node.
-//!
-//! What a cluster node does on its own: when a slot leaves it (a migration, a failover that
-//! demotes it), it ends every subscription to the shard channels of that slot with a
-//! `sunsubscribe` frame that answers no command. It is told from the answer to our own
-//! `SUNSUBSCRIBE` by the commands due: Redis answers in order, so our answer comes when that
-//! `SUNSUBSCRIBE` is the oldest command due; one that comes for a channel whose last command
-//! (`SSUBSCRIBE`) was confirmed with nothing due is the node's own. It answers no command, so
-//! no command's answer is taken for it; the channel is marked [dropped](State::is_dropped)
-//! and its waiters are woken, to try again and to move their subscription to where the slot
-//! went. A `MOVED` (or `ASK`, `CLUSTERDOWN`, `TRYAGAIN`) answer to `SSUBSCRIBE` drops the
-//! channel the same way, instead of failing its waiters: the slot is served elsewhere, or not
-//! now.
-//!
-//! One race is left, as frames cannot tell it: a slot that leaves the node while our
-//! `SUNSUBSCRIBE` of one of its channels is on its way. The node's own frame is taken for the
-//! answer, and the node's error answer to our command (it serves the slot no more) for the
-//! next command's. The next confirmation puts the commands due right again (see
-//! [`State::answer_arrived`]), and a channel wrongly taken as moved is asked for again by its
-//! waiters, which move it.
-//!
-//! Everything here runs under the hub's lock and does no I/O: commands are only queued in
-//! the [`Outbox`], in the order decided, for a writer to send after the lock is released.
+//! Touches the hub's bookkeeping ([`State`]) under its lock, the outbox, and the endpoint
+//! through the listener; knows nothing of clusters beyond two hooks: one it calls when its
+//! node cannot be reached, one when the last channel leaves a hub marked as leaving (its node
+//! left the cluster's map).
 
-use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
+use parking_lot::{Condvar, Mutex};
 
-use super::connection::Stream;
-use super::outbox::Outbox;
+use super::channels::{Mode, State, Waiter};
+use super::outbox;
+use super::transport::connection::Endpoint;
+use crate::error::{Error, Permission, Result};
 
-/// How a hub subscribes its release channels.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// `SUBSCRIBE`/`UNSUBSCRIBE`, messages `message`.
-    #[default]
-    Plain,
-    /// `SSUBSCRIBE`/`SUNSUBSCRIBE`, messages `smessage` (shard channels of a Redis 7
-    /// cluster).
-    Sharded,
+/// Handles one message of the notice channel; shared by every hub of a cluster, each of
+/// which hears every notice (handling one twice is harmless).
+pub(super) type SharedNoticeHandler = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Called by a hub's listener when its node could not be reached, or the connection to it
+/// was lost (outside every lock).
+pub(super) type TroubleHook = Box<dyn Fn() + Send + Sync>;
+
+/// Called when the last channel leaves a hub marked as [leaving](Shared::set_leaving) (outside
+/// every lock).
+pub(super) type UnusedHook = Box<dyn Fn() + Send + Sync>;
+
+/// What every hub of one manager is made with.
+#[derive(Clone)]
+pub(super) struct HubSettings {
+    pub(super) mode: Mode,
+    pub(super) notice_channel: String,
+    pub(super) notice_handler: SharedNoticeHandler,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
 }
 
-impl Mode {
-    fn subscribe_command(self) -> &'static str {
-        match self {
-            Mode::Plain => "SUBSCRIBE",
-            Mode::Sharded => "SSUBSCRIBE",
-        }
-    }
-
-    fn unsubscribe_command(self) -> &'static str {
-        match self {
-            Mode::Plain => "UNSUBSCRIBE",
-            Mode::Sharded => "SUNSUBSCRIBE",
-        }
-    }
-
-    /// The kind of frame of a message on a release channel.
-    pub(super) fn message_kind(self) -> &'static [u8] {
-        match self {
-            Mode::Plain => b"message",
-            Mode::Sharded => b"smessage",
-        }
-    }
-
-    /// The kind of frame that confirms a subscription to a release channel.
-    pub(super) fn subscribed_kind(self) -> &'static [u8] {
-        match self {
-            Mode::Plain => b"subscribe",
-            Mode::Sharded => b"ssubscribe",
-        }
-    }
-
-    /// The kind of frame that ends a subscription to a release channel.
-    pub(super) fn unsubscribed_kind(self) -> &'static [u8] {
-        match self {
-            Mode::Plain => b"unsubscribe",
-            Mode::Sharded => b"sunsubscribe",
-        }
-    }
+/// What the listener thread and the waiting threads share.
+pub(super) struct Shared {
+    pub(super) state: Mutex<State>,
+    /// Signalled when a subscription is confirmed, an attempt to connect ends, the
+    /// connection comes or goes, or the hub stops.
+    pub(super) changed: Condvar,
+    pub(super) endpoint: Endpoint,
+    /// The user the connection logs in as, for errors; `None` for Redis's default user.
+    user: Option<String>,
+    pub(super) notice_channel: String,
+    pub(super) notice_handler: SharedNoticeHandler,
+    /// Cluster mode: tells the cluster's hubs that the node could not be reached.
+    pub(super) on_trouble: Option<TroubleHook>,
+    /// Cluster mode: the node is no master anymore, and channels were left on the hub when
+    /// the cluster's hubs last matched their hubs with the map: the last to leave calls
+    /// `on_unused`, for the cluster's hubs to stop the hub.
+    leaving: AtomicBool,
+    on_unused: Option<UnusedHook>,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
 }
 
-/// Whether an error answer to `SSUBSCRIBE` says the channel's slot is served elsewhere or not
-/// now, rather than refusing the subscription.
-pub(super) fn is_redirection(reply: &str) -> bool {
-    ["MOVED ", "ASK ", "CLUSTERDOWN", "TRYAGAIN"]
-        .iter()
-        .any(|prefix| reply.starts_with(prefix))
+/// A hub's shared part and its listener thread.
+pub(super) struct Hub {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-#[derive(Default)]
-pub(super) struct State {
-    mode: Mode,
-    channels: HashMap<String, Channel>,
-    /// The commands for the subscribed connection, and its writing handle while there is
-    /// one: the hub is connected exactly while the outbox is open.
-    pub(super) outbox: Outbox,
-    /// The commands queued for this connection whose answers have not arrived, oldest
-    /// first.
-    awaiting: VecDeque<Sent>,
-    /// Redis has answered (confirmed or refused) the subscription to the notice channel on
-    /// this connection.
-    notices_answered: bool,
-    /// Redis's error reply to the subscription to the notice channel on this connection.
-    notices_refusal: Option<String>,
-    /// Redis's error reply to the `AUTH` of the last attempt to connect, until a connection
-    /// is made.
-    login_refusal: Option<String>,
-    stopping: bool,
-    /// Connections made so far.
-    connections: u64,
-    /// The first attempt to connect has ended, made or failed.
-    attempted: bool,
-}
-
-/// A command queued for the subscribed connection whose answer is due.
-pub(super) enum Sent {
-    /// `SUBSCRIBE` of the notice channel.
-    Notices,
-    /// `SUBSCRIBE` (or `SSUBSCRIBE`) of a release channel.
-    Subscribe(String),
-    /// `UNSUBSCRIBE` (or `SUNSUBSCRIBE`) of a release channel.
-    Unsubscribe(String),
-    Ping,
-}
-
-/// The subscription to one channel.
-///
-/// `subscribed` tells which command was queued last for the channel and `unconfirmed` how
-/// many of its answers are still to come. Commands for one connection are written in the
-/// order they were queued (see [`Outbox`]) and Redis answers them in that order, so when
-/// `unconfirmed` comes down to 0 Redis is in the state the last command asked for: SUBSCRIBE
-/// and UNSUBSCRIBE for the same channel may race between threads without the count or the
-/// `confirmed` flag going wrong.
-#[derive(Default)]
-struct Channel {
-    /// In the order they are woken: a woken waiter moves to the back.
-    waiters: VecDeque<Arc<Waiter>>,
-    /// `SUBSCRIBE`/`UNSUBSCRIBE` commands queued whose answers have not arrived yet.
-    unconfirmed: u32,
-    /// The last command queued for this channel was `SUBSCRIBE`.
-    subscribed: bool,
-    /// ... and Redis has confirmed it.
-    confirmed: bool,
-    /// Redis's error reply to the last `SUBSCRIBE` of the channel, until it is sent again.
-    refusal: Option<String>,
-    /// Redis ended the subscription on its own, or sent it to another node (see the module
-    /// doc), since it was last asked for.
-    dropped: bool,
-}
-
-/// One waiting thread's place on a channel.
-pub(super) struct Waiter {
-    /// The lock name it waits for; `None` when every message on the channel wakes it.
-    lock: Option<String>,
-    wake: Sender<()>,
-    pub(super) woken: Receiver<()>,
-}
-
-impl Waiter {
-    pub(super) fn new(lock: Option<&str>) -> Self {
-        let (wake, woken) = crossbeam_channel::bounded(1);
-        Waiter {
-            lock: lock.map(str::to_owned),
-            wake,
-            woken,
-        }
+impl Hub {
+    /// Starts the listener thread, named `thread_name`; returns at once, with the first
+    /// connection under way.
+    pub(super) fn spawn(
+        endpoint: Endpoint,
+        user: Option<String>,
+        settings: &HubSettings,
+        on_trouble: Option<TroubleHook>,
+        on_unused: Option<UnusedHook>,
+        thread_name: String,
+    ) -> Result<Self> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(settings.mode)),
+            changed: Condvar::new(),
+            endpoint,
+            user,
+            notice_channel: settings.notice_channel.clone(),
+            notice_handler: Arc::clone(&settings.notice_handler),
+            on_trouble,
+            leaving: AtomicBool::new(false),
+            on_unused,
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+        });
+        let thread = std::thread::Builder::new()
+            .name(thread_name)
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || shared.run()
+            })
+            .map_err(Error::ThreadSpawn)?;
+        Ok(Hub {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
-    /// Wakes it unless a wake is pending already.
-    pub(super) fn wake(&self) {
-        let _ = self.wake.try_send(());
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
-    fn has_pending_wake(&self) -> bool {
-        !self.woken.is_empty()
-    }
-}
-
-impl State {
-    pub(super) fn new(mode: Mode) -> Self {
-        State {
-            mode,
-            ..State::default()
-        }
+    /// Tells the listener to stop, without waiting for it.
+    pub(super) fn signal_stop(&self) {
+        self.shared.state.lock().stop();
+        self.shared.changed.notify_all();
     }
 
-    pub(super) fn mode(&self) -> Mode {
-        self.mode
+    /// Whether the listener thread has ended (or was joined).
+    pub(super) fn is_finished(&self) -> bool {
+        self.thread
+            .lock()
+            .as_ref()
+            .is_none_or(JoinHandle::is_finished)
     }
 
-    pub(super) fn is_stopping(&self) -> bool {
-        self.stopping
+    /// Stops and joins the listener thread; waiters fall back to their PTTL hints.
+    pub(super) fn stop(&self) {
+        self.signal_stop();
+        self.join_thread();
     }
 
-    /// Marks the hub as stopping and ends the connection, so the listener's read returns.
-    pub(super) fn stop(&mut self) {
-        self.stopping = true;
-        self.outbox.shut_down();
-    }
-
-    /// Ends the connection (the listener's read returns and it connects again).
-    pub(super) fn drop_connection(&mut self) {
-        self.outbox.shut_down();
-    }
-
-    pub(super) fn is_connected(&self) -> bool {
-        self.outbox.is_open()
-    }
-
-    pub(super) fn notices_answered(&self) -> bool {
-        self.notices_answered
-    }
-
-    /// Redis's error reply to the subscription to the notice channel on this connection.
-    pub(super) fn notices_refusal(&self) -> Option<&str> {
-        self.notices_refusal.as_deref()
-    }
-
-    /// Redis's error reply to the login of the last attempt to connect, until a connection
-    /// is made.
-    pub(super) fn login_refusal(&self) -> Option<&str> {
-        self.login_refusal.as_deref()
-    }
-
-    /// Redis refused the login of an attempt to connect; answers whether the last attempt
-    /// was not refused, so a refusal repeated by every retry is told once.
-    pub(super) fn login_refused(&mut self, reply: &str) -> bool {
-        self.login_refusal.replace(reply.to_owned()).is_none()
-    }
-
-    /// An attempt to connect failed.
-    pub(super) fn attempt_failed(&mut self) {
-        self.attempted = true;
-    }
-
-    /// Whether the first attempt to connect has ended, made or failed.
-    pub(super) fn has_attempted(&self) -> bool {
-        self.attempted
-    }
-
-    /// How many times a connection was made after the first.
-    pub(super) fn reconnects(&self) -> u64 {
-        self.connections.saturating_sub(1)
-    }
-
-    pub(super) fn channel_count(&self) -> usize {
-        self.channels.len()
-    }
-
-    /// Whether Redis has confirmed the subscription to `channel` on the current connection.
-    pub(super) fn is_confirmed(&self, channel: &str) -> bool {
-        self.channels
-            .get(channel)
-            .is_some_and(|channel| channel.confirmed)
-    }
-
-    /// Redis's error reply to the last `SUBSCRIBE` of `channel`, unless it was sent again.
-    pub(super) fn refusal(&self, channel: &str) -> Option<&str> {
-        self.channels.get(channel)?.refusal.as_deref()
-    }
-
-    /// Whether Redis ended the subscription to `channel` on its own, or answered that the
-    /// channel's slot is served elsewhere, since it was last asked for.
-    pub(super) fn is_dropped(&self, channel: &str) -> bool {
-        self.channels
-            .get(channel)
-            .is_some_and(|channel| channel.dropped)
-    }
-
-    /// Adds a waiter to `channel`, queuing `SUBSCRIBE` if the channel is not subscribed (or
-    /// its subscription was refused); answers whether it queued a command.
-    pub(super) fn join(&mut self, channel: &str, waiter: Arc<Waiter>) -> bool {
-        let entry = self.channels.entry(channel.to_owned()).or_default();
-        entry.waiters.push_back(waiter);
-        if !entry.subscribed && self.outbox.queue(self.mode.subscribe_command(), channel) {
-            entry.subscribed = true;
-            entry.unconfirmed += 1;
-            entry.refusal = None;
-            entry.dropped = false;
-            self.awaiting.push_back(Sent::Subscribe(channel.to_owned()));
-            return true;
-        }
-        false
-    }
-
-    /// Removes a waiter from `channel`, passing on a wake it did not use; the last waiter to
-    /// leave queues `UNSUBSCRIBE`. Answers whether it queued a command.
-    pub(super) fn leave(&mut self, channel: &str, waiter: &Arc<Waiter>) -> bool {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return false;
-        };
-        entry.waiters.retain(|other| !Arc::ptr_eq(other, waiter));
-        if waiter.woken.try_recv().is_ok() {
-            if let Some(lock) = &waiter.lock {
-                // It was woken for a release it will not use: pass the wake on to a waiter
-                // of the same lock. (Every waiter of the others heard the message.)
-                wake_one_of(entry, lock);
+    /// Joins the listener thread of a hub told to stop (once).
+    pub(super) fn join_thread(&self) {
+        let thread = self.thread.lock().take();
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                log::error!("the pub/sub listener thread panicked");
             }
         }
-        if !entry.waiters.is_empty() {
-            return false;
-        }
-        if entry.subscribed && self.outbox.queue(self.mode.unsubscribe_command(), channel) {
-            entry.subscribed = false;
-            entry.confirmed = false;
-            entry.unconfirmed += 1;
-            self.awaiting
-                .push_back(Sent::Unsubscribe(channel.to_owned()));
-            return true;
-        }
-        if entry.unconfirmed == 0 || !self.outbox.is_open() {
-            // Nothing more will come for it: answers still due would find it gone and be
-            // ignored.
-            self.channels.remove(channel);
-        }
-        false
+    }
+}
+
+impl Shared {
+    /// Waits until `ready_by` for the first connection to subscribe to the notice channel (or
+    /// for Redis to refuse the login), so the first waiters find a live subscription and no
+    /// notice is missed from the start; then answers why no waiter could use the hub, if
+    /// Redis said so.
+    pub(super) fn await_first_connection(&self, ready_by: Instant) -> Option<Error> {
+        let mut state = self.state.lock();
+        while !state.notices_answered()
+            && state.login_refusal().is_none()
+            && !self.changed.wait_until(&mut state, ready_by).timed_out()
+        {}
+        self.unusable(&state)
     }
 
-    /// A new connection: queues `SUBSCRIBE` for the notice channel and again (in the hub's
-    /// mode) for every channel with waiters, one command each (anything queued for the
-    /// previous connection is dropped with it), and wakes every waiter.
-    pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
-        self.connections += 1;
-        self.attempted = true;
-        let mut names = Vec::new();
-        self.channels.retain(|name, channel| {
-            channel.confirmed = false;
-            channel.refusal = None;
-            channel.dropped = false;
-            channel.subscribed = !channel.waiters.is_empty();
-            channel.unconfirmed = u32::from(channel.subscribed);
-            if channel.subscribed {
-                names.push(name.clone());
+    /// Waits until `deadline` for the first attempt to connect to end, made or failed (a hub
+    /// spawned for a waiter: it subscribes at once on a connection that came, and polls
+    /// without one).
+    pub(super) fn await_first_attempt(&self, deadline: Instant) {
+        let mut state = self.state.lock();
+        while !state.has_attempted()
+            && !state.is_stopping()
+            && !self.changed.wait_until(&mut state, deadline).timed_out()
+        {}
+    }
+
+    /// Why no waiter could use the hub, from what Redis answered on the first connection:
+    /// it refused the login, or the `SUBSCRIBE` command itself (an ACL without the notice
+    /// channel only costs the notices).
+    fn unusable(&self, state: &State) -> Option<Error> {
+        let user = || self.user.clone();
+        if state.login_refusal().is_some() {
+            // Whatever the words: `WRONGPASS`, or `ERR` for a password where none is set.
+            return Some(Error::AuthenticationFailed { user: user() });
+        }
+        match Error::from_reply(state.notices_refusal()?) {
+            Error::AuthenticationFailed { .. } => {
+                Some(Error::AuthenticationFailed { user: user() })
             }
-            channel.subscribed
-        });
-        self.notices_answered = false;
-        self.notices_refusal = None;
-        self.login_refusal = None;
-        self.outbox.open(writer);
-        self.awaiting.clear();
-        // Each on its own: an ACL that refuses one channel must not refuse the others too.
-        self.outbox.queue("SUBSCRIBE", notice_channel);
-        self.awaiting.push_back(Sent::Notices);
-        for name in names {
-            self.outbox.queue(self.mode.subscribe_command(), &name);
-            self.awaiting.push_back(Sent::Subscribe(name));
-        }
-        self.wake_everyone();
-    }
-
-    /// Queues a `PING`; answers `false` (and queues nothing) without a connection.
-    pub(super) fn queue_ping(&mut self) -> bool {
-        let queued = self.outbox.queue("PING", &[] as &[&str]);
-        if queued {
-            self.awaiting.push_back(Sent::Ping);
-        }
-        queued
-    }
-
-    /// The connection is gone: forgets its subscriptions and wakes every waiter, so they
-    /// retry now and poll until the next connection.
-    pub(super) fn disconnected(&mut self) {
-        self.outbox.close();
-        self.awaiting.clear();
-        self.notices_answered = false;
-        self.channels.retain(|_, channel| {
-            channel.subscribed = false;
-            channel.confirmed = false;
-            channel.refusal = None;
-            channel.dropped = false;
-            channel.unconfirmed = 0;
-            !channel.waiters.is_empty()
-        });
-        self.wake_everyone();
-    }
-
-    /// Redis confirmed the subscription to the notice channel.
-    pub(super) fn notices_now_answered(&mut self) {
-        self.notices_answered = true;
-    }
-
-    /// An answer that is no error arrived (a confirmation, a pong) for a command `answers`
-    /// picks: the oldest such command awaiting its answer has it, and the commands before it,
-    /// whose answers were taken for others', are due no more. One that answers no command
-    /// due changes nothing.
-    ///
-    /// Redis answers in order, so while every answer is taken for the right command the
-    /// oldest one due is the one answered. The search only matters after an error answer
-    /// was taken for the wrong command (error answers name no channel, see the module doc):
-    /// the next confirmation puts the queue right again.
-    pub(super) fn answer_arrived(&mut self, answers: impl Fn(&Sent) -> bool) {
-        if let Some(position) = self.awaiting.iter().position(answers) {
-            self.awaiting.drain(..=position);
+            err @ Error::PermissionDenied {
+                permission: Permission::Command(_),
+                ..
+            } => Some(err),
+            _ => None,
         }
     }
 
-    /// A frame that ends the subscription to `channel` (`unsubscribe`, `sunsubscribe`)
-    /// arrived: the answer to our command when that is the oldest one due, else (shard
-    /// channels only) the node's own. Answers whether waiters blocked on the channel may go
-    /// on.
-    pub(super) fn unsubscribed(&mut self, channel: &str) -> bool {
-        let ours = matches!(
-            self.awaiting.front(),
-            Some(Sent::Unsubscribe(due)) if due == channel
+    /// Writes the commands queued in the outbox, outside the hub's lock (or leaves them to
+    /// the thread writing already).
+    pub(super) fn flush(&self) {
+        outbox::flush(
+            &self.state,
+            |state| &mut state.outbox,
+            self.response_timeout,
         );
-        if ours || self.mode == Mode::Plain {
-            self.awaiting.pop_front();
-            return self.subscription_answered(channel);
-        }
-        self.dropped_by_server(channel)
     }
 
-    /// The node ended the subscription to `channel` with no command of ours due for it: the
-    /// channel's slot left the node. Marks it dropped and wakes its waiters; answers whether
-    /// it did. (With a command of ours due for the channel, its answer settles the channel.)
-    fn dropped_by_server(&mut self, channel: &str) -> bool {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return false;
+    /// Joins the waiters for `lock` (`None`: every message wakes it) on `channel`; returns
+    /// once Redis confirmed the subscription, or after the response timeout, or at once while
+    /// there is no connection (check [`Member::is_live`]). Fails with Redis's refusal once
+    /// Redis refused it, and with [`Error::ShutDown`] once the hub stops.
+    pub(super) fn join(self: &Arc<Self>, channel: &str, lock: Option<&str>) -> Result<Member> {
+        let give_up_at = Instant::now() + self.response_timeout;
+        let waiter = Arc::new(Waiter::new(lock));
+        let queued = {
+            let mut state = self.state.lock();
+            if state.is_stopping() {
+                return Err(Error::ShutDown);
+            }
+            state.join(channel, Arc::clone(&waiter))
         };
-        if !(entry.subscribed && entry.confirmed && entry.unconfirmed == 0) {
+        if queued {
+            self.flush();
+        }
+        let mut state = self.state.lock();
+        while state.is_connected()
+            && !state.is_stopping()
+            && !state.is_confirmed(channel)
+            && state.refusal(channel).is_none()
+            && !state.is_dropped(channel)
+        {
+            if self.changed.wait_until(&mut state, give_up_at).timed_out() {
+                break;
+            }
+        }
+        let refused = state.refusal(channel).map(Error::from_reply);
+        drop(state);
+        let member = Member {
+            hub: Some(Arc::clone(self)),
+            channel: channel.to_owned(),
+            waiter,
+        };
+        match refused {
+            // Dropping the member leaves the channel.
+            Some(err) => Err(err.for_user(self.user.as_deref())),
+            None => Ok(member),
+        }
+    }
+
+    /// Stops the hub if no channel has waiters or commands due (no waiter is left to move
+    /// away); answers whether it did. Nothing joins a stopped hub: a waiter that tries gets
+    /// [`Error::ShutDown`].
+    pub(super) fn retire_if_unused(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.channel_count() > 0 {
             return false;
         }
-        entry.subscribed = false;
-        entry.confirmed = false;
-        entry.dropped = true;
-        entry.waiters.iter().for_each(|waiter| waiter.wake());
+        state.stop();
+        drop(state);
+        self.changed.notify_all();
         true
     }
 
-    /// Redis answered the oldest command awaiting its answer with the error `reply`: records
-    /// the refusal where waiters look for it, settles the command's counts as its answers
-    /// would have, and answers which command it was (`None`: no command was awaiting one).
-    pub(super) fn refused(&mut self, reply: &str) -> Option<Sent> {
-        let sent = self.awaiting.pop_front()?;
-        match &sent {
-            Sent::Notices => {
-                self.notices_answered = true;
-                self.notices_refusal = Some(reply.to_owned());
+    /// Marks the hub as one whose node is no master anymore (or not): see `leaving`. Set
+    /// before [`retire_if_unused`](Self::retire_if_unused) is asked, so a channel that
+    /// leaves after that finds it set.
+    pub(super) fn set_leaving(&self, leaving: bool) {
+        self.leaving.store(leaving, Ordering::SeqCst);
+    }
+
+    /// No channel is left on the hub: tells the cluster's hubs if the hub is leaving. Called
+    /// outside every lock.
+    pub(super) fn no_channel_left(&self) {
+        if self.leaving.load(Ordering::SeqCst) {
+            if let Some(on_unused) = &self.on_unused {
+                on_unused();
             }
-            Sent::Subscribe(channel) if self.mode == Mode::Sharded && is_redirection(reply) => {
-                self.subscription_moved(channel);
-            }
-            Sent::Subscribe(channel) => self.subscription_refused(channel, reply),
-            // Redis keeps the channel subscribed; its messages find no waiters and are
-            // dropped. (A cluster node refuses `SUNSUBSCRIBE` for a slot it does not serve:
-            // then it has ended the subscription already.)
-            Sent::Unsubscribe(channel) => {
-                self.subscription_answered(channel);
-            }
-            Sent::Ping => {}
-        }
-        Some(sent)
-    }
-
-    /// Redis refused a `SUBSCRIBE` of `channel`: if it was the last command for the channel,
-    /// the channel is not subscribed, and its refusal waits for its waiters to see it.
-    fn subscription_refused(&mut self, channel: &str, reply: &str) {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return;
-        };
-        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
-        if entry.unconfirmed > 0 {
-            return;
-        }
-        if entry.subscribed {
-            entry.subscribed = false;
-            entry.refusal = Some(reply.to_owned());
-        } else if entry.waiters.is_empty() {
-            self.channels.remove(channel);
         }
     }
 
-    /// The node answered an `SSUBSCRIBE` of `channel` that the channel's slot is served
-    /// elsewhere, or not now: if it was the last command for the channel, the channel is
-    /// dropped, and its waiters are woken to move their subscription.
-    fn subscription_moved(&mut self, channel: &str) {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return;
-        };
-        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
-        if entry.unconfirmed > 0 {
-            return;
-        }
-        if entry.subscribed {
-            entry.subscribed = false;
-            entry.dropped = true;
-            entry.waiters.iter().for_each(|waiter| waiter.wake());
-        } else if entry.waiters.is_empty() {
-            self.channels.remove(channel);
-        }
+    pub(super) fn reconnects(&self) -> u64 {
+        self.state.lock().reconnects()
     }
 
-    /// Redis answered a `SUBSCRIBE` or `UNSUBSCRIBE` for `channel`; answers whether that
-    /// confirmed a subscription waiters may be blocked on.
-    pub(super) fn subscription_answered(&mut self, channel: &str) -> bool {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return false;
-        };
-        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
-        if entry.unconfirmed > 0 {
-            return false;
-        }
-        if entry.subscribed {
-            entry.confirmed = true;
-            return true;
-        }
-        if entry.waiters.is_empty() {
-            self.channels.remove(channel);
-        }
-        false
+    pub(super) fn channel_count(&self) -> usize {
+        self.state.lock().channel_count()
     }
 
-    /// A message on a release channel: `1` (a read lock freed) wakes all its waiters,
-    /// anything else one waiter per lock name and every waiter that listens for every
-    /// message.
-    pub(super) fn released(&mut self, channel: &str, payload: &[u8]) {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return;
-        };
-        if payload == b"1" {
-            entry.waiters.iter().for_each(|waiter| waiter.wake());
-        } else {
-            entry
-                .waiters
-                .iter()
-                .filter(|waiter| waiter.lock.is_none())
-                .for_each(|waiter| waiter.wake());
-            wake_one_per_lock(entry);
-        }
-    }
-
-    fn wake_everyone(&self) {
-        for channel in self.channels.values() {
-            channel.waiters.iter().for_each(|waiter| waiter.wake());
-        }
+    /// Ends the subscribed connection, so the listener connects again and subscribes anew.
+    pub(super) fn reconnect(&self) {
+        self.state.lock().drop_connection();
     }
 }
 
-/// Wakes, for each lock name waited for on the channel, its first waiter that has no wake
-/// pending, and moves the woken to the back.
-fn wake_one_per_lock(channel: &mut Channel) {
-    let mut locks: Vec<String> = Vec::new();
-    for waiter in &channel.waiters {
-        if let Some(lock) = &waiter.lock {
-            if !locks.contains(lock) {
-                locks.push(lock.clone());
-            }
+/// One waiting thread's place among the waiters of one channel of one hub; leaving is
+/// dropping it. A member of no hub (cluster mode, while no node serves the channel's slot)
+/// is never live and woken only by its own [`pass_wake_on`](Member::pass_wake_on).
+pub(super) struct Member {
+    hub: Option<Arc<Shared>>,
+    channel: String,
+    waiter: Arc<Waiter>,
+}
+
+impl Member {
+    /// A member of no hub.
+    pub(super) fn detached(channel: &str, lock: Option<&str>) -> Self {
+        Member {
+            hub: None,
+            channel: channel.to_owned(),
+            waiter: Arc::new(Waiter::new(lock)),
         }
     }
-    for lock in &locks {
-        wake_one_of(channel, lock);
+
+    pub(super) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Whether Redis has confirmed the subscription and the connection still stands.
+    pub(super) fn is_live(&self) -> bool {
+        self.hub.as_ref().is_some_and(|hub| {
+            let state = hub.state.lock();
+            state.is_connected() && state.is_confirmed(&self.channel)
+        })
+    }
+
+    /// Whether the hub is connected, and whether Redis dropped the channel (see
+    /// [`State::is_dropped`]); a member of no hub is neither.
+    pub(super) fn status(&self) -> (bool, bool) {
+        match &self.hub {
+            Some(hub) => {
+                let state = hub.state.lock();
+                (state.is_connected(), state.is_dropped(&self.channel))
+            }
+            None => (false, false),
+        }
+    }
+
+    /// Sleeps until this waiter is woken or `timeout` passes; answers whether it was woken.
+    pub(super) fn wait(&self, timeout: Duration) -> bool {
+        self.waiter.woken.recv_timeout(timeout).is_ok()
+    }
+
+    pub(super) fn woken(&self) -> &Receiver<()> {
+        &self.waiter.woken
+    }
+
+    /// Gives back a wake this waiter took and will not use.
+    pub(super) fn pass_wake_on(&self) {
+        self.waiter.wake();
+    }
+
+    /// Takes the wake pending for this waiter, if any.
+    pub(super) fn take_wake(&self) -> bool {
+        self.waiter.woken.try_recv().is_ok()
     }
 }
 
-/// Wakes the first waiter for `lock` that has no wake pending, and moves it to the back.
-fn wake_one_of(channel: &mut Channel, lock: &str) {
-    let position = channel
-        .waiters
-        .iter()
-        .position(|waiter| waiter.lock.as_deref() == Some(lock) && !waiter.has_pending_wake());
-    if let Some(waiter) = position.and_then(|position| channel.waiters.remove(position)) {
-        waiter.wake();
-        channel.waiters.push_back(waiter);
+impl Drop for Member {
+    fn drop(&mut self) {
+        let Some(hub) = &self.hub else {
+            return;
+        };
+        let (queued, unused) = {
+            let mut state = hub.state.lock();
+            let queued = state.leave(&self.channel, &self.waiter);
+            (queued, state.channel_count() == 0)
+        };
+        if queued {
+            hub.flush();
+        }
+        if unused {
+            hub.no_channel_left();
+        }
     }
 }

@@ -6,11 +6,11 @@
 //! each batch of frames, queues its own commands (re-subscriptions, pings) through the
 //! outbox like any other thread, and calls the notice handler outside the lock. A frame that
 //! breaks the protocol ends the connection like any read error: the listener reconnects. In
-//! cluster mode it tells the cluster hub (outside every lock) when its node cannot be
+//! cluster mode it tells the cluster's hubs (outside every lock) when its node cannot be
 //! reached, as the cluster's map may be out of date.
 //!
 //! What Redis refuses is recorded for the threads that wait for it: a refused login for
-//! [`PubSubHub::start`](super::PubSubHub::start), which fails the manager's build; a refused
+//! [`PubSub::start`](super::PubSub::start), which fails the manager's build; a refused
 //! subscription for the waiters that wait for its answer, which fail with it (those
 //! subscribed before, on an earlier connection, poll). The listener goes on either way: it
 //! retries the login with its backoff, and a later waiter asks for the subscription again.
@@ -18,10 +18,10 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use super::connection::Stream;
-use super::frame::{self, Frame};
-use super::hub::{is_redirection, Mode, Sent, State};
-use super::node::Shared;
+use super::channels::{is_redirection, Mode, Sent, State};
+use super::hub::Shared;
+use super::transport::connection::Stream;
+use super::transport::frame::{self, Frame};
 use super::LoginRefused;
 
 /// How often the listener wakes up when nothing arrives, to check its keep-alive ping.
@@ -76,7 +76,7 @@ impl Shared {
         }
     }
 
-    /// Tells the cluster hub, if any, that the node could not be reached: the cluster's map
+    /// Tells the cluster's hubs, if any, that the node could not be reached: the cluster's map
     /// may be out of date.
     fn in_trouble(&self) {
         if let Some(on_trouble) = &self.on_trouble {

@@ -1,18 +1,19 @@
-//! The pub/sub hub: one listener thread and one subscribed connection per manager (per
-//! master in cluster mode), serving every waiting thread of the process.
+//! Pub/sub: [`PubSub`], one per manager, serving every waiting thread of the process through
+//! one hub (a listener thread and one subscribed connection), or in cluster mode one hub per
+//! master.
 //!
-//! A waiter [`subscribe`](PubSubHub::subscribe)s to the release channel of a lock and gets a
+//! A waiter [`subscribe`](PubSub::subscribe)s to the release channel of a lock and gets a
 //! [`Subscription`] once Redis has confirmed it, so a release published after that point is
 //! never missed. Subscriptions to one channel are shared and counted: the first waiter sends
 //! `SUBSCRIBE`, the last one to leave sends `UNSUBSCRIBE`. When the connection drops (or
 //! stops answering pings) the listener reconnects, subscribes again to every channel that
 //! has waiters, and wakes all waiters, which retry at once: a release may have gone by
-//! unseen. Besides the release channels, the hub stays subscribed to one [`Notices`] channel
+//! unseen. Besides the release channels, each hub stays subscribed to one [`Notices`] channel
 //! for as long as it runs, and hands every message on it to the notice handler (on the
 //! listener thread, outside the hub's lock).
 //!
 //! What Redis refuses: a refused login, or a refused `SUBSCRIBE` command (not just the
-//! notice channel), on the first connection fails [`PubSubHub::start`], and with it the
+//! notice channel), on the first connection fails [`PubSub::start`], and with it the
 //! manager's build: no waiter could ever be woken. A refused notice channel only costs the
 //! notices. A refused release channel fails the waiter that asked for it, with the typed
 //! error, at once: a misconfigured ACL shows up at the first wait that needs it, instead
@@ -20,7 +21,7 @@
 //! refused (the ACL changed under a running manager) poll, as they do while the connection
 //! is down.
 //!
-//! In cluster mode ([`PubSubHub::start_cluster`]) there is one such hub per master, and each
+//! In cluster mode ([`PubSub::start_cluster`]) there is one such hub per master, and each
 //! subscription goes to the master of its channel's slot: with `SSUBSCRIBE` when the cluster
 //! publishes releases on shard channels (Redis 7), else with `SUBSCRIBE`; the notice channel
 //! is a plain one everywhere. A subscription follows its slot when the slot moves (a
@@ -28,31 +29,27 @@
 //! each sleep.
 //!
 //! The parts, each in its own module:
-//! - [`nodes`]: cluster mode: a hub per master, and subscriptions that follow their slot.
-//! - [`node`]: one hub: its listener thread, its shared state, joining and leaving channels.
-//! - [`hub`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
+//! - [`cluster`]: cluster mode: a hub per master, and subscriptions that follow their slot.
+//! - [`hub`]: one hub: its listener thread, its shared state, joining and leaving channels.
+//! - [`channels`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
 //!   rules, plain or sharded commands); no I/O.
 //! - [`outbox`]: commands queued under that lock and written outside it, in order, by one
 //!   thread at a time, so a stalled write holds up no one else.
 //! - [`listener`]: the thread that connects, reads, pings and dispatches frames.
-//! - [`connection`]: the socket, the address and `AUTH`.
-//! - [`tls`]: for `rediss://`, the TLS session that the reading and the writing handles of
-//!   the connection share.
-//! - [`frame`]: the RESP2 parser, total on any input.
+//! - [`transport`]: the connection itself, which knows nothing of channels: the socket, the
+//!   address and `AUTH`; for `rediss://`, the TLS session that the reading and the writing
+//!   handles of the connection share; the RESP2 parser, total on any input.
 //!
 //! This module holds the types the rest of the crate uses and the glue between them.
 
-mod connection;
-mod frame;
+mod channels;
+mod cluster;
 mod hub;
 mod listener;
-mod node;
-mod nodes;
 mod outbox;
 #[cfg(test)]
 mod tests;
-#[cfg(feature = "tls")]
-mod tls;
+mod transport;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,16 +57,16 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use redis::ConnectionInfo;
 
-use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::resolve::Resolver;
-use crate::sentinel::MasterLocator;
-use crate::tls::TlsConnector;
-use connection::Endpoint;
-use hub::Mode;
-use node::{Member, NodeHub, NodeSettings};
-pub(crate) use nodes::SlotOwners;
-use nodes::{Nodes, Route};
+use crate::topology::cluster::Cluster;
+use crate::topology::resolve::Resolver;
+use crate::topology::sentinel::MasterLocator;
+use crate::topology::tls::TlsConnector;
+use channels::Mode;
+pub(crate) use cluster::SlotOwners;
+use cluster::{ClusterHubs, Route};
+use hub::{Hub, HubSettings, Member};
+use transport::connection::Endpoint;
 
 /// Handles one message of the notice channel.
 pub(crate) type NoticeHandler = Box<dyn Fn(&[u8]) + Send + Sync>;
@@ -107,14 +104,14 @@ pub(crate) struct Notices {
 }
 
 impl Notices {
-    /// The settings every node hub of one manager is made with.
+    /// The settings every hub of one manager is made with.
     fn settings(
         self,
         mode: Mode,
         connect_timeout: Duration,
         response_timeout: Duration,
-    ) -> NodeSettings {
-        NodeSettings {
+    ) -> HubSettings {
+        HubSettings {
             mode,
             notice_channel: self.channel,
             notice_handler: Arc::from(self.handler),
@@ -124,15 +121,15 @@ impl Notices {
     }
 }
 
-/// The pub/sub hub of one manager: one node hub, or in cluster mode one per master.
-pub(crate) struct PubSubHub {
+/// The pub/sub of one manager: one hub, or in cluster mode one per master.
+pub(crate) struct PubSub {
     kind: Kind,
 }
 
 enum Kind {
     /// A single server, or the master Sentinel names.
-    Single(NodeHub),
-    Cluster(Arc<Nodes>),
+    Single(Hub),
+    Cluster(Arc<ClusterHubs>),
 }
 
 /// A waiting thread's membership in the subscription to one channel; leaving is dropping it.
@@ -182,7 +179,7 @@ impl Subscription {
     }
 }
 
-impl PubSubHub {
+impl PubSub {
     pub(crate) fn start(
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
@@ -193,7 +190,7 @@ impl PubSubHub {
         notices: Notices,
     ) -> Result<Self> {
         let settings = notices.settings(Mode::Plain, connect_timeout, response_timeout);
-        let hub = NodeHub::spawn(
+        let hub = Hub::spawn(
             Endpoint::from_info(info, resolver, located, tls)?,
             info.redis_settings().username().map(str::to_owned),
             &settings,
@@ -209,13 +206,13 @@ impl PubSubHub {
                 hub.stop();
                 Err(err)
             }
-            None => Ok(PubSubHub {
+            None => Ok(PubSub {
                 kind: Kind::Single(hub),
             }),
         }
     }
 
-    /// The hub of a cluster manager: one node hub per master, each connecting with the
+    /// The hub of a cluster manager: one hub per master, each connecting with the
     /// manager's settings at that node ([`Cluster::node_info`], over TLS with `tls`);
     /// release channels are shard channels when the cluster publishes on them
     /// ([`Cluster::sharded_pubsub`]). The first master's hub is started at once and fails
@@ -243,7 +240,7 @@ impl PubSubHub {
         )
     }
 
-    /// [`start_cluster`](PubSubHub::start_cluster) over any map of slot owners.
+    /// [`start_cluster`](PubSub::start_cluster) over any map of slot owners.
     fn start_over(
         owners: Arc<dyn SlotOwners>,
         mode: Mode,
@@ -253,8 +250,8 @@ impl PubSubHub {
         notices: Notices,
     ) -> Result<Self> {
         let settings = notices.settings(mode, connect_timeout, response_timeout);
-        Ok(PubSubHub {
-            kind: Kind::Cluster(Nodes::start(owners, settings, tls)?),
+        Ok(PubSub {
+            kind: Kind::Cluster(ClusterHubs::start(owners, settings, tls)?),
         })
     }
 
@@ -266,7 +263,7 @@ impl PubSubHub {
         self.join(channel, Some(lock))
     }
 
-    /// Like [`subscribe`](PubSubHub::subscribe), for a waiter that every message on
+    /// Like [`subscribe`](PubSub::subscribe), for a waiter that every message on
     /// `channel` wakes (the waiters of a latch or a semaphore, where one message may let many
     /// through).
     pub(crate) fn subscribe_to_every_message(&self, channel: &str) -> Result<Subscription> {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::connection::Stream;
+use super::transport::connection::Stream;
 
 #[derive(Default)]
 pub(super) struct Outbox {

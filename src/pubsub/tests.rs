@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::frame::{self, Frame};
-use super::{Notices, PubSubHub};
+use super::transport::frame::{self, Frame};
+use super::{Notices, PubSub};
 use crate::error::Error;
 
 /// Answers `AUTH`, `SUBSCRIBE`, `UNSUBSCRIBE`, `SSUBSCRIBE`, `SUNSUBSCRIBE` and `PING` like
@@ -80,7 +80,7 @@ impl ScriptedRedis {
         server
     }
 
-    fn hub(&self, response_timeout: Duration) -> PubSubHub {
+    fn hub(&self, response_timeout: Duration) -> PubSub {
         let info = redis::IntoConnectionInfo::into_connection_info(format!(
             "redis://127.0.0.1:{}",
             self.port
@@ -90,7 +90,7 @@ impl ScriptedRedis {
             channel: "notices".into(),
             handler: Box::new(|_| {}),
         };
-        PubSubHub::start(&info, None, None, None, NO_HANG, response_timeout, notices).unwrap()
+        PubSub::start(&info, None, None, None, NO_HANG, response_timeout, notices).unwrap()
     }
 
     fn connections(&self) -> usize {
@@ -455,7 +455,7 @@ fn a_refused_login_fails_the_start_at_once() {
             handler: Box::new(|_| {}),
         };
         let started = Instant::now();
-        let outcome = PubSubHub::start(
+        let outcome = PubSub::start(
             &info,
             None,
             None,

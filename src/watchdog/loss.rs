@@ -1,14 +1,14 @@
 //! Loss reporting: marking a chain lost, queuing the report, and telling the log and the
 //! lost-lock callback.
 //!
-//! A chain is marked lost on its [`LeaseState`](crate::lease::LeaseState) at once (guards read
+//! A chain is marked lost on its [`LeaseState`](crate::watchdog::lease::LeaseState) at once (guards read
 //! it there) and reported once; its entry leaves the registry unless a renewal of it is in
 //! flight, in which case the renewal's return removes it. Reports are told on the watchdog
 //! thread outside the state lock, so a slow callback holds up no caller; a panicking one is
 //! contained and logged.
 
 use crate::error::LostReason;
-use crate::lease::LostLock;
+use crate::watchdog::lease::LostLock;
 
 use super::registry::Registry;
 use super::LostCallback;

@@ -1,5 +1,5 @@
 //! The watchdog: one thread per manager that keeps the leases of held locks alive, finds out
-//! as early as it can when one is lost, and deletes the latches that releases leave behind.
+//! as early as it can when one is lost, and deletes the receipts that releases leave behind.
 //!
 //! Its parts:
 //! - [`registry`]: the entries, one per acquisition chain held in this process, keyed by a
@@ -10,12 +10,12 @@
 //! - [`schedule`]: when each entry is next looked at: renewals batched by tick, lease-end
 //!   checks to the instant, and whether new work must wake the thread;
 //! - [`renewal`]: the I/O, one pipeline of batched script calls per batch, however many locks
-//!   and of whatever kinds, with the queued latch deletions;
-//! - [`latches`]: the release latches queued for deletion;
+//!   and of whatever kinds, with the queued receipt deletions;
+//! - [`receipts`]: the release receipts queued for deletion;
 //! - [`loss`]: marking chains lost and telling the log and the lost-lock callback.
 //!
 //! This file holds the [`Watchdog`] facade the rest of the crate calls, and the thread loop
-//! that ties the parts together under one state lock (the latch queue has its own).
+//! that ties the parts together under one state lock (the receipt queue has its own).
 //!
 //! A lock is given up, its [`LeaseState`] marked lost and the lost-lock callback told, when:
 //! - a renewal answers that the holder is gone ([`LostReason::NotHeldAnymore`]);
@@ -37,8 +37,9 @@
 //! This module talks to Redis only through the [`Pool`] and only from its own thread; the
 //! callback runs on that thread too.
 
-mod latches;
+pub(crate) mod lease;
 mod loss;
+mod receipts;
 mod registry;
 mod renewal;
 mod schedule;
@@ -50,13 +51,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::call::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
+use crate::call::route::Router;
 use crate::error::{Error, LostReason, Result};
-use crate::lease::{LeaseState, LostLock};
 use crate::protocol::renew::HoldKind;
-use crate::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
-use crate::route::Router;
-use latches::{LatchQueue, Queued};
+use crate::watchdog::lease::{LeaseState, LostLock};
 use loss::LossReports;
+use receipts::{Queued, ReceiptQueue};
 use registry::{Entry, Registry};
 use renewal::{AckWait, Outcome, Renewal};
 use schedule::{earliest, DueNow, Schedule};
@@ -100,8 +101,8 @@ pub(crate) struct NoticeSink(Arc<Shared>);
 
 struct Shared {
     state: Mutex<State>,
-    /// Release latches to delete. Taken after `state` when both are held, never before.
-    latches: Mutex<LatchQueue>,
+    /// Release receipts to delete. Taken after `state` when both are held, never before.
+    receipts: Mutex<ReceiptQueue>,
     /// Wakes the watchdog thread: work arrived, a loss is to be told, or it must stop.
     work_arrived: Condvar,
     /// Wakes releases waiting for an in-flight renewal of their entry.
@@ -151,12 +152,12 @@ pub(crate) struct WatchdogCounts {
 enum Work {
     /// Tell these losses to the log and the callback.
     Tell(Vec<LostLock>),
-    /// Renew these locks (possibly none) and delete these latches, first sent at `sent_at`,
+    /// Renew these locks (possibly none) and delete these receipts, first sent at `sent_at`,
     /// with answers read no later than `answer_by`, and the answer of the `WAIT` for replica
     /// acknowledgements (when on) no later than `acks_by`.
     Renew {
         batch: Vec<Renewal>,
-        latches: Vec<String>,
+        receipts: Vec<String>,
         sent_at: Instant,
         answer_by: Instant,
         acks_by: Instant,
@@ -200,7 +201,7 @@ impl Watchdog {
                 renewals: RenewalCounts::default(),
                 stopping: false,
             }),
-            latches: Mutex::new(LatchQueue::new(interval)),
+            receipts: Mutex::new(ReceiptQueue::new(interval)),
             work_arrived: Condvar::new(),
             renewal_done: Condvar::new(),
             router,
@@ -422,20 +423,20 @@ impl Watchdog {
         Some((left, holder))
     }
 
-    /// Queues the latch key a release left, once its answer has arrived, for deletion with
+    /// Queues the receipt key a release left, once its answer has arrived, for deletion with
     /// the next renewal batch, or alone within one renewal interval. Never waits for I/O, and
     /// wakes the thread only when it would otherwise sleep past the time the keys are due.
-    pub(crate) fn discard_latch(&self, key: String) {
+    pub(crate) fn discard_receipt(&self, key: String) {
         let shared = &*self.shared;
-        // The latch lock is let go before the state lock is taken: the thread takes them the
+        // The receipt lock is let go before the state lock is taken: the thread takes them the
         // other way round.
-        let queued = shared.latches.lock().push(key, Instant::now);
+        let queued = shared.receipts.lock().push(key, Instant::now);
         let due = match queued {
             Queued::Joined => return,
             Queued::First { flush_by } => flush_by,
             Queued::Overflowing => Instant::now(),
         };
-        // The thread reads the latch queue under the state lock before it sleeps, so either it
+        // The thread reads the receipt queue under the state lock before it sleeps, so either it
         // saw this key or it is asleep by now with its wake-up on record.
         if shared.state.lock().schedule.wakes_too_late_for(due) {
             shared.work_arrived.notify_one();
@@ -461,7 +462,7 @@ impl Watchdog {
     }
 
     /// Stops and joins the thread. Held locks are no longer renewed and run out by their
-    /// lease; queued latches are left to their TTL.
+    /// lease; queued receipts are left to their TTL.
     pub(crate) fn stop(&self) {
         self.shared.state.lock().stopping = true;
         self.shared.work_arrived.notify_all();
@@ -512,7 +513,7 @@ impl Shared {
                 Some(Work::Tell(reports)) => loss::tell(reports, self.on_lost.as_ref()),
                 Some(Work::Renew {
                     batch,
-                    latches,
+                    receipts,
                     sent_at,
                     answer_by,
                     acks_by,
@@ -523,7 +524,7 @@ impl Shared {
                         &self.router,
                         self.timeout_ms,
                         batch,
-                        latches,
+                        receipts,
                         answer_by,
                         acks,
                         |batch, outcomes| renewed += self.apply(batch, outcomes, sent_at),
@@ -556,15 +557,15 @@ impl Shared {
                 state.check_lease_end(&name, now);
             }
             let batch = state.take_batch(due_now.renewals.drain(..), now);
-            let latches = {
-                let mut queue = self.latches.lock();
+            let receipts = {
+                let mut queue = self.receipts.lock();
                 if !batch.is_empty() || queue.is_due(now) {
                     queue.take()
                 } else {
                     Vec::new()
                 }
             };
-            if !batch.is_empty() || !latches.is_empty() {
+            if !batch.is_empty() || !receipts.is_empty() {
                 // Never wait for answers past a deadline the thread must meet: the earliest
                 // lease deadline of the batch, or any lease-end check due sooner. `WAIT`'s
                 // answer, which only reports, is given up on there too.
@@ -588,7 +589,7 @@ impl Shared {
                 };
                 return Some(Work::Renew {
                     batch,
-                    latches,
+                    receipts,
                     sent_at: now,
                     answer_by,
                     acks_by,
@@ -597,7 +598,7 @@ impl Shared {
             if !state.losses.is_empty() {
                 continue;
             }
-            let next_due = earliest(state.schedule.next_due(), self.latches.lock().flush_by());
+            let next_due = earliest(state.schedule.next_due(), self.receipts.lock().flush_by());
             state.schedule.thread_sleeps(next_due);
             match next_due {
                 Some(at) => {

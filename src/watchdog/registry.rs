@@ -17,8 +17,8 @@ use std::collections::{hash_map, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::lease::LeaseState;
 use crate::protocol::renew::HoldKind;
+use crate::watchdog::lease::LeaseState;
 
 pub(super) struct Entry {
     /// The name of the primitive held (the key is not always the name).

@@ -1,10 +1,10 @@
-//! The renewal I/O: one pipeline per batch, with the release latches to delete.
+//! The renewal I/O: one pipeline per batch, with the release receipts to delete.
 //!
 //! A batch of renewals becomes the protocol's renewal calls of [`LOCKS_PER_SCRIPT_CALL`] locks
-//! each, followed by `UNLINK`s of [`LATCHES_PER_UNLINK`] queued latch keys each, all sent as
-//! one pipeline and answered against one deadline ([`script::run_pipelined`], which also
+//! each, followed by `UNLINK`s of [`RECEIPTS_PER_UNLINK`] queued receipt keys each, all sent as
+//! one pipeline and answered against one deadline ([`runner::run_pipelined`], which also
 //! loads the script into an empty cache). The answer of each call is decoded into one
-//! [`Outcome`] per lock; a failed deletion is only logged (the latch still expires by its
+//! [`Outcome`] per lock; a failed deletion is only logged (the receipt still expires by its
 //! TTL). With replica acknowledgements on, a `WAIT` ends a pipeline that renews anything.
 //! Its answer is read after the outcomes are applied, and does not change them: a lease
 //! extended on the master is kept either way, and is not held back while the replicas are
@@ -27,20 +27,20 @@ use std::time::Instant;
 
 use redis::{Cmd, ServerErrorKind, Value};
 
-use crate::pool::{Pool, Reading};
+use crate::call::replication::{ReplicaAcks, Unreplicated};
+use crate::call::route::{self, Redirect, Router};
+use crate::call::runner;
 use crate::protocol::renew::{self, HoldKind};
 use crate::protocol::slot::key_slot;
 use crate::protocol::ScriptCall;
-use crate::replication::{ReplicaAcks, Unreplicated};
-use crate::route::{self, Redirect, Router};
-use crate::script;
+use crate::topology::pool::{Pool, Reading};
 
 /// How many locks one script call renews. Bounds the time one call blocks Redis (other
 /// clients run between the calls of a pipeline) while keeping script calls few.
 const LOCKS_PER_SCRIPT_CALL: usize = 1_000;
 
-/// How many latch keys one `UNLINK` deletes, for the same reason.
-const LATCHES_PER_UNLINK: usize = 1_000;
+/// How many receipt keys one `UNLINK` deletes, for the same reason.
+const RECEIPTS_PER_UNLINK: usize = 1_000;
 
 /// One lock of a renewal batch.
 pub(super) struct Renewal {
@@ -67,7 +67,7 @@ pub(super) struct AckWait<'a> {
     pub(super) by: Instant,
 }
 
-/// Renews `batch` and deletes `latches` wherever their keys are: as one pipeline on a single
+/// Renews `batch` and deletes `receipts` wherever their keys are: as one pipeline on a single
 /// server; in cluster mode one per node, in turn, each read against `answer_by` moved on by
 /// the time the ones before took. Hands `apply` the outcomes of each part of the batch,
 /// and answers why some renewals are not known to be on enough replicas, if they are not.
@@ -75,7 +75,7 @@ pub(super) fn renew_everywhere(
     router: &Router,
     lease_ms: u64,
     batch: Vec<Renewal>,
-    latches: Vec<String>,
+    receipts: Vec<String>,
     answer_by: Instant,
     acks: Option<AckWait<'_>>,
     mut apply: impl FnMut(&[Renewal], Vec<Outcome>),
@@ -87,7 +87,7 @@ pub(super) fn renew_everywhere(
             router,
             lease_ms,
             &batch,
-            &latches,
+            &receipts,
             answer_by,
             acks,
             |outcomes| apply(&batch, outcomes),
@@ -102,20 +102,20 @@ pub(super) fn renew_everywhere(
             .1
             .push(renewal);
     }
-    for latch in latches {
-        let pool = router.pool_for(latch.as_bytes());
+    for receipt in receipts {
+        let pool = router.pool_for(receipt.as_bytes());
         by_node
             .entry(Arc::as_ptr(&pool))
             .or_insert_with(|| (pool, Vec::new(), Vec::new()))
             .2
-            .push(latch);
+            .push(receipt);
     }
     let started = Instant::now();
     let mut unreplicated = None;
-    for (_, (pool, mut renewals, mut latches)) in by_node {
+    for (_, (pool, mut renewals, mut receipts)) in by_node {
         // One script call and one deletion per slot (and per thousand).
         renewals.sort_by_cached_key(|renewal| key_slot(renewal_key(renewal).as_bytes()));
-        latches.sort_by_cached_key(|latch| key_slot(latch.as_bytes()));
+        receipts.sort_by_cached_key(|receipt| key_slot(receipt.as_bytes()));
         let answer_by = answer_by + started.elapsed();
         let acks = acks.map(|wait| AckWait {
             by: wait.by + started.elapsed(),
@@ -126,7 +126,7 @@ pub(super) fn renew_everywhere(
             router,
             lease_ms,
             &renewals,
-            &latches,
+            &receipts,
             answer_by,
             acks,
             |outcomes| apply(&renewals, outcomes),
@@ -136,7 +136,7 @@ pub(super) fn renew_everywhere(
     unreplicated
 }
 
-/// A node's share of a batch: its pool, the renewals of its keys, the latches it keeps.
+/// A node's share of a batch: its pool, the renewals of its keys, the receipts it keeps.
 type NodeShare = (Arc<Pool>, Vec<Renewal>, Vec<String>);
 
 /// The key a renewal's slot is the slot of.
@@ -144,7 +144,7 @@ fn renewal_key(renewal: &Renewal) -> std::borrow::Cow<'_, str> {
     renew::hold_key(renewal.kind, &renewal.name)
 }
 
-/// Sends the renewals of `batch` to a lease of `lease_ms`, and the deletion of `latches`, in
+/// Sends the renewals of `batch` to a lease of `lease_ms`, and the deletion of `receipts`, in
 /// one pipeline (with the `WAIT` of `acks` at its end when it renews anything), reads the
 /// answers until `answer_by`, and hands `apply` one outcome per renewal (once, whatever
 /// happens). Then reads `WAIT`'s answer, and answers why the renewals are not known to be on
@@ -155,7 +155,7 @@ fn renew(
     router: &Router,
     lease_ms: u64,
     batch: &[Renewal],
-    latches: &[String],
+    receipts: &[String],
     answer_by: Instant,
     acks: Option<AckWait<'_>>,
     apply: impl FnOnce(Vec<Outcome>),
@@ -179,26 +179,26 @@ fn renew(
         })
         .collect();
     let deletions: Vec<Cmd> = slot_runs(
-        latches.len(),
-        |index| std::borrow::Cow::Borrowed(latches[index].as_str()),
+        receipts.len(),
+        |index| std::borrow::Cow::Borrowed(receipts[index].as_str()),
         by_slot,
-        LATCHES_PER_UNLINK,
+        RECEIPTS_PER_UNLINK,
     )
     .into_iter()
     .map(|range| {
         let mut unlink = redis::cmd("UNLINK");
-        unlink.arg(&latches[range]);
+        unlink.arg(&receipts[range]);
         unlink
     })
     .collect();
-    // Latch deletions alone need no acknowledgement: a latch left behind only expires.
+    // Receipt deletions alone need no acknowledgement: a receipt left behind only expires.
     let acks = acks.filter(|_| !batch.is_empty());
     let read_by = acks.map_or(answer_by, |wait| wait.by.max(answer_by));
     let started = Instant::now();
     let mut apply = Some(apply);
     // The renewals go first: their answers matter more.
     let waited = pool.run_before(read_by, |connection| {
-        let (renewal_answers, deletion_answers) = script::run_pipelined(
+        let (renewal_answers, deletion_answers) = runner::run_pipelined(
             connection,
             &calls,
             &deletions,
@@ -207,7 +207,7 @@ fn renew(
         )?;
         for answer in deletion_answers {
             if let Value::ServerError(err) = answer {
-                log::debug!("deletion of release latches refused: {err:?}");
+                log::debug!("deletion of release receipts refused: {err:?}");
             }
         }
         let refused_as_replica = renewal_answers.iter().any(|answer| {
@@ -243,9 +243,9 @@ fn renew(
         Ok(unreplicated) => unreplicated,
         Err(err) => {
             log::debug!(
-                "renewal of {} locks and deletion of {} release latches failed: {err}",
+                "renewal of {} locks and deletion of {} release receipts failed: {err}",
                 batch.len(),
-                latches.len()
+                receipts.len()
             );
             if let Some(apply) = apply.take() {
                 apply(decode(batch, &chunks, Vec::new()));
@@ -302,7 +302,7 @@ fn follow_redirections(router: &Router, calls: &[ScriptCall], answers: Vec<Value
                 .pool_at(importing)
                 .run(|connection| {
                     route::ask_first(connection, true)?;
-                    script::run::<Value>(connection, call)
+                    runner::run::<Value>(connection, call)
                 })
                 .unwrap_or(answer)
         })

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::eventually;
 use super::sharded::{address_of, cluster_hub, FixedMap};
 use crate::protocol::slot::key_slot;
-use crate::pubsub::hub::Mode;
+use crate::pubsub::channels::Mode;
 use crate::testing::RedisServer;
 
 const LIMIT: Duration = Duration::from_secs(10);

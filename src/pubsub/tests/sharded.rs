@@ -1,4 +1,4 @@
-//! Sharded mode and the cluster hub against scripted nodes and a slot map the tests set: the
+//! Sharded mode and the cluster's hubs against scripted nodes and a slot map the tests set: the
 //! frames of shard channels, the subscriptions the nodes end on their own, `MOVED` answers,
 //! subscriptions that follow their slot, and the hubs' lives.
 
@@ -10,10 +10,10 @@ use parking_lot::Mutex;
 use redis::ConnectionInfo;
 
 use super::{eventually, frame_of, packed, push_bulk, ScriptedRedis, NO_HANG};
-use crate::cluster::NodeAddress;
 use crate::error::Error;
-use crate::pubsub::hub::Mode;
-use crate::pubsub::{Notices, PubSubHub, SlotOwners};
+use crate::pubsub::channels::Mode;
+use crate::pubsub::{Notices, PubSub, SlotOwners};
+use crate::topology::cluster::NodeAddress;
 
 /// A slot map the test sets: every slot has the same owner.
 pub(super) struct FixedMap {
@@ -90,16 +90,13 @@ pub(super) fn address_of(port: u16) -> NodeAddress {
 /// What the notice handler heard: the payload, and the name of the thread it ran on.
 pub(super) type Heard = Arc<Mutex<Vec<(Vec<u8>, Option<String>)>>>;
 
-/// A cluster hub over `map` in `mode`, with the handler's record of notices; its connect and
+/// The cluster's hubs over `map` in `mode`, with the handler's record of notices; its connect and
 /// response timeouts are [`NO_HANG`].
-pub(super) fn cluster_hub(map: &Arc<FixedMap>, mode: Mode) -> (PubSubHub, Heard) {
+pub(super) fn cluster_hub(map: &Arc<FixedMap>, mode: Mode) -> (PubSub, Heard) {
     cluster_hub_or_error(map, mode).unwrap()
 }
 
-fn cluster_hub_or_error(
-    map: &Arc<FixedMap>,
-    mode: Mode,
-) -> crate::error::Result<(PubSubHub, Heard)> {
+fn cluster_hub_or_error(map: &Arc<FixedMap>, mode: Mode) -> crate::error::Result<(PubSub, Heard)> {
     let heard: Heard = Arc::default();
     let notices = Notices {
         channel: "notices".into(),
@@ -112,7 +109,7 @@ fn cluster_hub_or_error(
         }),
     };
     let owners: Arc<dyn SlotOwners> = Arc::clone(map) as Arc<dyn SlotOwners>;
-    let hub = PubSubHub::start_over(owners, mode, None, NO_HANG, NO_HANG, notices)?;
+    let hub = PubSub::start_over(owners, mode, None, NO_HANG, NO_HANG, notices)?;
     Ok((hub, heard))
 }
 

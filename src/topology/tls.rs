@@ -44,9 +44,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 #[cfg(feature = "tls")]
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-#[cfg(feature = "tls")]
-use crate::deadline::time_left;
 use crate::error::{Error, Result};
+#[cfg(feature = "tls")]
+use crate::topology::deadline::time_left;
 
 /// The TLS options of a builder, as given; checked by [`prepare`]. (Empty without the `tls`
 /// feature, whose builder methods set them.)

@@ -1,25 +1,25 @@
-//! Release latches waiting to be deleted.
+//! Release receipts waiting to be deleted.
 //!
-//! A release leaves a latch key, `redisson_unlock_latch:{name}:<request id>`, so that a
-//! retried request gets the answer of the first; once the answer has arrived the latch serves
-//! nothing. Releases queue their latch here ([`Watchdog::discard_latch`]) and the watchdog
+//! A release leaves a receipt key, `redisson_unlock_latch:{name}:<request id>`, so that a
+//! retried request gets the answer of the first; once the answer has arrived the receipt serves
+//! nothing. Releases queue their receipt here ([`Watchdog::discard_receipt`]) and the watchdog
 //! thread deletes the queued keys in the pipeline of its next renewal batch, or alone once
 //! the first key has waited one renewal interval, or sooner when more than
-//! [`EARLY_FLUSH_ABOVE`] are queued. A latch that is not deleted still expires by its TTL.
+//! [`EARLY_FLUSH_ABOVE`] are queued. A receipt that is not deleted still expires by its TTL.
 //!
 //! The queue sits behind its own lock, apart from the watchdog state, so that queuing is a
 //! push under a lock held only for pushes and for swapping the keys out. Plain data: no I/O,
-//! no waking (what [`LatchQueue::push`] answers tells the caller whether the thread may need
+//! no waking (what [`ReceiptQueue::push`] answers tells the caller whether the thread may need
 //! it), and the clock is read only for the first key of an empty queue.
 //!
-//! [`Watchdog::discard_latch`]: super::Watchdog::discard_latch
+//! [`Watchdog::discard_receipt`]: super::Watchdog::discard_receipt
 
 use std::time::{Duration, Instant};
 
 /// More queued keys than this are deleted without waiting for their time.
 pub(super) const EARLY_FLUSH_ABOVE: usize = 10_000;
 
-pub(super) struct LatchQueue {
+pub(super) struct ReceiptQueue {
     keys: Vec<String>,
     /// When the queued keys go out at the latest: one renewal interval after the first.
     flush_by: Option<Instant>,
@@ -38,9 +38,9 @@ pub(super) enum Queued {
     Joined,
 }
 
-impl LatchQueue {
+impl ReceiptQueue {
     pub(super) fn new(max_wait: Duration) -> Self {
-        LatchQueue {
+        ReceiptQueue {
             keys: Vec::new(),
             flush_by: None,
             max_wait,
@@ -87,7 +87,7 @@ mod tests {
     #[test]
     fn the_first_key_sets_the_time_and_later_ones_do_not_read_the_clock() {
         let start = Instant::now();
-        let mut queue = LatchQueue::new(INTERVAL);
+        let mut queue = ReceiptQueue::new(INTERVAL);
         assert_eq!(queue.flush_by(), None);
         assert!(!queue.is_due(start));
         assert_eq!(
@@ -106,7 +106,7 @@ mod tests {
     #[test]
     fn taking_the_keys_empties_the_queue_and_the_next_key_starts_over() {
         let start = Instant::now();
-        let mut queue = LatchQueue::new(INTERVAL);
+        let mut queue = ReceiptQueue::new(INTERVAL);
         queue.push("a".into(), || start);
         queue.push("b".into(), || start);
         assert_eq!(queue.take(), ["a", "b"]);
@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn passing_the_limit_asks_for_an_early_flush_once() {
         let start = Instant::now();
-        let mut queue = LatchQueue::new(INTERVAL);
+        let mut queue = ReceiptQueue::new(INTERVAL);
         let answers: Vec<Queued> = (0..EARLY_FLUSH_ABOVE + 5)
             .map(|i| queue.push(format!("key:{i}"), || start))
             .collect();

@@ -21,16 +21,16 @@ use redis::{ConnectionAddr, ConnectionInfo};
 use super::frame::{self, Frame};
 #[cfg(feature = "tls")]
 use super::tls::TlsStream;
-use super::LoginRefused;
-use crate::cluster::NodeAddress;
-use crate::deadline::time_left;
 use crate::error::{Error, Result};
-use crate::resolve::{ResolveError, Resolver};
-use crate::sentinel::MasterLocator;
-use crate::tls::TlsConnector;
+use crate::pubsub::LoginRefused;
+use crate::topology::cluster::NodeAddress;
+use crate::topology::deadline::time_left;
+use crate::topology::resolve::{ResolveError, Resolver};
+use crate::topology::sentinel::MasterLocator;
+use crate::topology::tls::TlsConnector;
 
 /// Where the subscribed connection goes, and how it authenticates.
-pub(super) struct Endpoint {
+pub(in crate::pubsub) struct Endpoint {
     address: Address,
     /// For `rediss://`: the TLS set-up the command connections use too (shared by the node
     /// hubs of a cluster).
@@ -54,7 +54,7 @@ enum Address {
 impl Endpoint {
     /// The endpoint of `info`'s address, or of the master `located` names (then `info` gives
     /// only the credentials).
-    pub(super) fn from_info(
+    pub(in crate::pubsub) fn from_info(
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
         located: Option<Arc<MasterLocator>>,
@@ -88,7 +88,7 @@ impl Endpoint {
     /// manager's settings at that node), over TLS when `info` asks for it; the node's
     /// certificate is checked against the host the cluster names, as the command connections
     /// check it.
-    pub(super) fn node(
+    pub(in crate::pubsub) fn node(
         address: &NodeAddress,
         info: &ConnectionInfo,
         tls: Option<Arc<TlsConnector>>,
@@ -114,7 +114,7 @@ impl Endpoint {
 
     /// Connects (the host name lookup and the TLS handshake included) within `timeout`, then
     /// authenticates within `timeout` again.
-    pub(super) fn connect(&self, timeout: Duration) -> io::Result<Stream> {
+    pub(in crate::pubsub) fn connect(&self, timeout: Duration) -> io::Result<Stream> {
         let give_up_at = Instant::now() + timeout;
         let stream = match &self.address {
             Address::Tcp(resolver) => {
@@ -232,7 +232,7 @@ fn read_one_frame(stream: &Stream, give_up_at: Instant) -> io::Result<Frame> {
 /// A TCP or Unix socket, or a TLS stream over TCP. The listener reads from one handle while
 /// the writer of the hub's outbox writes to a clone of it (see `try_clone`); either may end
 /// the connection for both.
-pub(super) enum Stream {
+pub(in crate::pubsub) enum Stream {
     Tcp(TcpStream),
     /// Its clones share one TLS session (see [`super::tls`]).
     #[cfg(feature = "tls")]
@@ -242,7 +242,7 @@ pub(super) enum Stream {
 }
 
 impl Stream {
-    pub(super) fn try_clone(&self) -> io::Result<Stream> {
+    pub(in crate::pubsub) fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(stream) => Stream::Tcp(stream.try_clone()?),
             #[cfg(feature = "tls")]
@@ -254,7 +254,7 @@ impl Stream {
 
     /// Ends the connection for every handle; a blocked read or write returns at once. Never
     /// blocks, so it may be called under the hub's lock.
-    pub(super) fn shutdown(&self) {
+    pub(in crate::pubsub) fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(stream) => stream.shutdown(Shutdown::Both),
             #[cfg(feature = "tls")]
@@ -267,7 +267,7 @@ impl Stream {
         };
     }
 
-    pub(super) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+    pub(in crate::pubsub) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(stream) => stream.set_read_timeout(timeout),
             #[cfg(feature = "tls")]
@@ -279,7 +279,7 @@ impl Stream {
 
     /// Reads what has arrived, waiting at most the read timeout set last (for TLS: for each
     /// read of the socket, until a whole record has come).
-    pub(super) fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
+    pub(in crate::pubsub) fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(stream) => (&*stream).read(buffer),
             #[cfg(feature = "tls")]
@@ -302,7 +302,11 @@ impl Stream {
 
     /// Writes all of `bytes` by `give_up_at`: a server that takes them slowly does not extend
     /// the wait.
-    pub(super) fn write_all_by(&self, mut bytes: &[u8], give_up_at: Instant) -> io::Result<()> {
+    pub(in crate::pubsub) fn write_all_by(
+        &self,
+        mut bytes: &[u8],
+        give_up_at: Instant,
+    ) -> io::Result<()> {
         while !bytes.is_empty() {
             let written = match self {
                 Stream::Tcp(stream) => {

@@ -6,8 +6,8 @@
 //! replica got a lock's key, a failover promotes a replica without it, and the lock is free
 //! for a second holder while the first still believes it holds it. `WAIT replicas timeout`
 //! answers how many replicas have acknowledged every earlier write of the connection, once
-//! that many have or the timeout has passed. The runners in `crate::script` (one call, or a
-//! pipeline) and `crate::fanout` send it behind the write in the same round trip and read its
+//! that many have or the timeout has passed. The runners in `crate::call::runner` (one call, or a
+//! pipeline) and `crate::client::fanout` send it behind the write in the same round trip and read its
 //! answer with [`ReplicaAcks::read_answer`]; each primitive decides what a shortfall
 //! ([`Unreplicated`]) means for it: an acquisition is undone and the caller told
 //! ([`Error::NotReplicated`]); a renewal or a release stands, and is counted and reported
@@ -24,8 +24,8 @@ use parking_lot::Mutex;
 use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisError, Value};
 
 use crate::error::{Error, Result};
-use crate::pool::Reading;
 use crate::protocol::names;
+use crate::topology::pool::Reading;
 
 /// After its deadline, an answer that is already there is still read: answers read in request
 /// order must not turn one slow server's delay into a shortfall for the others.

@@ -8,10 +8,10 @@
 //!   slot at once, then asks for the rest);
 //! - a node could not be reached, or answered `CLUSTERDOWN` or `READONLY` (a failover may be
 //!   under way: the map names the promoted replica once the cluster has voted);
-//! - the pub/sub hub lost a subscription to the server (its slot left the node).
+//! - the pub/sub service lost a subscription to the server (its slot left the node).
 //!
 //! An `ASK` answer (a slot in the middle of a migration) changes nothing here: the one call
-//! is sent again to the node it names, after `ASKING` (see `crate::route`).
+//! is sent again to the node it names, after `ASKING` (see `crate::call::route`).
 //!
 //! Every node's pool is made on first use from the manager's settings at the node's address
 //! (credentials, TLS: the certificate is checked against the address the cluster names), and
@@ -33,9 +33,9 @@ use parking_lot::{Mutex, RwLock};
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
-use crate::pool::{Pool, Reading, Target};
 use crate::protocol::slot::SLOTS;
-use crate::resolve::{self, Resolver};
+use crate::topology::pool::{Pool, Reading, Target};
+use crate::topology::resolve::{self, Resolver};
 
 /// The map is asked for again at most this often.
 pub(crate) const REFRESH_AT_MOST_EVERY: Duration = Duration::from_millis(100);

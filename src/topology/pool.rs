@@ -58,8 +58,8 @@ use redis::{
 };
 
 use crate::error::{Error, Result};
-use crate::resolve::Resolver;
-use crate::sentinel::MasterLocator;
+use crate::topology::resolve::Resolver;
+use crate::topology::sentinel::MasterLocator;
 
 /// Where the pool's connections go.
 // One per pool, made once and never moved: the size of the larger variant costs nothing.
@@ -477,7 +477,7 @@ impl Pool {
                         && !cause.is_timeout() =>
                 {
                     self.probe(give_up_at, |address, host, left| {
-                        crate::tls::speaks_tls(address, host, left).then(|| Error::Tls {
+                        crate::topology::tls::speaks_tls(address, host, left).then(|| Error::Tls {
                             kind: crate::TlsFailure::ServerRequiresTls,
                             detail: format!(
                                 "{address} ended a plaintext connection without answering \
@@ -488,12 +488,14 @@ impl Pool {
                 }
                 Error::Timeout(waited) if self.tls && stage == Stage::Connecting => {
                     self.probe(give_up_at, |address, _, left| {
-                        crate::tls::speaks_plaintext_redis(address, left).then(|| Error::Tls {
-                            kind: crate::TlsFailure::NotTls,
-                            detail: format!(
-                                "{address} did not answer within {waited:?} over TLS, and \
+                        crate::topology::tls::speaks_plaintext_redis(address, left).then(|| {
+                            Error::Tls {
+                                kind: crate::TlsFailure::NotTls,
+                                detail: format!(
+                                    "{address} did not answer within {waited:?} over TLS, and \
                                  answers a plaintext PING"
-                            ),
+                                ),
+                            }
                         })
                     })
                 }

@@ -2,7 +2,7 @@
 //! `WAIT` for replica acknowledgements behind it ([`run_acknowledged`]), many calls in one
 //! pipeline read against one deadline, optionally with one `WAIT` at its end whose answer
 //! the caller reads when it likes ([`run_pipelined`]), and the fan-out to several servers
-//! (`crate::fanout`) all meet an empty script cache (a restart, a `SCRIPT FLUSH`) the same
+//! (`crate::client::fanout`) all meet an empty script cache (a restart, a `SCRIPT FLUSH`) the same
 //! way: the server answers `NOSCRIPT`, the script is loaded ([`load_command`]) and the call
 //! sent once more, with its `WAIT` behind it again.
 
@@ -13,10 +13,10 @@ use redis::{
     Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
 };
 
-use crate::deadline::time_left;
-use crate::pool::Reading;
+use crate::call::replication::{Acked, ReplicaAcks};
 use crate::protocol::ScriptCall as Call;
-use crate::replication::{Acked, ReplicaAcks};
+use crate::topology::deadline::time_left;
+use crate::topology::pool::Reading;
 
 /// Runs one call; when the server's script cache is empty, loads the script and runs the call
 /// once more.

@@ -20,14 +20,16 @@
 //! acknowledgements ([`Error::NotReplicated`]), a group lock without quorum.
 //! It does no I/O of its own beyond the subscriptions it is handed.
 
+pub(crate) mod cancel;
+
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Select};
 
-use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::pubsub::Subscription;
 use crate::stats::WaitRecorder;
+use crate::wait::cancel::CancelToken;
 
 /// While a release channel is not subscribed (the pub/sub connection is down), a waiter
 /// tries at least this often instead of trusting a wake-up that may never come.

@@ -8,9 +8,9 @@ use crossbeam_channel::Receiver;
 use super::PermitSemaphore;
 use crate::client::Release;
 use crate::error::{LostReason, Result};
-use crate::guard::{Guard, Hold};
-use crate::lease::LeaseState;
+use crate::hold::guard::{Guard, Hold};
 use crate::protocol::semaphore::PermitId;
+use crate::watchdog::lease::LeaseState;
 
 /// One permit of a [`PermitSemaphore`], taken by the current thread: a [`Guard`] (with its
 /// `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its permit id.

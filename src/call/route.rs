@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
-use crate::cluster::{Cluster, NodeAddress};
 use crate::error::{Error, Result};
-use crate::pool::Pool;
 use crate::protocol::slot::key_slot;
 use crate::protocol::ScriptCall;
+use crate::topology::cluster::{Cluster, NodeAddress};
+use crate::topology::pool::Pool;
 
 /// How many `MOVED` answers one call follows before it fails with the last.
 pub(crate) const MAX_REDIRECTIONS: usize = 5;
@@ -233,7 +233,7 @@ impl Router {
         self.route(key, |pool, asking| {
             pool.run(|connection| {
                 ask_first(connection, asking)?;
-                intercept(crate::script::run(connection, call))
+                intercept(crate::call::runner::run(connection, call))
             })
         })
     }

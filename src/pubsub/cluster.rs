@@ -1,4 +1,4 @@
-//! The cluster hub: one node hub per master of a Redis Cluster (not one per channel), and
+//! The cluster's hubs: one hub per master of a Redis Cluster (not one per channel), and
 //! subscriptions that follow their channel's slot from master to master.
 //!
 //! A channel belongs on the master that serves its slot ([`key_slot`] of the channel name):
@@ -14,7 +14,7 @@
 //! sleep the wait loop asks it to [follow](Route::follow) its slot, which costs two atomic
 //! reads and the hub's lock while nothing changed. It moves (joins the slot's master now,
 //! then leaves the old one) when the map names another master, when the node ended the
-//! subscription on its own or answered `MOVED` (see [`super::hub`]), or, once the cluster is
+//! subscription on its own or answered `MOVED` (see [`super::channels`]), or, once the cluster is
 //! asked for its map again, when its node cannot be reached: a failover, a migration.
 //!
 //! Hubs of nodes the map no longer lists as masters are stopped once no channel is left on
@@ -23,10 +23,10 @@
 //! (at a subscription), each time such a node cannot be reached (its listener tells), and,
 //! for one that still had channels when the change was seen, when its last channel leaves
 //! it (its last waiter, or its listener at the answer to the last `UNSUBSCRIBE`, tells);
-//! their threads are joined as they end, and all at [`Nodes::stop`]. Should no master be left
+//! their threads are joined as they end, and all at [`ClusterHubs::stop`]. Should no master be left
 //! with a hub, the first master gets one, for the notices.
 //!
-//! Touches the node hubs through their shared parts, and the cluster's map through
+//! Touches the hubs through their shared parts, and the cluster's map through
 //! [`SlotOwners`]; no I/O of its own.
 
 use std::collections::HashMap;
@@ -36,15 +36,15 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use redis::ConnectionInfo;
 
-use super::connection::Endpoint;
-use super::hub::Mode;
-use super::node::{Member, NodeHub, NodeSettings, Shared, TroubleHook, UnusedHook};
-use crate::cluster::{Cluster, NodeAddress};
+use super::channels::Mode;
+use super::hub::{Hub, HubSettings, Member, Shared, TroubleHook, UnusedHook};
+use super::transport::connection::Endpoint;
 use crate::error::{Error, Result};
 use crate::protocol::slot::key_slot;
-use crate::tls::TlsConnector;
+use crate::topology::cluster::{Cluster, NodeAddress};
+use crate::topology::tls::TlsConnector;
 
-/// What the cluster hub needs of the cluster's map: the cluster itself, or in tests a map
+/// What the cluster's hubs need of the cluster's map: the cluster itself, or in tests a map
 /// they set.
 pub(crate) trait SlotOwners: Send + Sync {
     /// The master that serves `slot` as far as the map knows, if any does.
@@ -85,23 +85,23 @@ impl SlotOwners for Cluster {
 /// stopped for leaving the map between the look-up and the join; a new one is spawned).
 const JOIN_ATTEMPTS: usize = 3;
 
-/// The node hubs of one manager's cluster.
-pub(super) struct Nodes {
+/// The hubs of one manager's cluster.
+pub(super) struct ClusterHubs {
     owners: Arc<dyn SlotOwners>,
-    settings: NodeSettings,
+    settings: HubSettings,
     tls: Option<Arc<TlsConnector>>,
     hubs: Mutex<Hubs>,
     /// For the hook each hub's listener calls when its node cannot be reached.
-    me: Weak<Nodes>,
+    me: Weak<ClusterHubs>,
 }
 
-/// The hubs, under the cluster hub's lock. (A hub's own lock may be taken under this one,
+/// The hubs, under the lock of the cluster's hubs. (A hub's own lock may be taken under this one,
 /// never the other way round.)
 #[derive(Default)]
 struct Hubs {
-    by_node: HashMap<NodeAddress, NodeHub>,
+    by_node: HashMap<NodeAddress, Hub>,
     /// Hubs told to stop whose threads have not been joined yet.
-    retired: Vec<NodeHub>,
+    retired: Vec<Hub>,
     /// The reconnections of the hubs no longer in `by_node`.
     retired_reconnects: u64,
     /// The map's generation the hubs were last matched with.
@@ -109,17 +109,17 @@ struct Hubs {
     stopping: bool,
 }
 
-impl Nodes {
+impl ClusterHubs {
     /// Starts the hub of the first master and waits (up to the connect timeout) for its
     /// first connection; fails as a single server's hub does when Redis refuses its login or
     /// the `SUBSCRIBE` command.
     pub(super) fn start(
         owners: Arc<dyn SlotOwners>,
-        settings: NodeSettings,
+        settings: HubSettings,
         tls: Option<TlsConnector>,
-    ) -> Result<Arc<Nodes>> {
+    ) -> Result<Arc<ClusterHubs>> {
         let tended = owners.generation();
-        let nodes = Arc::new_cyclic(|me| Nodes {
+        let nodes = Arc::new_cyclic(|me| ClusterHubs {
             owners,
             settings,
             tls: tls.map(Arc::new),
@@ -220,7 +220,7 @@ impl Nodes {
     }
 
     /// Starts a hub for the node at `address`; returns at once.
-    fn spawn(&self, address: &NodeAddress) -> Result<NodeHub> {
+    fn spawn(&self, address: &NodeAddress) -> Result<Hub> {
         let info = self.owners.node_info(address);
         let endpoint = Endpoint::node(address, &info, self.tls.clone())?;
         let me = self.me.clone();
@@ -236,7 +236,7 @@ impl Nodes {
             }
         });
         log::debug!("starting a pub/sub hub for {address}");
-        NodeHub::spawn(
+        Hub::spawn(
             endpoint,
             info.redis_settings().username().map(str::to_owned),
             &self.settings,
@@ -349,7 +349,7 @@ impl Nodes {
 
     /// Stops every hub and joins their threads (all told first, so they end together).
     pub(super) fn stop(&self) {
-        let stopped: Vec<NodeHub> = {
+        let stopped: Vec<Hub> = {
             let mut hubs = self.hubs.lock();
             hubs.stopping = true;
             let Hubs {
@@ -358,7 +358,7 @@ impl Nodes {
                 retired_reconnects,
                 ..
             } = &mut *hubs;
-            let mut stopped: Vec<NodeHub> = by_node.drain().map(|(_, hub)| hub).collect();
+            let mut stopped: Vec<Hub> = by_node.drain().map(|(_, hub)| hub).collect();
             *retired_reconnects += stopped
                 .iter()
                 .map(|hub| hub.shared().reconnects())
@@ -378,7 +378,7 @@ impl Nodes {
 
 /// How a subscription of cluster mode follows its channel's slot.
 pub(super) struct Route {
-    nodes: Arc<Nodes>,
+    nodes: Arc<ClusterHubs>,
     /// The node the subscription is on; `None` while no master serves the slot.
     node: Option<NodeAddress>,
     slot: u16,

@@ -33,13 +33,13 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rustls::ClientConnection;
 
-use crate::deadline::time_left;
+use crate::topology::deadline::time_left;
 
 /// The most read from the socket at once: a whole TLS record with its header.
 const SOCKET_CHUNK: usize = 16 * 1024 + 256;
 
 /// One handle of a TLS connection; clones share the session and the decrypted bytes.
-pub(super) struct TlsStream {
+pub(in crate::pubsub) struct TlsStream {
     socket: TcpStream,
     session: Arc<Mutex<ClientConnection>>,
     /// Plaintext decrypted and not read yet. Only readers take this lock (there is one, the
@@ -74,7 +74,7 @@ impl TlsStream {
     /// A server that answers with something else than TLS fails it with rustls's
     /// `InvalidContentType`; a server that refuses fails it with the alert it sent; both
     /// inside an `io::Error` of kind `InvalidData`, as redis-rs reports them.
-    pub(super) fn handshake(
+    pub(in crate::pubsub) fn handshake(
         socket: TcpStream,
         mut session: ClientConnection,
         give_up_at: Instant,
@@ -117,7 +117,7 @@ impl TlsStream {
     }
 
     /// Another handle of the same connection, with its own clone of the socket.
-    pub(super) fn try_clone(&self) -> io::Result<Self> {
+    pub(in crate::pubsub) fn try_clone(&self) -> io::Result<Self> {
         Ok(TlsStream {
             socket: self.socket.try_clone()?,
             session: Arc::clone(&self.session),
@@ -127,19 +127,19 @@ impl TlsStream {
     }
 
     /// Ends the connection for every handle, at once; never blocks.
-    pub(super) fn shutdown(&self) {
+    pub(in crate::pubsub) fn shutdown(&self) {
         let _ = self.socket.shutdown(Shutdown::Both);
     }
 
     /// The socket, for its timeouts.
-    pub(super) fn socket(&self) -> &TcpStream {
+    pub(in crate::pubsub) fn socket(&self) -> &TcpStream {
         &self.socket
     }
 
     /// Reads decrypted bytes: those already there, or else waits on the socket (at most its
     /// read timeout for each read) until a whole record has come. `Ok(0)` once the server has
     /// ended the connection.
-    pub(super) fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
+    pub(in crate::pubsub) fn read(&self, buffer: &mut [u8]) -> io::Result<usize> {
         let mut unread = self.unread.lock();
         while unread.bytes.is_empty() {
             if unread.closed {
@@ -178,7 +178,11 @@ impl TlsStream {
     }
 
     /// Encrypts all of `bytes` and writes them by `give_up_at`.
-    pub(super) fn write_all_by(&self, mut bytes: &[u8], give_up_at: Instant) -> io::Result<()> {
+    pub(in crate::pubsub) fn write_all_by(
+        &self,
+        mut bytes: &[u8],
+        give_up_at: Instant,
+    ) -> io::Result<()> {
         let mut session = self.session.lock();
         while !bytes.is_empty() {
             // rustls takes as much as its send buffer holds; what it took is written before

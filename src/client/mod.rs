@@ -6,7 +6,7 @@
 //! an `Arc` of it to every handle it makes; the last `Arc` dropped stops and joins the
 //! threads. In sentinel mode it also owns the master locator and the thread that hears
 //! failovers, and moves the pool and the pub/sub listener to a new master. It knows nothing
-//! of the primitives above it: it may use the pool, the watchdog, the pub/sub hub, the
+//! of the primitives above it: it may use the pool, the watchdog, the pub/sub service, the
 //! resolver, the TLS set-up, the sentinel locator, the naming rules and the script
 //! runner, nothing else.
 //!
@@ -14,26 +14,29 @@
 //! [`Client::run_acknowledged`], which sends the `WAIT` for replica acknowledgements behind
 //! the call when the manager asks for them, and is the plain call when it does not.
 
+pub(crate) mod cleanup;
+pub(crate) mod fanout;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, FromRedisValue, RedisError, RedisResult};
 
-use crate::cleanup::{Cleanup, Undo};
-use crate::cluster::Cluster;
+use crate::call::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
+use crate::call::route::{self, Redirect, Routed, Router};
+use crate::call::runner;
+use crate::client::cleanup::{Cleanup, Undo};
 use crate::error::{Error, Result};
-use crate::pool::{Pool, Target};
 use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
 use crate::protocol::{Request, ScriptCall};
-use crate::pubsub::{Notices, PubSubHub};
-use crate::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
-use crate::resolve::Resolver;
-use crate::route::{self, Redirect, Routed, Router};
-use crate::script;
-use crate::sentinel::{MasterLocator, SwitchWatcher};
+use crate::pubsub::{Notices, PubSub};
 use crate::stats::{Stats, WaitRecorder};
-use crate::tls::{self, TlsOptions};
+use crate::topology::cluster::Cluster;
+use crate::topology::pool::{Pool, Target};
+use crate::topology::resolve::Resolver;
+use crate::topology::sentinel::{MasterLocator, SwitchWatcher};
+use crate::topology::tls::{self, TlsOptions};
 use crate::wait;
 use crate::watchdog::{LostCallback, Watchdog};
 
@@ -90,7 +93,7 @@ pub(crate) struct Client {
     id: String,
     router: Arc<Router>,
     watchdog: Watchdog,
-    hub: Arc<PubSubHub>,
+    pubsub: Arc<PubSub>,
     /// Hears failovers, in sentinel mode.
     switch_watcher: Option<SwitchWatcher>,
     /// How long waits and changes ride out an outage.
@@ -199,15 +202,15 @@ impl Client {
                 None => log::debug!("ignoring a malformed force-release notice"),
             }),
         };
-        let hub = match router.cluster() {
-            Some(cluster) => PubSubHub::start_cluster(
+        let pubsub = match router.cluster() {
+            Some(cluster) => PubSub::start_cluster(
                 Arc::clone(cluster),
                 tls_connector,
                 connect_timeout,
                 response_timeout,
                 notices,
             ),
-            None => PubSubHub::start(
+            None => PubSub::start(
                 &info,
                 resolver,
                 locator.clone(),
@@ -217,8 +220,8 @@ impl Client {
                 notices,
             ),
         };
-        let hub = match hub {
-            Ok(hub) => Arc::new(hub),
+        let pubsub = match pubsub {
+            Ok(pubsub) => Arc::new(pubsub),
             Err(err) => {
                 watchdog.stop();
                 return Err(err);
@@ -229,17 +232,17 @@ impl Client {
                 // A new master: connections to the old one go, the listener moves.
                 let on_switch = {
                     let pool = Arc::clone(pool);
-                    let hub = Arc::clone(&hub);
+                    let pubsub = Arc::clone(&pubsub);
                     Box::new(move || {
                         pool.forget_idle();
-                        hub.reconnect();
+                        pubsub.reconnect();
                     })
                 };
                 match SwitchWatcher::start(locator, on_switch) {
                     Ok(watcher) => Some(watcher),
                     Err(err) => {
                         watchdog.stop();
-                        hub.stop();
+                        pubsub.stop();
                         return Err(err);
                     }
                 }
@@ -258,7 +261,7 @@ impl Client {
                     watcher.stop();
                 }
                 watchdog.stop();
-                hub.stop();
+                pubsub.stop();
                 return Err(err);
             }
         };
@@ -266,7 +269,7 @@ impl Client {
             id: uuid::Uuid::new_v4().to_string(),
             router,
             watchdog,
-            hub,
+            pubsub,
             outage_grace,
             switch_watcher,
             answer_keep_ms,
@@ -308,7 +311,7 @@ impl Client {
             return self.router.route(key, |pool, asking| {
                 pool.run(|connection| {
                     route::ask_first(connection, asking)?;
-                    let answer = script::run(connection, call);
+                    let answer = runner::run(connection, call);
                     if answer.as_ref().is_err_and(RedisError::is_timeout) {
                         on_timeout(connection);
                     }
@@ -321,7 +324,7 @@ impl Client {
             pool.run_for(response_timeout + acks.timeout(), |connection| {
                 route::ask_first(connection, asking)?;
                 let answer_by = Instant::now() + response_timeout;
-                let outcome = script::run_acknowledged(connection, call, acks, answer_by);
+                let outcome = runner::run_acknowledged(connection, call, acks, answer_by);
                 if outcome.as_ref().is_err_and(RedisError::is_timeout) {
                     on_timeout(connection);
                 }
@@ -376,7 +379,7 @@ impl Client {
         &self.waits
     }
 
-    /// A snapshot of the counters of the client's waits, watchdog and pub/sub hub.
+    /// A snapshot of the counters of the client's waits, watchdog and pub/sub service.
     pub(crate) fn stats(&self) -> Stats {
         let watchdog = self.watchdog.counts();
         Stats {
@@ -394,7 +397,7 @@ impl Client {
             cleanup_pending: self.cleanup.counts().pending(),
             cleanup_done: self.cleanup.counts().done(),
             cleanup_abandoned: self.cleanup.counts().abandoned(),
-            pubsub_reconnects: self.hub.reconnects(),
+            pubsub_reconnects: self.pubsub.reconnects(),
             wait_times: self.waits.wait_times(),
         }
     }
@@ -420,8 +423,8 @@ impl Client {
     }
 
     /// The pub/sub listener that wakes waiters.
-    pub(crate) fn hub(&self) -> &PubSubHub {
-        &self.hub
+    pub(crate) fn pubsub(&self) -> &PubSub {
+        &self.pubsub
     }
 
     /// How long a wait without deadline, or a change, goes on through an outage (Redis
@@ -440,7 +443,7 @@ impl Client {
     /// The answer of `request` has arrived: its key is deleted in the background (it would
     /// expire anyway).
     pub(crate) fn forget(&self, request: Request) {
-        self.watchdog.discard_latch(request.into_key());
+        self.watchdog.discard_receipt(request.into_key());
     }
 
     /// Sends a call that changes the primitive `name` and carries a request id (or is safe
@@ -511,7 +514,7 @@ impl Client {
     }
 
     /// Sends a release of the primitive `name` whose answer is kept under `key` (its unlock
-    /// latch, or its request's key), safe to send twice. Released by the owner
+    /// receipt, or its request's key), safe to send twice. Released by the owner
     /// ([`Release::Waited`]), it is sent again through an outage as a change is
     /// ([`Client::settle`]); by a dropping guard ([`Release::Dropped`]), which must not block,
     /// it is sent once and, unanswered, handed to the cleanup thread until `until` (when the
@@ -538,7 +541,7 @@ impl Client {
             }),
         };
         if answer.is_ok() {
-            self.watchdog.discard_latch(key);
+            self.watchdog.discard_receipt(key);
         }
         answer.map_err(|err| err.about_keys_of(name))
     }
@@ -610,7 +613,7 @@ impl Client {
                 watcher.stop();
             }
             self.watchdog.stop();
-            self.hub.stop();
+            self.pubsub.stop();
             self.cleanup.stop();
         }
     }

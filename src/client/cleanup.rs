@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
+use crate::call::route::Router;
 use crate::error::{Error, Result};
 use crate::protocol::ScriptCall;
-use crate::route::Router;
 
 /// How often the thread sends the undos it keeps again.
 pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(200);

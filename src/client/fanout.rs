@@ -22,12 +22,12 @@ use redis::{Connection, RedisResult, ServerErrorKind, Value};
 
 use std::sync::Arc;
 
+use crate::call::replication::{Acked, ReplicaAcks};
+use crate::call::runner;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::pool::{self, Pool, Pooled, Reading};
 use crate::protocol::ScriptCall;
-use crate::replication::{Acked, ReplicaAcks};
-use crate::script;
+use crate::topology::pool::{self, Pool, Pooled, Reading};
 
 /// After the deadline, an answer is still read if it is already there: reading in request
 /// order must not turn one frozen server's delay into a timeout for all the others.
@@ -154,7 +154,7 @@ impl<'a> FanOut<'a> {
                 if in_step == Reading::AnswerLeft {
                     return Err(Error::Timeout(budget));
                 }
-                let mut both = script::load_command(&request.call).get_packed_command();
+                let mut both = runner::load_command(&request.call).get_packed_command();
                 both.extend_from_slice(&self.packed[index]);
                 let reload_by = Instant::now() + budget;
                 // The `WAIT` behind the call sent again gets its time after this answer.

@@ -9,7 +9,7 @@
 //! lives (as a lock is) and reported lost like one. A take whose answer does not come is
 //! undone (the permit given back), by the cleanup thread once Redis answers if need be. The
 //! handle waits and runs its calls through the [`Semaphore`] of the same name (the shared
-//! wait loop, the pub/sub hub, the pool) and tracks its guards' leases with the client's
+//! wait loop, the pub/sub service, the pool) and tracks its guards' leases with the client's
 //! watchdog. With replica
 //! acknowledgements on, a permit whose take too few replicas acknowledged is given back and
 //! the take fails ([`Error::NotReplicated`]); a release stands, and is counted.
@@ -20,18 +20,18 @@ use std::time::{Duration, Instant};
 
 pub use guard::PermitGuard;
 
-use crate::cancel::CancelToken;
+use crate::call::replication::Acked;
 use crate::client::{Release, Undoing};
 use crate::error::{Error, Result};
-use crate::handle::{Acquisition, Lease, RawAcquire};
-use crate::lease;
+use crate::hold::handle::{Acquisition, Lease, RawAcquire};
 use crate::protocol::names;
 use crate::protocol::renew::HoldKind;
 use crate::protocol::semaphore::{self as protocol, PermitId, PermitTaken};
 use crate::protocol::Request;
-use crate::replication::Acked;
 use crate::semaphore::Semaphore;
+use crate::wait::cancel::CancelToken;
 use crate::wait::Attempt;
+use crate::watchdog::lease;
 use crate::watchdog::{Grant, Holding};
 
 /// A handle to one named semaphore whose permits each have an id and a lease. Cheap to

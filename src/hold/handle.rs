@@ -11,10 +11,10 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::cancel::CancelToken;
 use crate::error::Result;
 use crate::protocol::names;
 use crate::wait;
+use crate::wait::cancel::CancelToken;
 
 pub(crate) use raw::{Lease, RawAcquire};
 

@@ -110,7 +110,7 @@ impl MasterLocator {
 
     /// The template's settings (credentials, database, TLS) at `host:port`.
     pub(crate) fn info_at(&self, host: String, port: u16) -> ConnectionInfo {
-        crate::resolve::info_at(&self.template, host, port)
+        crate::topology::resolve::info_at(&self.template, host, port)
     }
 
     /// The generation of the master now: it grows with every change of master.

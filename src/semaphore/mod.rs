@@ -5,24 +5,26 @@
 //! and no lease: taking them returns nothing to guard. A waiter sleeps in the shared wait loop,
 //! woken by every message on the semaphore's channel (each one may let several waiters
 //! through); without a message it looks again only once per watchdog interval. The handle talks to Redis only
-//! through its [`Client`]: the pool and the pub/sub hub. The permit-expirable semaphore
-//! (`crate::permit_semaphore`) runs its calls and subscribes through the same helpers.
+//! through its [`Client`]: the pool and the pub/sub service. The permit-expirable semaphore
+//! (`crate::semaphore::permit`) runs its calls and subscribes through the same helpers.
 //!
 //! With replica acknowledgements on, a take that too few replicas acknowledged gives its
 //! permits back and fails ([`Error::NotReplicated`]); a release stands, and is counted.
+
+pub(crate) mod permit;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, FromRedisValue};
 
-use crate::cancel::CancelToken;
+use crate::call::replication::Acked;
 use crate::client::{Client, Undoing};
 use crate::error::{Error, Result};
 use crate::protocol::semaphore::{self as protocol, Changed, SemaphoreKeys, MAX_COUNT};
 use crate::protocol::{Request, ScriptCall};
 use crate::pubsub::Subscription;
-use crate::replication::Acked;
+use crate::wait::cancel::CancelToken;
 use crate::wait::{self, Attempt, WaitFor};
 
 /// A handle to one named counting semaphore, shared by every process that uses the name.
@@ -263,8 +265,8 @@ impl Semaphore {
             deadline,
             default_hint: self.client.watchdog_timeout() / 3,
             subscribe: || -> Result<Vec<Subscription>> {
-                let hub = self.client.hub();
-                Ok(vec![hub.subscribe_to_every_message(&keys.channel)?])
+                let pubsub = self.client.pubsub();
+                Ok(vec![pubsub.subscribe_to_every_message(&keys.channel)?])
             },
             attempt,
             ensure_running: || self.client.ensure_running(),
