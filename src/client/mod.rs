@@ -5,16 +5,20 @@
 //! its timeouts and its request ids. [`LockManager`](crate::LockManager) builds it and hands
 //! an `Arc` of it to every handle it makes; the last `Arc` dropped stops and joins the
 //! threads. In sentinel mode it also owns the master locator and the thread that hears
-//! failovers, and moves the pool and the pub/sub listener to a new master. It knows nothing
-//! of the primitives above it: it may use the pool, the watchdog, the pub/sub service, the
-//! resolver, the TLS set-up, the sentinel locator, the naming rules and the script
-//! runner, nothing else.
+//! failovers, and moves the pool and the pub/sub listener to a new master. How it comes up is
+//! in [`connect`]; [`cleanup`] is its thread that sends failed undos again, and [`fanout`] its
+//! way to call several servers at once.
+//!
+//! It knows nothing of the primitives above it: it may use the layers below (the watchdog,
+//! pub/sub, the wait loop's recorder, the call runner and routing, the topology, the
+//! protocol), nothing else.
 //!
 //! Every acquisition, release and fenced write of the primitives runs through
 //! [`Client::run_acknowledged`], which sends the `WAIT` for replica acknowledgements behind
 //! the call when the manager asks for them, and is the plain call when it does not.
 
 pub(crate) mod cleanup;
+mod connect;
 pub(crate) mod fanout;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,15 +32,13 @@ use crate::call::route::{self, Redirect, Routed, Router};
 use crate::call::runner;
 use crate::client::cleanup::{Cleanup, Undo};
 use crate::error::{Error, Result};
-use crate::protocol::names::{self, ForceReleaseNotice, FORCE_RELEASE_CHANNEL};
+use crate::protocol::names;
 use crate::protocol::{Request, ScriptCall};
-use crate::pubsub::{Notices, PubSub};
+use crate::pubsub::PubSub;
 use crate::stats::{Stats, WaitRecorder};
-use crate::topology::cluster::Cluster;
-use crate::topology::pool::{Pool, Target};
-use crate::topology::resolve::Resolver;
-use crate::topology::sentinel::{MasterLocator, SwitchWatcher};
-use crate::topology::tls::{self, TlsOptions};
+use crate::topology::pool::Pool;
+use crate::topology::sentinel::SwitchWatcher;
+use crate::topology::tls::TlsOptions;
 use crate::wait;
 use crate::watchdog::{LostCallback, Watchdog};
 
@@ -112,177 +114,6 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// Connects (one `PING` must be answered) and starts the watchdog and pub/sub threads.
-    pub(crate) fn connect(settings: Settings) -> Result<Arc<Client>> {
-        let Settings {
-            info,
-            sentinel,
-            cluster_seeds,
-            outage_grace,
-            connect_timeout,
-            response_timeout,
-            watchdog_timeout,
-            max_idle_connections,
-            on_lost,
-            replica_acks,
-            tls,
-        } = settings;
-        // No CLIENT SETINFO on new connections: it costs a round trip, and on a silent
-        // server its ignored replies would make connecting take more than its timeout.
-        let info = info
-            .clone()
-            .set_tcp_settings(info.tcp_settings().clone().set_nodelay(true))
-            .set_redis_settings(info.redis_settings().clone().set_skip_set_lib_name());
-        // The command connections' client, and for TLS the pub/sub connection's set-up, made
-        // from the same options.
-        let (redis_client, tls_connector) = tls::prepare(info.clone(), tls)?;
-        // One resolver for the pool and the pub/sub connection, so they share one cache of
-        // the host's addresses and never look it up twice at once.
-        let resolver = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port)
-            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-                Some(Arc::new(Resolver::new(host, *port)))
-            }
-            _ => None,
-        };
-        let locator = match sentinel {
-            Some(SentinelSettings {
-                sentinels,
-                master_name,
-            }) => Some(MasterLocator::discover(
-                sentinels,
-                &master_name,
-                // The master's settings, TLS parameters included.
-                redis_client.get_connection_info().clone(),
-                connect_timeout,
-                response_timeout,
-            )?),
-            None => None,
-        };
-        let router = match (cluster_seeds, &locator) {
-            (Some(seeds), _) => Router::Cluster(Cluster::discover(
-                &seeds,
-                // Every node's settings, TLS parameters included.
-                redis_client.get_connection_info().clone(),
-                connect_timeout,
-                response_timeout,
-                max_idle_connections,
-            )?),
-            (None, Some(locator)) => Router::Single(Arc::new(Pool::new(
-                Target::Sentinel(Arc::clone(locator)),
-                connect_timeout,
-                response_timeout,
-                max_idle_connections,
-            ))),
-            (None, None) => Router::Single(Arc::new(Pool::new(
-                Target::Fixed {
-                    client: redis_client,
-                    resolver: resolver.clone(),
-                },
-                connect_timeout,
-                response_timeout,
-                max_idle_connections,
-            ))),
-        };
-        let router = Arc::new(router);
-        for pool in router.master_pools() {
-            pool.run(|connection| redis::cmd("PING").query::<()>(connection))?;
-        }
-        let watchdog = Watchdog::start(
-            Arc::clone(&router),
-            watchdog_timeout,
-            replica_acks.clone(),
-            on_lost,
-        )?;
-        let sink = watchdog.notice_sink();
-        let notices = Notices {
-            channel: FORCE_RELEASE_CHANNEL.to_owned(),
-            handler: Box::new(move |message| match ForceReleaseNotice::parse(message) {
-                Some(notice) => sink.force_released(notice.name, notice.holder, notice.token),
-                None => log::debug!("ignoring a malformed force-release notice"),
-            }),
-        };
-        let pubsub = match router.cluster() {
-            Some(cluster) => PubSub::start_cluster(
-                Arc::clone(cluster),
-                tls_connector,
-                connect_timeout,
-                response_timeout,
-                notices,
-            ),
-            None => PubSub::start(
-                &info,
-                resolver,
-                locator.clone(),
-                tls_connector,
-                connect_timeout,
-                response_timeout,
-                notices,
-            ),
-        };
-        let pubsub = match pubsub {
-            Ok(pubsub) => Arc::new(pubsub),
-            Err(err) => {
-                watchdog.stop();
-                return Err(err);
-            }
-        };
-        let switch_watcher = match (locator, &*router) {
-            (Some(locator), Router::Single(pool)) => {
-                // A new master: connections to the old one go, the listener moves.
-                let on_switch = {
-                    let pool = Arc::clone(pool);
-                    let pubsub = Arc::clone(&pubsub);
-                    Box::new(move || {
-                        pool.forget_idle();
-                        pubsub.reconnect();
-                    })
-                };
-                match SwitchWatcher::start(locator, on_switch) {
-                    Ok(watcher) => Some(watcher),
-                    Err(err) => {
-                        watchdog.stop();
-                        pubsub.stop();
-                        return Err(err);
-                    }
-                }
-            }
-            _ => None,
-        };
-        // A request is sent again for up to the grace after it was first sent, and its
-        // answer must still be there then.
-        let answer_keep_ms = (outage_grace + response_timeout * 4)
-            .max(Duration::from_secs(10))
-            .as_millis() as u64;
-        let cleanup = match Cleanup::start(Arc::clone(&router)) {
-            Ok(cleanup) => cleanup,
-            Err(err) => {
-                if let Some(watcher) = &switch_watcher {
-                    watcher.stop();
-                }
-                watchdog.stop();
-                pubsub.stop();
-                return Err(err);
-            }
-        };
-        Ok(Arc::new(Client {
-            id: uuid::Uuid::new_v4().to_string(),
-            router,
-            watchdog,
-            pubsub,
-            outage_grace,
-            switch_watcher,
-            answer_keep_ms,
-            cleanup,
-            next_request: AtomicU64::new(0),
-            shut_down: AtomicBool::new(false),
-            waits: WaitRecorder::new(),
-            acks: replica_acks,
-            releases_unreplicated: AtomicU64::new(0),
-            unreplicated_releases_log: ShortfallLog::new(),
-        }))
-    }
-
     /// The replica acknowledgements this client's writes wait for, if any.
     pub(crate) fn replica_acks(&self) -> Option<&ReplicaAcks> {
         self.acks.as_ref()
