@@ -99,101 +99,148 @@ where
     let started = Instant::now();
     // Set once the thread first sleeps: a try that succeeds at once never waited.
     let mut waiting = None;
-    let cancelled = || match cancel {
-        Some(token) if token.is_cancelled() => Err(Error::Cancelled),
-        _ => Ok(()),
-    };
-    let cancel = cancel.map(CancelToken::receiver);
     let mut subscribe = Some(subscribe);
-    let mut subscriptions: Vec<Subscription> = Vec::new();
-    // The subscriptions whose wake the last sleep took.
-    let mut woken: Vec<usize> = Vec::new();
-    // Since when the tries fail with transient errors, if the last one did.
-    let mut outage_since: Option<Instant> = None;
+    let mut state = Waiting {
+        deadline,
+        default_hint,
+        outage_grace,
+        cancel: cancel.map(CancelToken::receiver),
+        subscriptions: Vec::new(),
+        woken: Vec::new(),
+        outage_since: None,
+    };
     loop {
-        if let Err(err) = cancelled() {
-            pass_wakes_on(&subscriptions, &woken);
-            return Err(err);
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return state.fail(Error::Cancelled);
         }
-        let tried = attempt();
-        if tried.is_ok() {
-            outage_since = None;
-        }
-        let pause = match tried {
-            Ok(Attempt::Taken(taken)) => {
+        let pause = match state.judge(attempt()) {
+            Next::Taken(taken) => {
                 recorder.acquired(started.elapsed());
                 return Ok(Some(taken));
             }
-            Ok(Attempt::Again) => {
-                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                    return Ok(None);
-                }
+            Next::Again if state.is_past_deadline(Instant::now()) => return Ok(None),
+            Next::Again => {
                 ensure_running()?;
                 continue;
             }
-            Ok(Attempt::Held { hint }) => Pause::Listen { hint },
-            Ok(Attempt::BackOff { delay }) => Pause::BackOff { delay },
-            Err(err)
-                if err.is_outage()
-                    && rides_out(
-                        deadline,
-                        *outage_since.get_or_insert_with(Instant::now),
-                        outage_grace,
-                    ) =>
-            {
-                log::debug!("trying again through an outage: {err}");
-                Pause::BackOff {
-                    delay: RETRY_DURING_OUTAGE,
-                }
-            }
-            Err(err) => {
-                pass_wakes_on(&subscriptions, &woken);
-                return Err(err);
-            }
+            Next::Pause(pause) => pause,
+            Next::Fail(err) => return state.fail(err),
         };
         let now = Instant::now();
-        if deadline.is_some_and(|deadline| now >= deadline) {
+        if state.is_past_deadline(now) {
             return Ok(None);
         }
         if let Some(subscribe) = subscribe.take() {
-            subscriptions = subscribe()?;
+            state.subscriptions = subscribe()?;
             // A release may have gone by while subscribing: look again before sleeping.
             continue;
         }
-        woken.clear();
-        if follow_slots(&mut subscriptions)? {
+        state.woken.clear();
+        if follow_slots(&mut state.subscriptions)? {
             // A subscription moved to where its channel's slot went: a release may have gone
             // by while it was elsewhere, so look again before sleeping.
             continue;
         }
-        let until_deadline = |sleep: Duration| match deadline {
+        waiting.get_or_insert_with(|| recorder.start_waiting());
+        state.pause(pause, now);
+        ensure_running()?;
+    }
+}
+
+/// What the loop does after a try.
+enum Next<T> {
+    /// Ends the wait with this.
+    Taken(T),
+    /// Tries again at once.
+    Again,
+    /// Waits, then tries again.
+    Pause(Pause),
+    /// Ends the wait with this error.
+    Fail(Error),
+}
+
+/// The loop's state between tries.
+struct Waiting<'a> {
+    deadline: Option<Instant>,
+    default_hint: Duration,
+    outage_grace: Duration,
+    cancel: Option<&'a Receiver<()>>,
+    subscriptions: Vec<Subscription>,
+    /// The subscriptions whose wake the last sleep took.
+    woken: Vec<usize>,
+    /// Since when the tries fail with transient errors, if the last one did.
+    outage_since: Option<Instant>,
+}
+
+impl Waiting<'_> {
+    fn is_past_deadline(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|deadline| now >= deadline)
+    }
+
+    /// What a try's outcome means: an outage error is ridden out (until the deadline, or for
+    /// the grace without one), any other error ends the wait.
+    fn judge<T>(&mut self, tried: Result<Attempt<T>>) -> Next<T> {
+        if tried.is_ok() {
+            self.outage_since = None;
+        }
+        match tried {
+            Ok(Attempt::Taken(taken)) => Next::Taken(taken),
+            Ok(Attempt::Again) => Next::Again,
+            Ok(Attempt::Held { hint }) => Next::Pause(Pause::Listen { hint }),
+            Ok(Attempt::BackOff { delay }) => Next::Pause(Pause::BackOff { delay }),
+            Err(err)
+                if err.is_outage()
+                    && rides_out(
+                        self.deadline,
+                        *self.outage_since.get_or_insert_with(Instant::now),
+                        self.outage_grace,
+                    ) =>
+            {
+                log::debug!("trying again through an outage: {err}");
+                Next::Pause(Pause::BackOff {
+                    delay: RETRY_DURING_OUTAGE,
+                })
+            }
+            Err(err) => Next::Fail(err),
+        }
+    }
+
+    /// Ends the wait with `err`, passing on the wakes the last sleep took and did not use.
+    fn fail<T>(&self, err: Error) -> Result<T> {
+        pass_wakes_on(&self.subscriptions, &self.woken);
+        Err(err)
+    }
+
+    /// Sleeps as `pause` says, at most until the deadline (`now` is when the pause began).
+    fn pause(&mut self, pause: Pause, now: Instant) {
+        let until_deadline = |sleep: Duration| match self.deadline {
             Some(deadline) => sleep.min(deadline.saturating_duration_since(now)),
             None => sleep,
         };
-        waiting.get_or_insert_with(|| recorder.start_waiting());
         match pause {
             Pause::BackOff { delay } => {
-                sleep(until_deadline(delay), cancel);
-                for subscription in &subscriptions {
+                sleep(until_deadline(delay), self.cancel);
+                // A back-off tries again after its delay whatever came: its wakes are spent.
+                for subscription in &self.subscriptions {
                     while subscription.woken().try_recv().is_ok() {}
                 }
             }
             Pause::Listen { hint } => {
-                let mut sleep = hint.unwrap_or(default_hint);
-                if subscriptions
+                let mut sleep = hint.unwrap_or(self.default_hint);
+                if self
+                    .subscriptions
                     .iter()
                     .any(|subscription| !subscription.is_live())
                 {
                     sleep = sleep.min(POLL_WITHOUT_SUBSCRIPTION);
                 }
-                woken = wait_for_any(
-                    &subscriptions,
-                    cancel,
+                self.woken = wait_for_any(
+                    &self.subscriptions,
+                    self.cancel,
                     until_deadline(sleep).max(Duration::from_millis(1)),
                 );
             }
         }
-        ensure_running()?;
     }
 }
 
