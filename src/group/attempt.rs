@@ -50,6 +50,16 @@ struct Attempt {
     sent_at: Instant,
 }
 
+/// Whom one attempt asks.
+struct Asked {
+    /// The members asked, by index, trusted ones first.
+    members: Vec<usize>,
+    /// Per member: whether its last answer did not come in time.
+    silent: Vec<bool>,
+    /// Whether the trusted members can make the quorum without the silent ones.
+    trusted_alone: bool,
+}
+
 impl Attempt {
     fn taken_count(&self) -> usize {
         self.taken.iter().flatten().count()
@@ -210,28 +220,16 @@ impl Group {
     fn attempt(&self, holders: &[String], lease_ms: &[u64], levels_held: &[u32]) -> Attempt {
         let count = self.members.len();
         let sent_at = Instant::now();
-        let silent: Vec<bool> = self.silence.iter().map(|s| s.lock().is_some()).collect();
-        let trusted = silent.iter().filter(|silent| !**silent).count();
-        let trusted_alone = trusted >= self.required;
-        let asked: Vec<usize> = (0..count)
-            .filter(|&index| !silent[index])
-            .chain((0..count).filter(|&index| {
-                silent[index] && (!trusted_alone || self.probe_turn(index, sent_at))
-            }))
-            .collect();
+        let asked = self.who_to_ask(sent_at);
         let requests: Vec<Request<'_>> = asked
+            .members
             .iter()
             .map(|&index| {
-                let member = &self.members[index];
-                Request::new(
-                    member.raw().client(),
-                    protocol::acquire(
-                        member.raw().keys_unchecked(),
-                        &holders[index],
-                        levels_held[index],
-                        lease_ms[index],
-                    ),
-                )
+                let member = self.members[index].raw();
+                let keys = member.keys_unchecked();
+                let call =
+                    protocol::acquire(keys, &holders[index], levels_held[index], lease_ms[index]);
+                Request::new(member.client(), call)
             })
             .collect();
         let deadline = sent_at + self.attempt_timeout;
@@ -240,15 +238,15 @@ impl Group {
             taken: vec![None; count],
             uncounted: vec![false; count],
             // Members not asked count as failed.
-            failed: count - asked.len(),
-            read: count - asked.len(),
+            failed: count - asked.members.len(),
+            read: count - asked.members.len(),
             first_error: None,
             shortest_ttl: None,
             sent_at,
         };
         let mut probe_deadline = None;
-        for (position, &index) in asked.iter().enumerate() {
-            let probe = silent[index] && trusted_alone;
+        for (position, &index) in asked.members.iter().enumerate() {
+            let probe = asked.silent[index] && asked.trusted_alone;
             // An undo queued behind a request that waits for replicas would sit behind its
             // `WAIT`, and a server frees a client blocked in `WAIT` as soon as it sees the
             // connection closed, unread commands and all: such a request is read, and undone
@@ -275,80 +273,119 @@ impl Group {
                 .read(position, deadline)
                 .and_then(Acked::read_as::<Acquired>);
             attempt.read += 1;
-            let mut silence = self.silence[index].lock();
-            match answer {
-                Err(Error::Timeout(_)) => {
-                    silence.get_or_insert(sent_at);
-                }
-                _ => *silence = None,
-            }
-            drop(silence);
-            match answer {
-                Ok(Acked {
-                    answer: Acquired::Taken { token },
-                    unreplicated: None,
-                    ..
-                }) => {
-                    let joins = levels_held[index] > 0;
-                    attempt.taken[index] = Some(Grant { token, joins });
-                }
-                Ok(Acked {
-                    answer: Acquired::Taken { .. },
-                    unreplicated: Some(why),
-                    ..
-                }) => {
-                    attempt.uncounted[index] = true;
-                    attempt.failed += 1;
-                    let member = self.members[index].name();
-                    attempt.first_error.get_or_insert(why.into_error(member));
-                }
-                Ok(Acked {
-                    answer: Acquired::ChainGone,
-                    ..
-                }) => {
-                    // The member's chain (a single lock of this thread) is gone: the next
-                    // attempt starts a new one there.
-                    let member = &self.members[index];
-                    let watchdog = member.raw().client().watchdog();
-                    let key = member
-                        .raw()
-                        .watch_key(crate::protocol::names::thread_number());
-                    watchdog.chain_gone(&key, &holders[index]);
-                }
-                Ok(Acked {
-                    answer: Acquired::Held { ttl },
-                    ..
-                }) => {
-                    if let Some(ttl) = ttl {
-                        attempt.shortest_ttl = Some(
-                            attempt
-                                .shortest_ttl
-                                .map_or(ttl, |shortest| shortest.min(ttl)),
-                        );
-                    }
-                }
-                Err(err) => {
-                    attempt.uncounted[index] = matches!(
-                        &err,
-                        Error::Unreachable(cause) if !cause.is_connection_refusal()
-                    );
-                    attempt.failed += 1;
-                    attempt.first_error.get_or_insert(err);
-                }
-            }
+            self.note_silence(index, &answer, sent_at);
+            self.count(
+                &mut attempt,
+                index,
+                answer,
+                &holders[index],
+                levels_held[index],
+            );
         }
-        for (position, &index) in asked.iter().enumerate() {
+        for (position, &index) in asked.members.iter().enumerate() {
             if fan_out.is_pending(position) {
-                let member = &self.members[index];
-                let undo = member.raw().client().in_dialect(protocol::undo(
-                    member.raw().keys_unchecked(),
-                    &holders[index],
-                    levels_held[index],
-                ));
+                let member = self.members[index].raw();
+                let undo =
+                    protocol::undo(member.keys_unchecked(), &holders[index], levels_held[index]);
+                let undo = member.client().in_dialect(undo);
                 fan_out.abandon(position, &undo.as_eval().get_packed_command());
             }
         }
         attempt
+    }
+
+    /// The members an attempt starting `now` asks, trusted ones first: the silent ones too
+    /// when the trusted cannot make the quorum alone, else those whose probe turn it is.
+    fn who_to_ask(&self, now: Instant) -> Asked {
+        let count = self.members.len();
+        let silent: Vec<bool> = self.silence.iter().map(|s| s.lock().is_some()).collect();
+        let trusted = silent.iter().filter(|silent| !**silent).count();
+        let trusted_alone = trusted >= self.required;
+        let members =
+            (0..count)
+                .filter(|&index| !silent[index])
+                .chain((0..count).filter(|&index| {
+                    silent[index] && (!trusted_alone || self.probe_turn(index, now))
+                }))
+                .collect();
+        Asked {
+            members,
+            silent,
+            trusted_alone,
+        }
+    }
+
+    /// Records whether member `index` answered in time: a timeout marks it silent (since
+    /// the attempt's send), anything else trusted again.
+    fn note_silence(&self, index: usize, answer: &Result<Acked<Acquired>>, sent_at: Instant) {
+        let mut silence = self.silence[index].lock();
+        match answer {
+            Err(Error::Timeout(_)) => {
+                silence.get_or_insert(sent_at);
+            }
+            _ => *silence = None,
+        }
+    }
+
+    /// Counts member `index`'s `answer` to the acquisition by `holder` (which held
+    /// `levels_held` levels there) in `attempt`.
+    fn count(
+        &self,
+        attempt: &mut Attempt,
+        index: usize,
+        answer: Result<Acked<Acquired>>,
+        holder: &str,
+        levels_held: u32,
+    ) {
+        match answer {
+            Ok(Acked {
+                answer: Acquired::Taken { token },
+                unreplicated: None,
+                ..
+            }) => {
+                let joins = levels_held > 0;
+                attempt.taken[index] = Some(Grant { token, joins });
+            }
+            Ok(Acked {
+                answer: Acquired::Taken { .. },
+                unreplicated: Some(why),
+                ..
+            }) => {
+                attempt.uncounted[index] = true;
+                attempt.failed += 1;
+                let member = self.members[index].name();
+                attempt.first_error.get_or_insert(why.into_error(member));
+            }
+            Ok(Acked {
+                answer: Acquired::ChainGone,
+                ..
+            }) => {
+                // The member's chain (a single lock of this thread) is gone: the next
+                // attempt starts a new one there.
+                let member = self.members[index].raw();
+                let key = member.watch_key(crate::protocol::names::thread_number());
+                member.client().watchdog().chain_gone(&key, holder);
+            }
+            Ok(Acked {
+                answer: Acquired::Held { ttl },
+                ..
+            }) => {
+                if let Some(ttl) = ttl {
+                    let shortest = attempt
+                        .shortest_ttl
+                        .map_or(ttl, |shortest| shortest.min(ttl));
+                    attempt.shortest_ttl = Some(shortest);
+                }
+            }
+            Err(err) => {
+                attempt.uncounted[index] = matches!(
+                    &err,
+                    Error::Unreachable(cause) if !cause.is_connection_refusal()
+                );
+                attempt.failed += 1;
+                attempt.first_error.get_or_insert(err);
+            }
+        }
     }
 
     /// Whether the silent member `index` is to be probed by an attempt starting `now`; at
