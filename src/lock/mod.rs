@@ -28,6 +28,7 @@ use crate::hold::handle::{Lease, LockHandle, RawAcquire};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
+use crate::pubsub::Subscription;
 use crate::wait::cancel::CancelToken;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::lease;
@@ -278,18 +279,7 @@ impl RawLock {
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
-            subscribe: || {
-                let pubsub = self.client.pubsub();
-                let subscription = match self.keys.kind {
-                    // A fair lock wakes only the next in line, on its own channel.
-                    LockKind::Fair { .. } => {
-                        let channel = self.keys.waiter_channel(&chain.borrow().0);
-                        pubsub.subscribe(&channel, &self.keys.name)?
-                    }
-                    _ => pubsub.subscribe(&self.keys.channel, &self.keys.name)?,
-                };
-                Ok(vec![subscription])
-            },
+            subscribe: || self.subscribe(&chain.borrow().0),
             attempt: || {
                 let (holder, levels_held) = chain.borrow().clone();
                 let tried = self.attempt(&holder, levels_held, lease);
@@ -340,6 +330,20 @@ impl RawLock {
             }
         }
         outcome
+    }
+
+    /// Subscribes the chain of `holder` to what announces a release: the lock's channel, or a
+    /// fair lock's own channel for it (a fair lock wakes only the next in line).
+    fn subscribe(&self, holder: &str) -> Result<Vec<Subscription>> {
+        let pubsub = self.client.pubsub();
+        let subscription = match self.keys.kind {
+            LockKind::Fair { .. } => {
+                let channel = self.keys.waiter_channel(holder);
+                pubsub.subscribe(&channel, &self.keys.name)?
+            }
+            _ => pubsub.subscribe(&self.keys.channel, &self.keys.name)?,
+        };
+        Ok(vec![subscription])
     }
 
     /// The holder id and levels of the chain the calling thread holds the lock by, or a new

@@ -33,7 +33,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use redis::{ConnectionAddr, ConnectionInfo};
 
@@ -197,35 +197,20 @@ impl Lookups {
         } else {
             budget
         };
-        if !state.in_flight {
-            let lookups = Arc::clone(self);
-            let spawned = std::thread::Builder::new()
-                .name("redlease-resolve".into())
-                .spawn(move || lookups.look_up());
-            if let Err(err) = spawned {
-                return match &state.cached {
-                    Some(cached) => {
-                        log::warn!(
-                            "cannot start a lookup of {}: {err}; using the addresses found {:?} ago",
-                            self.host,
-                            cached.looked_up_at.elapsed()
-                        );
-                        Ok(cached.addresses.clone())
-                    }
-                    None => Err(ResolveError::ThreadSpawn(err)),
-                };
-            }
-            state.in_flight = true;
+        if let Err(err) = self.start_lookup(&mut state) {
+            return match &state.cached {
+                Some(cached) => {
+                    log::warn!(
+                        "cannot start a lookup of {}: {err}; using the addresses found {:?} ago",
+                        self.host,
+                        cached.looked_up_at.elapsed()
+                    );
+                    Ok(cached.addresses.clone())
+                }
+                None => Err(ResolveError::ThreadSpawn(err)),
+            };
         }
-        // At most one lookup runs: the next one to end is the one in flight now.
-        let awaited = state.lookups_ended + 1;
-        let give_up_at = started + wait;
-        while state.lookups_ended < awaited {
-            if self.finished.wait_until(&mut state, give_up_at).timed_out() {
-                break;
-            }
-        }
-        if state.lookups_ended >= awaited {
+        if self.await_lookup(&mut state, started + wait) {
             let fallback = state.cached.as_ref().map(|cached| cached.addresses.clone());
             match (&state.last_failure, fallback) {
                 // A success has just filled the cache.
@@ -264,26 +249,13 @@ impl Lookups {
     /// since `started`; answers what it found, or why nothing.
     fn wait_for_fresh_lookup(
         self: &Arc<Self>,
-        mut state: parking_lot::MutexGuard<'_, LookupState>,
+        mut state: MutexGuard<'_, LookupState>,
         started: Instant,
         budget: Duration,
     ) -> Result<Vec<SocketAddr>, ResolveError> {
-        if !state.in_flight {
-            let lookups = Arc::clone(self);
-            std::thread::Builder::new()
-                .name("redlease-resolve".into())
-                .spawn(move || lookups.look_up())
-                .map_err(ResolveError::ThreadSpawn)?;
-            state.in_flight = true;
-        }
-        let awaited = state.lookups_ended + 1;
-        let give_up_at = started + budget;
-        while state.lookups_ended < awaited {
-            if self.finished.wait_until(&mut state, give_up_at).timed_out() {
-                break;
-            }
-        }
-        if state.lookups_ended < awaited {
+        self.start_lookup(&mut state)
+            .map_err(ResolveError::ThreadSpawn)?;
+        if !self.await_lookup(&mut state, started + budget) {
             log::warn!(
                 "looking up {} took longer than {budget:?}, the connect budget",
                 self.host
@@ -300,6 +272,30 @@ impl Lookups {
                 format!("{} resolved to no address", self.host),
             ))),
         }
+    }
+
+    /// Starts the lookup thread unless one is under way already.
+    fn start_lookup(self: &Arc<Self>, state: &mut LookupState) -> io::Result<()> {
+        if !state.in_flight {
+            let lookups = Arc::clone(self);
+            std::thread::Builder::new()
+                .name("redlease-resolve".into())
+                .spawn(move || lookups.look_up())?;
+            state.in_flight = true;
+        }
+        Ok(())
+    }
+
+    /// Waits until `give_up_at` at most for the lookup in flight to end; answers whether it
+    /// did. (At most one lookup runs: the next one to end is the one in flight now.)
+    fn await_lookup(&self, state: &mut MutexGuard<'_, LookupState>, give_up_at: Instant) -> bool {
+        let awaited = state.lookups_ended + 1;
+        while state.lookups_ended < awaited {
+            if self.finished.wait_until(state, give_up_at).timed_out() {
+                break;
+            }
+        }
+        state.lookups_ended >= awaited
     }
 
     fn cache_age(&self, state: &LookupState) -> Duration {

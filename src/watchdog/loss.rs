@@ -13,12 +13,31 @@ use crate::watchdog::lease::LostLock;
 use super::registry::Registry;
 use super::LostCallback;
 
+/// How many chains were lost, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LostCounts {
+    pub(crate) not_held_anymore: u64,
+    pub(crate) lease_expired: u64,
+    pub(crate) force_released: u64,
+}
+
+impl LostCounts {
+    fn count(&mut self, reason: LostReason) {
+        let counter = match reason {
+            LostReason::NotHeldAnymore => &mut self.not_held_anymore,
+            LostReason::LeaseExpired => &mut self.lease_expired,
+            LostReason::ForceReleased => &mut self.force_released,
+        };
+        *counter += 1;
+    }
+}
+
 /// Losses recorded and not yet told.
 #[derive(Default)]
 pub(super) struct LossReports {
     pending: Vec<LostLock>,
-    /// Chains lost so far, by reason (in the order of [`counts`](LossReports::counts)).
-    lost: [u64; 3],
+    /// Chains lost so far, by reason.
+    lost: LostCounts,
 }
 
 impl LossReports {
@@ -29,11 +48,7 @@ impl LossReports {
             return;
         };
         if entry.lease.mark_lost(reason) {
-            self.lost[match reason {
-                LostReason::NotHeldAnymore => 0,
-                LostReason::LeaseExpired => 1,
-                LostReason::ForceReleased => 2,
-            }] += 1;
+            self.lost.count(reason);
             self.pending.push(LostLock {
                 name: entry.name.to_string(),
                 holder: entry.holder.to_string(),
@@ -46,8 +61,8 @@ impl LossReports {
         }
     }
 
-    /// Chains lost so far: not held anymore, lease expired, force-released.
-    pub(super) fn counts(&self) -> [u64; 3] {
+    /// Chains lost so far, by reason.
+    pub(super) fn counts(&self) -> LostCounts {
         self.lost
     }
 

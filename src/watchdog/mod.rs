@@ -56,7 +56,7 @@ use crate::call::route::Router;
 use crate::error::{Error, LostReason, Result};
 use crate::protocol::renew::HoldKind;
 use crate::watchdog::lease::{LeaseState, LostLock};
-use loss::LossReports;
+use loss::{LossReports, LostCounts};
 use receipts::{Queued, ReceiptQueue};
 use registry::{Entry, Registry};
 use renewal::{AckWait, Outcome, Renewal};
@@ -144,8 +144,8 @@ pub(crate) struct WatchdogCounts {
     pub(crate) renewals_failed: u64,
     pub(crate) renewal_batches: u64,
     pub(crate) renewals_unreplicated: u64,
-    /// Chains lost, by reason: not held anymore, lease expired, force-released.
-    pub(crate) lost: [u64; 3],
+    /// Chains lost, by reason.
+    pub(crate) lost: LostCounts,
 }
 
 /// What the watchdog thread does next.

@@ -82,16 +82,14 @@ pub(super) fn renew_everywhere(
 ) -> Option<Unreplicated> {
     let Router::Cluster(_) = router else {
         let pool = router.pool_for(b"");
-        return renew(
-            &pool,
-            router,
-            lease_ms,
-            &batch,
-            &receipts,
-            answer_by,
-            acks,
-            |outcomes| apply(&batch, outcomes),
-        );
+        let share = Share {
+            pool: &pool,
+            batch: &batch,
+            receipts: &receipts,
+        };
+        return renew(share, router, lease_ms, answer_by, acks, |outcomes| {
+            apply(&batch, outcomes)
+        });
     };
     let mut by_node: HashMap<*const Pool, NodeShare> = HashMap::new();
     for renewal in batch {
@@ -121,16 +119,14 @@ pub(super) fn renew_everywhere(
             by: wait.by + started.elapsed(),
             ..wait
         });
-        let why = renew(
-            &pool,
-            router,
-            lease_ms,
-            &renewals,
-            &receipts,
-            answer_by,
-            acks,
-            |outcomes| apply(&renewals, outcomes),
-        );
+        let share = Share {
+            pool: &pool,
+            batch: &renewals,
+            receipts: &receipts,
+        };
+        let why = renew(share, router, lease_ms, answer_by, acks, |outcomes| {
+            apply(&renewals, outcomes)
+        });
         unreplicated = unreplicated.or(why);
     }
     unreplicated
@@ -144,53 +140,87 @@ fn renewal_key(renewal: &Renewal) -> std::borrow::Cow<'_, str> {
     renew::hold_key(renewal.kind, &renewal.name)
 }
 
-/// Sends the renewals of `batch` to a lease of `lease_ms`, and the deletion of `receipts`, in
-/// one pipeline (with the `WAIT` of `acks` at its end when it renews anything), reads the
+/// What one pipeline renews and deletes, and the pool it goes through.
+#[derive(Clone, Copy)]
+struct Share<'a> {
+    pool: &'a Pool,
+    batch: &'a [Renewal],
+    receipts: &'a [String],
+}
+
+/// The commands of one pipeline: the renewal calls (each renews the renewals of its chunk)
+/// and the receipt deletions.
+struct Pipeline {
+    chunks: Vec<Range<usize>>,
+    calls: Vec<ScriptCall>,
+    deletions: Vec<Cmd>,
+}
+
+impl Pipeline {
+    /// `share`'s renewals to a lease of `lease_ms`, in calls of at most
+    /// [`LOCKS_PER_SCRIPT_CALL`] locks, and its deletions, in `UNLINK`s of at most
+    /// [`RECEIPTS_PER_UNLINK`] keys; `by_slot`, each of one slot.
+    fn of(share: Share<'_>, lease_ms: u64, by_slot: bool) -> Pipeline {
+        let Share {
+            batch, receipts, ..
+        } = share;
+        let chunks = slot_runs(
+            batch.len(),
+            |index| renewal_key(&batch[index]),
+            by_slot,
+            LOCKS_PER_SCRIPT_CALL,
+        );
+        let calls = chunks
+            .iter()
+            .map(|range| {
+                let locks: Vec<(HoldKind, &str, &str)> = batch[range.clone()]
+                    .iter()
+                    .map(|renewal| (renewal.kind, &*renewal.name, &*renewal.holder))
+                    .collect();
+                renew::renew(lease_ms, &locks)
+            })
+            .collect();
+        let deletion_runs = slot_runs(
+            receipts.len(),
+            |index| std::borrow::Cow::Borrowed(receipts[index].as_str()),
+            by_slot,
+            RECEIPTS_PER_UNLINK,
+        );
+        let deletions = deletion_runs
+            .into_iter()
+            .map(|range| {
+                let mut unlink = redis::cmd("UNLINK");
+                unlink.arg(&receipts[range]);
+                unlink
+            })
+            .collect();
+        Pipeline {
+            chunks,
+            calls,
+            deletions,
+        }
+    }
+}
+
+/// Sends the renewals of `share` to a lease of `lease_ms`, and the deletion of its receipts,
+/// in one pipeline (with the `WAIT` of `acks` at its end when it renews anything), reads the
 /// answers until `answer_by`, and hands `apply` one outcome per renewal (once, whatever
 /// happens). Then reads `WAIT`'s answer, and answers why the renewals are not known to be on
 /// enough replicas, if they are not.
-#[allow(clippy::too_many_arguments)]
 fn renew(
-    pool: &Pool,
+    share: Share<'_>,
     router: &Router,
     lease_ms: u64,
-    batch: &[Renewal],
-    receipts: &[String],
     answer_by: Instant,
     acks: Option<AckWait<'_>>,
     apply: impl FnOnce(Vec<Outcome>),
 ) -> Option<Unreplicated> {
-    let by_slot = router.cluster().is_some();
-    let chunks = slot_runs(
-        batch.len(),
-        |index| renewal_key(&batch[index]),
-        by_slot,
-        LOCKS_PER_SCRIPT_CALL,
-    );
-    let calls: Vec<_> = chunks
-        .iter()
-        .map(|range| {
-            let chunk = &batch[range.clone()];
-            let locks: Vec<(HoldKind, &str, &str)> = chunk
-                .iter()
-                .map(|renewal| (renewal.kind, &*renewal.name, &*renewal.holder))
-                .collect();
-            renew::renew(lease_ms, &locks)
-        })
-        .collect();
-    let deletions: Vec<Cmd> = slot_runs(
-        receipts.len(),
-        |index| std::borrow::Cow::Borrowed(receipts[index].as_str()),
-        by_slot,
-        RECEIPTS_PER_UNLINK,
-    )
-    .into_iter()
-    .map(|range| {
-        let mut unlink = redis::cmd("UNLINK");
-        unlink.arg(&receipts[range]);
-        unlink
-    })
-    .collect();
+    let Share {
+        pool,
+        batch,
+        receipts,
+    } = share;
+    let pipeline = Pipeline::of(share, lease_ms, router.cluster().is_some());
     // Receipt deletions alone need no acknowledgement: a receipt left behind only expires.
     let acks = acks.filter(|_| !batch.is_empty());
     let read_by = acks.map_or(answer_by, |wait| wait.by.max(answer_by));
@@ -200,42 +230,20 @@ fn renew(
     let waited = pool.run_before(read_by, |connection| {
         let (renewal_answers, deletion_answers) = runner::run_pipelined(
             connection,
-            &calls,
-            &deletions,
+            &pipeline.calls,
+            &pipeline.deletions,
             answer_by,
             acks.map(|wait| wait.acks),
         )?;
-        for answer in deletion_answers {
-            if let Value::ServerError(err) = answer {
-                log::debug!("deletion of release receipts refused: {err:?}");
-            }
-        }
-        let refused_as_replica = renewal_answers.iter().any(|answer| {
-            matches!(answer, Value::ServerError(err)
-                if err.kind() == Some(ServerErrorKind::ReadOnly))
-        });
-        if refused_as_replica {
-            // The master was demoted under a connection that stays open.
-            pool.master_in_doubt();
-        }
+        note_refusals(pool, &renewal_answers, &deletion_answers);
         // The leases count as extended from now: waiting for the replicas must not hold the
         // outcomes back past a lease deadline.
-        let renewal_answers = follow_redirections(router, &calls, renewal_answers);
+        let renewal_answers = follow_redirections(router, &pipeline.calls, renewal_answers);
         if let Some(apply) = apply.take() {
-            apply(decode(batch, &chunks, renewal_answers));
+            apply(decode(batch, &pipeline.chunks, renewal_answers));
         }
         Ok(match acks {
-            Some(wait) => {
-                // Later when the scripts had to be loaded first, behind a `WAIT` that took
-                // its time (a master just promoted): `WAIT` answers within its own timeout.
-                let response_budget = answer_by.saturating_duration_since(started);
-                let by = wait
-                    .by
-                    .max(Instant::now() + response_budget + wait.acks.timeout());
-                let budget = by.saturating_duration_since(started);
-                let (judged, reading) = wait.acks.read_answer(connection, by, budget);
-                (judged.unreplicated, reading)
-            }
+            Some(wait) => read_acks(connection, wait, answer_by, started),
             None => (None, Reading::Complete),
         })
     });
@@ -248,11 +256,47 @@ fn renew(
                 receipts.len()
             );
             if let Some(apply) = apply.take() {
-                apply(decode(batch, &chunks, Vec::new()));
+                apply(decode(batch, &pipeline.chunks, Vec::new()));
             }
             None
         }
     }
+}
+
+/// Logs refused deletions, and tells `pool` when a renewal was refused as by a replica: the
+/// master was demoted under a connection that stays open.
+fn note_refusals(pool: &Pool, renewal_answers: &[Value], deletion_answers: &[Value]) {
+    for answer in deletion_answers {
+        if let Value::ServerError(err) = answer {
+            log::debug!("deletion of release receipts refused: {err:?}");
+        }
+    }
+    let refused_as_replica = renewal_answers.iter().any(|answer| {
+        matches!(answer, Value::ServerError(err)
+            if err.kind() == Some(ServerErrorKind::ReadOnly))
+    });
+    if refused_as_replica {
+        pool.master_in_doubt();
+    }
+}
+
+/// Reads the answer of the pipeline's `WAIT` (sent at `started`, its calls answered by
+/// `answer_by`): why the renewals are not on enough replicas, if they are not.
+fn read_acks(
+    connection: &mut redis::Connection,
+    wait: AckWait<'_>,
+    answer_by: Instant,
+    started: Instant,
+) -> (Option<Unreplicated>, Reading) {
+    // Later when the scripts had to be loaded first, behind a `WAIT` that took its time (a
+    // master just promoted): `WAIT` answers within its own timeout.
+    let response_budget = answer_by.saturating_duration_since(started);
+    let by = wait
+        .by
+        .max(Instant::now() + response_budget + wait.acks.timeout());
+    let budget = by.saturating_duration_since(started);
+    let (judged, reading) = wait.acks.read_answer(connection, by, budget);
+    (judged.unreplicated, reading)
 }
 
 /// Splits `count` items into runs of at most `most`, and, with `by_slot`, of one slot each

@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::force::Freed;
-use crate::probe::{Holder, Report, Role};
+use crate::probe::{Holder, Permit, Queue, Report, Role};
 use crate::scan::Listing;
 
 /// A remaining time in ms, for people: `412 ms`, `29.412 s`.
@@ -96,44 +96,10 @@ pub fn report(report: &Report) -> String {
         }
     }
     if let Some(permits) = &report.permits_out {
-        let _ = writeln!(out, "{:<15} {}", "permits out:", permits.len());
-        for permit in permits {
-            let _ = writeln!(
-                out,
-                "  {}  expires in {}",
-                permit.id,
-                duration(permit.expires_in_ms)
-            );
-        }
+        permits_out(&mut out, permits);
     }
     if let Some(queue) = &report.queue {
-        let _ = writeln!(out, "{:<15} {} waiting", "queue:", queue.length);
-        for (position, waiter) in queue.waiters.iter().enumerate() {
-            let place = waiter.place_expires_in_ms.map_or_else(
-                || "no place entry".to_owned(),
-                |ms| {
-                    if ms > 0 {
-                        format!("place kept {}", duration(ms))
-                    } else {
-                        "place expired".to_owned()
-                    }
-                },
-            );
-            let _ = writeln!(
-                out,
-                "  {}. {}  {place}{}",
-                position + 1,
-                who(&waiter.id, &waiter.client_id, waiter.chain_or_thread),
-                if waiter.listening { "  listening" } else { "" }
-            );
-        }
-        if (queue.waiters.len() as u64) < queue.length {
-            let _ = writeln!(
-                out,
-                "  ... and {} more",
-                queue.length - queue.waiters.len() as u64
-            );
-        }
+        fair_queue(&mut out, queue);
     }
     let fair_suffix = if report.queue.is_some() {
         ":<holder id>"
@@ -155,6 +121,50 @@ pub fn report(report: &Report) -> String {
         );
     }
     out
+}
+
+/// The permits taken, each with the end of its lease.
+fn permits_out(out: &mut String, permits: &[Permit]) {
+    let _ = writeln!(out, "{:<15} {}", "permits out:", permits.len());
+    for permit in permits {
+        let _ = writeln!(
+            out,
+            "  {}  expires in {}",
+            permit.id,
+            duration(permit.expires_in_ms)
+        );
+    }
+}
+
+/// A fair lock's queue, in order, with each waiter's place.
+fn fair_queue(out: &mut String, queue: &Queue) {
+    let _ = writeln!(out, "{:<15} {} waiting", "queue:", queue.length);
+    for (position, waiter) in queue.waiters.iter().enumerate() {
+        let place = waiter.place_expires_in_ms.map_or_else(
+            || "no place entry".to_owned(),
+            |ms| {
+                if ms > 0 {
+                    format!("place kept {}", duration(ms))
+                } else {
+                    "place expired".to_owned()
+                }
+            },
+        );
+        let _ = writeln!(
+            out,
+            "  {}. {}  {place}{}",
+            position + 1,
+            who(&waiter.id, &waiter.client_id, waiter.chain_or_thread),
+            if waiter.listening { "  listening" } else { "" }
+        );
+    }
+    if (queue.waiters.len() as u64) < queue.length {
+        let _ = writeln!(
+            out,
+            "  ... and {} more",
+            queue.length - queue.waiters.len() as u64
+        );
+    }
 }
 
 /// One `label:   value` line, values aligned.
