@@ -191,6 +191,7 @@ mod topology;
 mod wait;
 mod watchdog;
 
+/// The channels whose receivers [`Guard::lost_signal`] hands out (for `select!`).
 pub use crossbeam_channel;
 pub use error::{Error, LostReason, Permission, Result, TlsFailure};
 pub use fence::FencedStore;
@@ -206,7 +207,5 @@ pub use redis;
 pub use semaphore::permit::{PermitGuard, PermitSemaphore};
 pub use semaphore::Semaphore;
 pub use stats::{Stats, WaitTimes};
-/// The channels whose receivers [`LockGuard::lost_signal`] and [`GroupGuard::lost_signal`]
-/// hand out (for `select!`).
 pub use wait::cancel::CancelToken;
 pub use watchdog::lease::LostLock;

@@ -12,7 +12,7 @@
 //! old master and moves the pub/sub listener to the new one.
 //!
 //! Every call to a sentinel has the manager's connect and response timeouts. This module
-//! knows nothing of locks; it may use the error type and redis-rs, nothing else.
+//! knows nothing of locks; it may use the error type, the resolver and redis-rs, nothing else.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

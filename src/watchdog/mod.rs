@@ -34,8 +34,8 @@
 //! (One that timed out may still sit unread in a stalled server's input; run later, it finds
 //! the holder gone and does nothing.)
 //!
-//! This module talks to Redis only through the [`Pool`] and only from its own thread; the
-//! callback runs on that thread too.
+//! This module talks to Redis only through the router and its pools (the call layer), and
+//! only from its own thread; the callback runs on that thread too.
 
 pub(crate) mod lease;
 mod loss;
