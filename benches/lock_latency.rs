@@ -29,9 +29,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redlease::testing::{url_or_throwaway, RedisCluster, RedisServer};
+use redlease_testing::{url_or_throwaway, RedisCluster, RedisServer};
 #[cfg(feature = "tls")]
-use redlease::testing::{TlsFiles, TlsServerOptions};
+use redlease_testing::{TlsFiles, TlsServerOptions};
 use redlease::{Lock, LockManager, RedLock};
 
 const ROUND_TRIPS: usize = 20_000;

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use redlease::testing::url_or_throwaway;
+use redlease_testing::url_or_throwaway;
 use redlease::{Error, LockManager};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::testing::url_or_throwaway;
+use redlease_testing::url_or_throwaway;
 use redlease::LockManager;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

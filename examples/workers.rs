@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redlease::testing::url_or_throwaway;
+use redlease_testing::url_or_throwaway;
 use redlease::LockManager;
 
 const WORKERS: usize = 8;

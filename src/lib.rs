@@ -57,7 +57,7 @@
 //!
 //! ```
 //! # fn main() -> redlease::Result<()> {
-//! # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+//! # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 //! # let url = redis.url();
 //! let manager = redlease::LockManager::builder(url.as_str()).build()?;
 //! let lock = manager.lock("payments:7731");
@@ -184,9 +184,6 @@ mod protocol;
 mod pubsub;
 mod semaphore;
 mod stats;
-#[cfg(all(unix, feature = "testing"))]
-#[cfg_attr(docsrs, doc(cfg(all(unix, feature = "testing"))))]
-pub mod testing;
 mod topology;
 mod wait;
 mod watchdog;

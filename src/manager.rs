@@ -46,7 +46,7 @@ const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let url = redis.url();
 /// use std::time::Duration;
 ///
@@ -105,7 +105,7 @@ impl LockManager {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let port = redis.port();
     /// use redlease::redis::IntoConnectionInfo;
     ///
@@ -267,7 +267,7 @@ impl LockManager {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// let ledger = manager.fair_lock("ledger");
     /// let guard = ledger.lock()?; // first come, first served
@@ -343,7 +343,7 @@ impl LockManager {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// manager.lock("report").with_lock(|_| ())?;
     /// let stats = manager.stats();
@@ -398,8 +398,8 @@ impl std::fmt::Debug for LockManager {
 /// # fn main() {}
 /// # #[cfg(feature = "tls")]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let files = redlease::testing::TlsFiles::generate()?;
-/// # let redis = redlease::testing::RedisServer::start_tls(&files, &Default::default())?;
+/// # let files = redlease_testing::TlsFiles::generate()?;
+/// # let redis = redlease_testing::RedisServer::start_tls(&files, &Default::default())?;
 /// # let url = redis.url();
 /// // A server whose certificate was not signed by the system's roots: no CA given.
 /// match redlease::LockManager::builder(url.as_str()).build() {
@@ -476,7 +476,7 @@ impl LockManagerBuilder {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let (master, replica) = redlease::testing::RedisServer::start_with_replica()
+    /// # let (master, replica) = redlease_testing::RedisServer::start_with_replica()
     /// #     .expect("redis-server");
     /// use std::time::Duration;
     ///
@@ -566,8 +566,8 @@ impl LockManagerBuilder {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let files = redlease::testing::TlsFiles::generate()?;
-    /// # let redis = redlease::testing::RedisServer::start_tls(&files, &Default::default())?;
+    /// # let files = redlease_testing::TlsFiles::generate()?;
+    /// # let redis = redlease_testing::RedisServer::start_tls(&files, &Default::default())?;
     /// # let port = redis.port();
     /// let ca = std::fs::read(files.ca_certificate())?;
     /// let manager = redlease::LockManager::builder(format!("rediss://localhost:{port}/"))
@@ -594,9 +594,9 @@ impl LockManagerBuilder {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let files = redlease::testing::TlsFiles::generate()?;
-    /// # let options = redlease::testing::TlsServerOptions::default().require_client_certificates();
-    /// # let redis = redlease::testing::RedisServer::start_tls(&files, &options)?;
+    /// # let files = redlease_testing::TlsFiles::generate()?;
+    /// # let options = redlease_testing::TlsServerOptions::default().require_client_certificates();
+    /// # let redis = redlease_testing::RedisServer::start_tls(&files, &options)?;
     /// # let url = redis.url();
     /// // A server started with `--tls-auth-clients yes`.
     /// let manager = redlease::LockManager::builder(url.as_str())
@@ -637,8 +637,8 @@ impl LockManagerBuilder {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let files = redlease::testing::TlsFiles::generate()?;
-    /// # let redis = redlease::testing::RedisServer::start_tls(&files, &Default::default())?;
+    /// # let files = redlease_testing::TlsFiles::generate()?;
+    /// # let redis = redlease_testing::RedisServer::start_tls(&files, &Default::default())?;
     /// # let url = redis.url();
     /// // A development server whose certificate nothing here trusts.
     /// let manager = redlease::LockManager::builder(url.as_str())

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{child_role, env, spawn_child, KillOnDrop, RedisServer};
-use redlease::testing::CuttingProxy;
+use redlease_testing::CuttingProxy;
 use redlease::{Error, LockManager};
 
 const PROCESSES: usize = 3;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{child_role, env, eventually, run_children};
 use redlease::redis;
-use redlease::testing::{RedisCluster, RedisServer};
+use redlease_testing::{RedisCluster, RedisServer};
 use redlease::{Error, LockManager, MultiLock, RedLock};
 
 /// Starts a cluster of `masters` masters with `replicas` replicas each.

@@ -1,4 +1,4 @@
-//! The throwaway Redis Cluster of `redlease::testing`: it starts whole, its masters serve
+//! The throwaway Redis Cluster of `redlease_testing`: it starts whole, its masters serve
 //! every slot, a killed master's replica takes over, and a slot moves with its keys, step by
 //! step.
 
@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use redlease::redis;
-use redlease::testing::{RedisCluster, RedisServer};
+use redlease_testing::{RedisCluster, RedisServer};
 
 fn start(masters: usize, replicas: usize) -> RedisCluster {
     let started = Instant::now();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{child_role, child_test_args, env, KillOnDrop, CHILD_ROLE};
-use redlease::testing::RedisServer;
+use redlease_testing::RedisServer;
 use redlease::{Error, LockManager};
 
 /// A name that only the child's own hosts file may know.

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{child_role, env, eventually, spawn_child, KillOnDrop};
-use redlease::testing::{RedisCluster, RedisServer};
+use redlease_testing::{RedisCluster, RedisServer};
 use redlease::{Error, LockManager};
 use sentinel::{Deployment, MASTER_NAME};
 

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, server, RedisServer};
-use redlease::testing::CuttingProxy;
+use redlease_testing::CuttingProxy;
 use redlease::{CancelToken, Error, LockManager};
 
 const PATIENCE: Duration = Duration::from_secs(10);

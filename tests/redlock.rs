@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_nothing_left, child_role, env, eventually, manager_for_url, run_children};
 use redis::Commands;
-use redlease::testing::RedisServer;
+use redlease_testing::RedisServer;
 use redlease::{Error, GroupGuard, LockManager, LostReason, MultiLock, RedLock};
 
 const MASTERS: usize = 5;

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use redlease::testing::{RedisServer, TlsFiles, TlsServerOptions};
+use redlease_testing::{RedisServer, TlsFiles, TlsServerOptions};
 use redlease::{Error, LockManager, LockManagerBuilder, RedLock, TlsFailure};
 
 /// Every connection attempt of these tests is local: a refusal comes at once.

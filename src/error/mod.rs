@@ -362,7 +362,7 @@ impl Error {
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let rules = ["ACL", "SETUSER", "reports", "on", ">secret", "~*", "&*", "+@all", "-evalsha"];
 /// # assert!(redis.command(&rules).expect("ACL SETUSER").starts_with("+OK"));
 /// # let url = format!("redis://reports:secret@127.0.0.1:{}/", redis.port());

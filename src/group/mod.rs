@@ -72,7 +72,7 @@ const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// ```
 /// # fn main() -> redlease::Result<()> {
 /// # let servers: Vec<_> = (0..3)
-/// #     .map(|_| redlease::testing::RedisServer::start().expect("redis-server"))
+/// #     .map(|_| redlease_testing::RedisServer::start().expect("redis-server"))
 /// #     .collect();
 /// # let urls: Vec<String> = servers.iter().map(|server| server.url()).collect();
 /// let lock = redlease::RedLock::from_urls(&urls, "nightly-billing")?;
@@ -99,7 +99,7 @@ pub type RedLock = LockHandle<RawGroup<Majority>>;
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
 /// let accounts = redlease::MultiLock::new([
 ///     manager.lock("account:17"),

@@ -92,7 +92,7 @@ impl<H: Hold> Guard<H> {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// use crossbeam_channel::select;
     ///

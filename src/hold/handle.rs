@@ -241,7 +241,7 @@ impl<R: RawAcquire> LockHandle<R> {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// let total = manager.lock("invoice:42").with_lock(|guard| {
     ///     // ... only one thread in all processes runs this at a time ...

@@ -31,7 +31,7 @@ use crate::watchdog::lease::LeaseState;
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
 /// let lock = manager.lock("export");
 /// let guard = lock.lock()?;
@@ -133,7 +133,7 @@ impl Guard<LockHold> {
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// let guard = manager.lock("exports:daily").lock()?;
     /// let inner = manager.lock("exports:daily").lock()?;

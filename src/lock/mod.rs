@@ -42,7 +42,7 @@ use crate::watchdog::{Grant, Holding, LevelsLeft};
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let url = redis.url();
 /// let manager = redlease::LockManager::builder(url.as_str()).build()?;
 /// let lock = manager.lock("invoice:42");

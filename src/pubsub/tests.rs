@@ -422,7 +422,7 @@ fn a_corrupt_frame_makes_the_listener_reconnect() {
 
 #[test]
 fn a_refused_login_fails_the_start_at_once() {
-    let redis = crate::testing::RedisServer::start().expect("redis-server");
+    let redis = redlease_testing::RedisServer::start().expect("redis-server");
     let created = redis
         .command(&[
             "ACL",

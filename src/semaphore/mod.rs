@@ -41,7 +41,7 @@ use crate::wait::{self, Attempt, WaitFor};
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
 /// use std::time::Duration;
 ///

@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
 /// use redlease::{CancelToken, Error};
 ///

@@ -7,7 +7,7 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-pub use redlease::testing::RedisServer;
+pub use redlease_testing::RedisServer;
 use redlease::{LockManager, LostLock};
 
 /// Environment variable that turns a test binary run into a child worker.

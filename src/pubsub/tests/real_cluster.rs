@@ -9,7 +9,7 @@ use super::eventually;
 use super::sharded::{address_of, cluster_hub, FixedMap};
 use crate::protocol::slot::key_slot;
 use crate::pubsub::channels::Mode;
-use crate::testing::RedisServer;
+use redlease_testing::RedisServer;
 
 const LIMIT: Duration = Duration::from_secs(10);
 

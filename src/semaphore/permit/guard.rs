@@ -28,7 +28,7 @@ use crate::watchdog::lease::LeaseState;
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
-/// # let redis = redlease::testing::RedisServer::start().expect("redis-server");
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
 /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
 /// let uploads = manager.permit_semaphore("uploads");
 /// uploads.add_permits(3)?;

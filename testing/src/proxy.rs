@@ -17,7 +17,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use redlease::testing::{CuttingProxy, RedisServer};
+/// use redlease_testing::{CuttingProxy, RedisServer};
 ///
 /// let redis = RedisServer::start().expect("redis-server");
 /// let proxy = CuttingProxy::start(redis.port()).unwrap();

@@ -1,30 +1,28 @@
-//! A throwaway `redis-server` process for examples, demos, doc tests and tests.
+//! Throwaway Redis deployments for `redlease`'s tests, examples, benches and doc tests: a
+//! `redis-server` process, a master with a replica, a whole Redis Cluster, TLS certificates,
+//! and a proxy that cuts connections. Its own crate of the workspace, so the published
+//! `redlease` carries none of it.
 //!
 //! [`RedisServer::start`] runs `redis-server` (from `PATH`, or the path in the
 //! `REDLEASE_REDIS_SERVER` environment variable) on a free loopback port with persistence off
-//! and a private working directory, and waits until it answers `PING`. The process can be
-//! killed, paused (`SIGSTOP`), resumed and restarted on the same port, which is what fault
-//! tests need; dropping the value kills it. [`RedisServer::start_with_replica`] starts a
-//! master and a replica of it (`--replicaof`) at once, for replication tests.
-//! [`CuttingProxy`] stands between a client and such a server, and cuts a connection after a
-//! request it names reached the server, before its answer came back.
-//! [`RedisCluster::start`] runs a whole Redis Cluster of such servers (masters, replicas,
-//! `redis-cli --cluster create`), whose masters can be killed and whose slots can be moved
-//! step by step. Unix only.
-//! Nothing else in the crate uses it, and it is built only with the `testing` feature (off by
-//! default).
+//! and a private working directory, and waits until it answers `PING` (as its own process:
+//! a port someone else took is never mistaken for it). The process can be killed, paused
+//! (`SIGSTOP`), resumed and restarted on the same port, which is what fault tests need;
+//! dropping the value kills it. [`RedisServer::start_with_replica`] starts a master and a
+//! replica of it (`--replicaof`) at once, for replication tests. [`CuttingProxy`] stands
+//! between a client and such a server, and cuts a connection after a request it names
+//! reached the server, before its answer came back. [`RedisCluster::start`] runs a whole
+//! Redis Cluster of such servers (masters, replicas, `redis-cli --cluster create`), whose
+//! masters can be killed and whose slots can be moved step by step. Unix only.
 //!
-//! With the `tls` feature too, [`TlsFiles::generate`] makes a throwaway CA and certificates
-//! with the `openssl` command, and [`RedisServer::start_tls`] runs a TLS-only server
-//! (`--port 0 --tls-port <port>`) with them (`redis-server` must be built with TLS, as
-//! Debian's is):
-//!
-//! ```toml
-//! [dev-dependencies]
-//! redlease = { version = "0.1", features = ["testing"] }
-//! ```
+//! With the `tls` feature (on by default), [`TlsFiles::generate`] makes a throwaway CA and
+//! certificates with the `openssl` command, and [`RedisServer::start_tls`] runs a TLS-only
+//! server (`--port 0 --tls-port <port>`) with them (`redis-server` must be built with TLS, as
+//! Debian's is).
+#![cfg(unix)]
 // The links to the TLS helpers, which only the `tls` feature has.
 #![cfg_attr(not(feature = "tls"), allow(rustdoc::broken_intra_doc_links))]
+#![warn(missing_docs)]
 
 mod proxy;
 
@@ -50,7 +48,7 @@ static NEXT_SERVER: AtomicU64 = AtomicU64::new(0);
 /// A `redis-server` child process on `127.0.0.1`, killed when dropped.
 ///
 /// ```
-/// let redis = redlease::testing::RedisServer::start().expect("redis-server on PATH");
+/// let redis = redlease_testing::RedisServer::start().expect("redis-server on PATH");
 /// let manager = redlease::LockManager::builder(redis.url()).build().unwrap();
 /// assert!(!manager.lock("anything").is_locked().unwrap());
 /// ```
@@ -107,7 +105,7 @@ impl RedisServer {
     /// (a `WAIT` on the master hears from it).
     ///
     /// ```
-    /// let (master, replica) = redlease::testing::RedisServer::start_with_replica()
+    /// let (master, replica) = redlease_testing::RedisServer::start_with_replica()
     ///     .expect("redis-server on PATH");
     /// let info = replica.command(&["INFO", "replication"]).unwrap();
     /// assert!(info.contains(&format!("master_port:{}", master.port())), "{info}");
@@ -498,7 +496,7 @@ impl Drop for RedisServer {
 /// too, to keep it running).
 ///
 /// ```no_run
-/// let (url, _server) = redlease::testing::url_or_throwaway(std::env::args().nth(1))?;
+/// let (url, _server) = redlease_testing::url_or_throwaway(std::env::args().nth(1))?;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn url_or_throwaway(url: Option<String>) -> io::Result<(String, Option<RedisServer>)> {
@@ -566,7 +564,7 @@ const MIGRATE_BATCH: usize = 100;
 /// [migrations](Self::begin_migration).
 ///
 /// ```
-/// use redlease::testing::RedisCluster;
+/// use redlease_testing::RedisCluster;
 ///
 /// let cluster = RedisCluster::start(3, 0).expect("redis-server and redis-cli on PATH");
 /// assert_eq!(cluster.seed_urls().len(), 3);
@@ -805,7 +803,7 @@ impl RedisCluster {
     /// [finished](SlotMigration::finish).
     ///
     /// ```
-    /// use redlease::testing::RedisCluster;
+    /// use redlease_testing::RedisCluster;
     ///
     /// let cluster = RedisCluster::start(3, 0).expect("redis-server and redis-cli on PATH");
     /// let slot = cluster.key_slot("moving").unwrap();
@@ -1343,12 +1341,11 @@ pub const WRONG_NAME: &str = "not-this-host.test";
 ///   by it.
 ///
 /// ```
-/// let files = redlease::testing::TlsFiles::generate().expect("openssl on PATH");
+/// let files = redlease_testing::TlsFiles::generate().expect("openssl on PATH");
 /// let pem = std::fs::read(files.ca_certificate()).unwrap();
 /// assert!(pem.starts_with(b"-----BEGIN CERTIFICATE-----"));
 /// ```
 #[cfg(feature = "tls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 #[derive(Debug)]
 pub struct TlsFiles {
     dir: PathBuf,
@@ -1571,7 +1568,6 @@ extendedKeyUsage = clientAuth
 /// certificate of [`TlsFiles`] (for `localhost` and `127.0.0.1`), trusting client
 /// certificates of its CA but not asking for one (`--tls-auth-clients no`).
 #[cfg(feature = "tls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 #[derive(Debug, Clone, Default)]
 pub struct TlsServerOptions {
     require_client_certificates: bool,
@@ -1608,15 +1604,14 @@ impl RedisServer {
     /// TLS to it.
     ///
     /// ```
-    /// use redlease::testing::{RedisServer, TlsFiles, TlsServerOptions};
+    /// use redlease_testing::{RedisServer, TlsFiles, TlsServerOptions};
     ///
     /// let files = TlsFiles::generate().expect("openssl on PATH");
     /// let redis = RedisServer::start_tls(&files, &TlsServerOptions::default()).unwrap();
     /// assert!(redis.url().starts_with("rediss://localhost:"));
     /// assert!(redis.command(&["PING"]).unwrap().starts_with("+PONG"));
     /// ```
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn start_tls(files: &TlsFiles, options: &TlsServerOptions) -> io::Result<Self> {
+        pub fn start_tls(files: &TlsFiles, options: &TlsServerOptions) -> io::Result<Self> {
         let server = RedisServer {
             child: None,
             port: 0,
@@ -1628,8 +1623,7 @@ impl RedisServer {
     }
 
     /// Starts `count` TLS-only servers like [`start_tls`](Self::start_tls), all at once.
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn start_tls_many(
+        pub fn start_tls_many(
         count: usize,
         files: &TlsFiles,
         options: &TlsServerOptions,
