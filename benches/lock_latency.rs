@@ -29,10 +29,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use redlease::{Lock, LockManager, RedLock};
 use redlease_testing::{url_or_throwaway, RedisCluster, RedisServer};
 #[cfg(feature = "tls")]
 use redlease_testing::{TlsFiles, TlsServerOptions};
-use redlease::{Lock, LockManager, RedLock};
 
 const ROUND_TRIPS: usize = 20_000;
 const PAIRS: usize = 20_000;

@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use redlease_testing::url_or_throwaway;
 use redlease::{Error, LockManager};
+use redlease_testing::url_or_throwaway;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;

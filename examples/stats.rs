@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use redlease_testing::url_or_throwaway;
 use redlease::LockManager;
+use redlease_testing::url_or_throwaway;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;

@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redlease_testing::url_or_throwaway;
 use redlease::LockManager;
+use redlease_testing::url_or_throwaway;
 
 const WORKERS: usize = 8;
 const INCREMENTS: usize = 50;

@@ -14,8 +14,8 @@ use redis::FromRedisValue;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::layout;
 use crate::protocol::fence::fenced_write;
-use crate::protocol::names;
 
 /// A value in Redis that takes a write only with a fencing token at least as high as every
 /// token that wrote it before, so a holder whose lock was lost (paused past its lease, cut
@@ -76,7 +76,7 @@ impl FencedStore {
         FencedStore {
             client,
             key: key.to_owned(),
-            fence: names::fence_key(key),
+            fence: layout::fence_key(key),
         }
     }
 

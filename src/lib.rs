@@ -163,8 +163,10 @@
 //! topology/       who to talk to, and how: pool (bounded connects and reads), resolve (DNS
 //!   |             within a deadline), sentinel (where the master is now), cluster (the slot
 //!   |             map, one pool per node), tls (options and rustls set-up), deadline
-//! protocol/       key and channel names, cluster key slots, holder ids, every Lua script
+//! protocol/       the keys of a handle, cluster key slots, holder ids, every Lua script
 //!   |             (plain and sharded dialect) with its arguments and replies; no I/O
+//! layout          (public) the name of every key and channel: Redisson's naming rules,
+//!   |             also used by the redlease-inspect tool
 //! error/          the one Error enum, used everywhere, and the sorting of Redis's answers
 //!                 into it (TLS failures, refused logins and permissions included)
 //! ```
@@ -178,6 +180,7 @@ mod fence;
 mod group;
 mod hold;
 mod latch;
+pub mod layout;
 mod lock;
 mod manager;
 mod protocol;

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{child_role, env, spawn_child, KillOnDrop, RedisServer};
-use redlease_testing::CuttingProxy;
 use redlease::{Error, LockManager};
+use redlease_testing::CuttingProxy;
 
 const PROCESSES: usize = 3;
 /// Count-downs per process: the latch's count is this times [`PROCESSES`].

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::{child_role, env, eventually, run_children};
 use redlease::redis;
-use redlease_testing::{RedisCluster, RedisServer};
 use redlease::{Error, LockManager, MultiLock, RedLock};
+use redlease_testing::{RedisCluster, RedisServer};
 
 /// Starts a cluster of `masters` masters with `replicas` replicas each.
 fn start(masters: usize, replicas: usize) -> RedisCluster {

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{child_role, child_test_args, env, KillOnDrop, CHILD_ROLE};
-use redlease_testing::RedisServer;
 use redlease::{Error, LockManager};
+use redlease_testing::RedisServer;
 
 /// A name that only the child's own hosts file may know.
 const TEST_NAME: &str = "redlease-silent-dns.test";

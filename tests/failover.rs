@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{child_role, env, eventually, spawn_child, KillOnDrop};
-use redlease_testing::{RedisCluster, RedisServer};
 use redlease::{Error, LockManager};
+use redlease_testing::{RedisCluster, RedisServer};
 use sentinel::{Deployment, MASTER_NAME};
 
 const PROCESSES: usize = 3;

@@ -7,8 +7,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, server, RedisServer};
-use redlease_testing::CuttingProxy;
 use redlease::{CancelToken, Error, LockManager};
+use redlease_testing::CuttingProxy;
 
 const PATIENCE: Duration = Duration::from_secs(10);
 

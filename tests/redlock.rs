@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{assert_nothing_left, child_role, env, eventually, manager_for_url, run_children};
 use redis::Commands;
-use redlease_testing::RedisServer;
 use redlease::{Error, GroupGuard, LockManager, LostReason, MultiLock, RedLock};
+use redlease_testing::RedisServer;
 
 const MASTERS: usize = 5;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(300);

@@ -8,8 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::eventually;
-use redlease_testing::{RedisServer, TlsFiles, TlsServerOptions};
 use redlease::{Error, LockManager, LockManagerBuilder, RedLock, TlsFailure};
+use redlease_testing::{RedisServer, TlsFiles, TlsServerOptions};
 
 /// Every connection attempt of these tests is local: a refusal comes at once.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -7,9 +7,9 @@
 //! another type, and changes nothing. Every script that changes the count runs once per
 //! request ([`Request`]).
 
-use super::names;
 use super::script::{lua_script, ScriptCall};
 use super::Request;
+use crate::layout;
 
 lua_script!(SET_COUNT = "request_begin.lua" + "latch_set_count.lua" + "request_end.lua");
 lua_script!(COUNT_DOWN = "request_begin.lua" + "latch_count_down.lua" + "request_end.lua");
@@ -32,7 +32,7 @@ impl LatchKeys {
     pub(crate) fn new(name: &str) -> Self {
         LatchKeys {
             name: name.to_owned(),
-            channel: names::latch_channel(name),
+            channel: layout::latch_channel(name),
         }
     }
 }

@@ -7,13 +7,12 @@
 //! and a timeout key per read level. Each function here picks the kind's script from the
 //! keys.
 
+use crate::layout;
 use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
 
-use super::names::{
-    self, LockKeys, LockKind, FORCE_RELEASE_CHANNEL, RELEASE_MESSAGE, WAKE_ALL_MESSAGE,
-};
+use super::names::{LockKeys, LockKind, RELEASE_MESSAGE, WAKE_ALL_MESSAGE};
 use super::script::{lua_script, ScriptCall};
 use super::Request;
 
@@ -61,10 +60,10 @@ pub(crate) fn acquire(
             .arg(lease_ms)
             .arg(holder)
             .arg(levels_held)
-            .arg(names::read_level_prefix(&keys.name, holder)),
+            .arg(layout::read_level_prefix(&keys.name, holder)),
         LockKind::Write => ScriptCall::new(&WRITE_ACQUIRE, &[&keys.name, &keys.token])
             .arg(lease_ms)
-            .arg(names::writer_field(holder))
+            .arg(layout::writer_field(holder))
             .arg(levels_held),
     }
 }
@@ -129,14 +128,14 @@ pub(crate) fn release(
             .arg(receipt_ms)
             .arg(RELEASE_MESSAGE)
             .arg(levels_left)
-            .arg(names::suffixed(&keys.name, "")),
+            .arg(layout::suffixed(&keys.name, "")),
         LockKind::Write => ScriptCall::new(&WRITE_RELEASE, &[&keys.name, &keys.channel, receipt])
-            .arg(names::writer_field(holder))
+            .arg(layout::writer_field(holder))
             .arg(lease_ms)
             .arg(receipt_ms)
             .arg(WAKE_ALL_MESSAGE)
             .arg(levels_left)
-            .arg(names::suffixed(&keys.name, "")),
+            .arg(layout::suffixed(&keys.name, "")),
     }
 }
 
@@ -167,10 +166,10 @@ pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCal
         LockKind::Read => ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
             .arg(holder)
             .arg(levels_held)
-            .arg(names::read_level_prefix(&keys.name, holder))
+            .arg(layout::read_level_prefix(&keys.name, holder))
             .arg(WAKE_ALL_MESSAGE),
         LockKind::Write => ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
-            .arg(names::writer_field(holder))
+            .arg(layout::writer_field(holder))
             .arg(levels_held)
             .arg("")
             .arg(WAKE_ALL_MESSAGE),
@@ -187,20 +186,20 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
             &[&keys.name, &keys.channel, &keys.token, request.key()],
         )
         .arg(RELEASE_MESSAGE)
-        .arg(FORCE_RELEASE_CHANNEL),
+        .arg(layout::FORCE_RELEASE_CHANNEL),
         LockKind::Fair { .. } => ScriptCall::new(
             &FAIR_FORCE_RELEASE,
             &[&keys.name, &keys.queue, &keys.token, request.key()],
         )
         .arg(RELEASE_MESSAGE)
-        .arg(FORCE_RELEASE_CHANNEL)
+        .arg(layout::FORCE_RELEASE_CHANNEL)
         .arg(&keys.channel),
         LockKind::Read | LockKind::Write => ScriptCall::new(
             &RWLOCK_FORCE_RELEASE,
             &[&keys.name, &keys.channel, &keys.token, request.key()],
         )
         .arg(WAKE_ALL_MESSAGE)
-        .arg(FORCE_RELEASE_CHANNEL),
+        .arg(layout::FORCE_RELEASE_CHANNEL),
     };
     call.arg(request.keep_ms())
 }
@@ -208,7 +207,7 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
 /// The hash field that counts `holder`'s levels in a lock of this kind.
 pub(crate) fn holder_field(keys: &LockKeys, holder: &str) -> String {
     match keys.kind {
-        LockKind::Write => names::writer_field(holder),
+        LockKind::Write => layout::writer_field(holder),
         _ => holder.to_owned(),
     }
 }

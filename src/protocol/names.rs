@@ -1,79 +1,17 @@
-//! Redis key and channel names derived from a lock name, holder ids, and argument checks.
-//!
-//! The naming follows Redisson's layout: a derived name is
-//! `prefix:{name}`, or `prefix:name` when the name already has a `{`, so every key and channel
-//! of one lock lands in the same Redis Cluster slot. Pure functions only; no I/O.
+//! The keys one lock handle uses, computed once from the naming rules of
+//! [`layout`](crate::layout); the watchdog's keys; holder ids and thread numbers; the
+//! force-release notice; argument checks. Pure functions only; no I/O.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-
-/// Prefix of the channel on which releases are announced.
-const CHANNEL_PREFIX: &str = "redisson_lock__channel";
-/// Prefix of the per-name fencing token counter.
-const TOKEN_PREFIX: &str = "redisson_lock_token";
-/// Prefix of the keys that remember the answer of a release for a retry with the same id.
-const UNLOCK_LATCH_PREFIX: &str = "redisson_unlock_latch";
-
-/// Prefix of the key that keeps the highest token a fenced value has seen.
-const FENCE_PREFIX: &str = "redlease_fence";
-
-/// The key that keeps the highest fencing token that wrote the fenced value `key`, in the
-/// same Cluster slot.
-pub(crate) fn fence_key(key: &str) -> String {
-    derived(FENCE_PREFIX, key)
-}
+use crate::layout;
 
 /// The longest lease or watchdog timeout accepted: about 34.8 years. Longer ones are surely
 /// mistakes (and would overflow Redis's absolute expiry time if much longer).
 pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
-
-/// `prefix:{name}`, or `prefix:name` when `name` already carries a hash tag.
-pub(crate) fn derived(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
-    }
-}
-
-/// `{name}:suffix`, or `name:suffix` when `name` already carries a hash tag (Redisson's
-/// `suffixName`): a key of a primitive derived from its name, in the same Cluster slot.
-pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
-    if name.contains('{') {
-        format!("{name}:{suffix}")
-    } else {
-        format!("{{{name}}}:{suffix}")
-    }
-}
-
-/// Prefix of the channel of a count-down latch, to which the name is appended in braces.
-const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
-
-/// The channel of the count-down latch `name`: `redisson_countdownlatch__channel__{name}`,
-/// with no colon and always in braces, even when the name has some (Redisson's own rule for
-/// latches, unlike [`derived`]).
-pub(crate) fn latch_channel(name: &str) -> String {
-    format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
-}
-
-/// The hash field of a read-write lock's writer with holder id `holder`.
-pub(crate) fn writer_field(holder: &str) -> String {
-    format!("{holder}:write")
-}
-
-/// The prefix of the timeout keys of `holder`'s read levels of the read-write lock `name`:
-/// level `n` has the key `<prefix>:<n>`.
-pub(crate) fn read_level_prefix(name: &str, holder: &str) -> String {
-    suffixed(name, &format!("{holder}:rwlock_timeout"))
-}
-
-/// The zset of permit expiries of the permit-expirable semaphore `name`.
-pub(crate) fn permit_timeouts(name: &str) -> String {
-    suffixed(name, "timeout")
-}
 
 /// The watchdog's key for the chain by which `thread` holds the lock `name` (a plain or fair
 /// lock, a write lock, a member of a group lock). Keyed by thread, not by name: a grant that
@@ -91,13 +29,6 @@ pub(crate) fn reader_watch_key(name: &str, thread: u64) -> String {
 pub(crate) fn permit_watch_key(name: &str, id: &str) -> String {
     format!("{name}\0permit\0{id}")
 }
-
-/// Prefix of the channel of a read-write lock, for its readers and its writer.
-const RWLOCK_CHANNEL_PREFIX: &str = "redisson_rwlock";
-/// Prefix of a fair lock's queue of waiters.
-const QUEUE_PREFIX: &str = "redisson_lock_queue";
-/// Prefix of the zset of when each fair-lock waiter's place expires.
-const QUEUE_TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
 
 /// Which of the reentrant locks (one hash per name, a field per holder) a handle is: it
 /// decides the scripts, the channel and the keys.
@@ -131,21 +62,18 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     pub(crate) fn of_kind(name: &str, kind: LockKind) -> Self {
         let (queue, queue_timeouts) = match kind {
-            LockKind::Fair { .. } => (
-                derived(QUEUE_PREFIX, name),
-                derived(QUEUE_TIMEOUT_PREFIX, name),
-            ),
+            LockKind::Fair { .. } => (layout::fair_queue(name), layout::fair_places(name)),
             _ => (String::new(), String::new()),
         };
-        let channel_prefix = match kind {
-            LockKind::Read | LockKind::Write => RWLOCK_CHANNEL_PREFIX,
-            LockKind::Plain | LockKind::Fair { .. } => CHANNEL_PREFIX,
+        let channel = match kind {
+            LockKind::Read | LockKind::Write => layout::rwlock_channel(name),
+            LockKind::Plain | LockKind::Fair { .. } => layout::lock_channel(name),
         };
         LockKeys {
             name: name.to_owned(),
             kind,
-            channel: derived(channel_prefix, name),
-            token: derived(TOKEN_PREFIX, name),
+            channel,
+            token: layout::token_counter(name),
             queue,
             queue_timeouts,
         }
@@ -167,10 +95,7 @@ impl LockKeys {
     /// The key under which the answer of the release with `request_id` is kept: its release
     /// receipt (Redisson's "unlock latch" key).
     pub(crate) fn release_receipt(&self, request_id: &str) -> String {
-        let mut key = derived(UNLOCK_LATCH_PREFIX, &self.name);
-        key.push(':');
-        key.push_str(request_id);
-        key
+        layout::release_receipt(&self.name, request_id)
     }
 }
 
@@ -181,12 +106,6 @@ pub(crate) const RELEASE_MESSAGE: &str = "0";
 /// The message that wakes every waiter on the channel (Redisson's `READ_UNLOCK_MESSAGE`),
 /// published when a write lock is released: all waiting readers may enter.
 pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
-
-/// The channel a force release is announced on, one message per holder of the freed lock:
-/// `<fencing token> <holder id> <lock name>`. Every manager listens to it, so a holder learns
-/// at once that its lock was taken away. (One channel for all names: force releases are rare,
-/// and a channel per held lock would cost every acquisition a subscription.)
-pub(crate) const FORCE_RELEASE_CHANNEL: &str = "redlease_lock__force_release";
 
 /// One force-release notice, as published by `force_release.lua`.
 #[derive(Debug, PartialEq, Eq)]
@@ -284,9 +203,9 @@ mod tests {
 
     #[test]
     fn derived_names_share_the_hash_slot_of_the_lock() {
-        assert_eq!(derived("p", "orders"), "p:{orders}");
-        assert_eq!(derived("p", "{orders}:7"), "p:{orders}:7");
-        assert_eq!(derived("p", "a b ü"), "p:{a b ü}");
+        assert_eq!(layout::derived("p", "orders"), "p:{orders}");
+        assert_eq!(layout::derived("p", "{orders}:7"), "p:{orders}:7");
+        assert_eq!(layout::derived("p", "a b ü"), "p:{a b ü}");
         let keys = LockKeys::of_kind("job", LockKind::Plain);
         assert_eq!(keys.channel, "redisson_lock__channel:{job}");
         assert_eq!(keys.token, "redisson_lock_token:{job}");

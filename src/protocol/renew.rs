@@ -1,10 +1,10 @@
 //! The watchdog's script: renewing the leases of many holds in one call, whatever their kind.
 
+use crate::layout;
 use std::borrow::Cow;
 
 use redis::Value;
 
-use super::names;
 use super::script::{lua_script, ScriptCall};
 use super::semaphore::PermitId;
 
@@ -38,7 +38,7 @@ impl HoldKind {
 /// semaphore's timeout zset. A renewal call's keys, and the slot a renewal is sent to.
 pub(crate) fn hold_key(kind: HoldKind, name: &str) -> Cow<'_, str> {
     match kind {
-        HoldKind::Permit => Cow::Owned(names::permit_timeouts(name)),
+        HoldKind::Permit => Cow::Owned(layout::permit_expiries(name)),
         _ => Cow::Borrowed(name),
     }
 }
@@ -54,8 +54,10 @@ pub(crate) fn renew(lease_ms: u64, holds: &[(HoldKind, &str, &str)]) -> ScriptCa
     for &(kind, name, holder) in holds {
         call = call.arg(kind.code());
         call = match kind {
-            HoldKind::WriteLock => call.arg(names::writer_field(holder)).arg(""),
-            HoldKind::ReadLock => call.arg(holder).arg(names::read_level_prefix(name, holder)),
+            HoldKind::WriteLock => call.arg(layout::writer_field(holder)).arg(""),
+            HoldKind::ReadLock => call
+                .arg(holder)
+                .arg(layout::read_level_prefix(name, holder)),
             HoldKind::Lock => call.arg(holder).arg(""),
             // The zset holds a permit's id as raw bytes; the watchdog knows it by its hex.
             HoldKind::Permit => match PermitId::from_hex(holder) {

@@ -10,10 +10,7 @@
 //! undone: a run of it that reaches the server later changes nothing. The key is in the slot
 //! of the primitive's name. Pure: no I/O.
 
-use super::names;
-
-/// Prefix of the keys that keep a request's answer.
-const REQUEST_PREFIX: &str = "redlease_request";
+use crate::layout;
 
 /// One request of a state-changing call: the key that keeps its answer, and for how long.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,9 +23,7 @@ impl Request {
     /// The request `id` (unique to its client) of a call on the primitive `name`, its answer
     /// kept `keep_ms`.
     pub(crate) fn new(name: &str, id: &str, keep_ms: u64) -> Self {
-        let mut key = names::derived(REQUEST_PREFIX, name);
-        key.push(':');
-        key.push_str(id);
+        let key = layout::request_key(name, id);
         Request { key, keep_ms }
     }
 

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, Value};
 
-use super::names;
 use super::script::{lua_script, ScriptCall};
 use super::Request;
 use crate::error::{Error, Result};
+use crate::layout;
 
 lua_script!(
     TAKE = "semaphore_count.lua" + "request_begin.lua" + "semaphore_take.lua" + "request_end.lua"
@@ -62,9 +62,6 @@ lua_script!(
     PERMIT_AVAILABLE = "semaphore_count.lua" + "permit_reclaim.lua" + "semaphore_available.lua"
 );
 
-/// Prefix of the channel on which a semaphore announces new permits.
-const CHANNEL_PREFIX: &str = "redisson_sc";
-
 /// The largest count a semaphore keeps (`MAX_COUNT` in `semaphore_count.lua`): integers
 /// beyond it are not exact in Lua.
 pub(crate) const MAX_COUNT: u64 = (1 << 53) - 1;
@@ -83,8 +80,8 @@ impl SemaphoreKeys {
     pub(crate) fn new(name: &str) -> Self {
         SemaphoreKeys {
             name: name.to_owned(),
-            channel: names::derived(CHANNEL_PREFIX, name),
-            timeouts: names::permit_timeouts(name),
+            channel: layout::semaphore_channel(name),
+            timeouts: layout::permit_expiries(name),
         }
     }
 

@@ -1611,7 +1611,7 @@ impl RedisServer {
     /// assert!(redis.url().starts_with("rediss://localhost:"));
     /// assert!(redis.command(&["PING"]).unwrap().starts_with("+PONG"));
     /// ```
-        pub fn start_tls(files: &TlsFiles, options: &TlsServerOptions) -> io::Result<Self> {
+    pub fn start_tls(files: &TlsFiles, options: &TlsServerOptions) -> io::Result<Self> {
         let server = RedisServer {
             child: None,
             port: 0,
@@ -1623,7 +1623,7 @@ impl RedisServer {
     }
 
     /// Starts `count` TLS-only servers like [`start_tls`](Self::start_tls), all at once.
-        pub fn start_tls_many(
+    pub fn start_tls_many(
         count: usize,
         files: &TlsFiles,
         options: &TlsServerOptions,

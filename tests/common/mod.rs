@@ -7,8 +7,8 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-pub use redlease_testing::RedisServer;
 use redlease::{LockManager, LostLock};
+pub use redlease_testing::RedisServer;
 
 /// Environment variable that turns a test binary run into a child worker.
 pub const CHILD_ROLE: &str = "REDLEASE_TEST_CHILD_ROLE";

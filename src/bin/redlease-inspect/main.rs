@@ -13,7 +13,6 @@
 mod cli;
 mod connection;
 mod force;
-mod layout;
 mod probe;
 mod render;
 mod scan;

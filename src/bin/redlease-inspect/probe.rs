@@ -13,7 +13,7 @@ use redlease::redis::{self, Connection};
 use serde::Serialize;
 
 use crate::connection::Failure;
-use crate::layout::{self, HolderId};
+use redlease::layout::{self, HolderId};
 
 /// At most this many waiters of a fair lock's queue are read (the rest are only counted).
 const MAX_QUEUE_SHOWN: isize = 1000;

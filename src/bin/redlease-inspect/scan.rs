@@ -10,8 +10,8 @@ use redlease::redis::{self, Connection};
 use serde::Serialize;
 
 use crate::connection::Failure;
-use crate::layout;
 use crate::probe::{self, Holder, Kind};
+use redlease::layout;
 
 #[derive(Debug, Serialize)]
 pub struct Listing {
