@@ -919,7 +919,7 @@ fn every_key_of_a_name_with_a_hash_tag_is_in_the_name_slot() {
     assert!(semaphore.try_acquire(1).unwrap());
     let permits = manager.permit_semaphore(permits_name);
     assert!(permits.try_set_permits(2).unwrap());
-    let permit = permits.acquire().unwrap();
+    let permit = permits.lock().unwrap();
     // A latch's channel wraps its name in braces once more (Redisson's rule), which moves a
     // name with a tag to another slot: the latch works, or is refused in words, never with
     // a raw CROSSSLOT.

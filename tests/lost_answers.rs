@@ -80,9 +80,9 @@ fn a_permit_take_whose_answer_is_lost_takes_one_permit() {
     let manager = manager_through(&proxy);
     let semaphore = manager.permit_semaphore("cut-permits");
     assert!(semaphore.try_set_permits(5).unwrap());
-    drop(semaphore.acquire().unwrap());
+    drop(semaphore.lock().unwrap());
     proxy.cut_next(&["EVALSHA", "cut-permits"]);
-    let permit = semaphore.try_acquire_for(PATIENCE).unwrap().expect("taken");
+    let permit = semaphore.try_lock_for(PATIENCE).unwrap().expect("taken");
     assert_eq!(proxy.cuts(), 1);
     assert_eq!(
         semaphore.available_permits().unwrap(),
@@ -294,19 +294,19 @@ fn a_permit_granted_past_its_lease_is_not_handed_out() {
     let permits = manager.permit_semaphore("late-permit");
     assert!(permits.try_set_permits(1).unwrap());
     permits
-        .try_acquire()
+        .try_lock()
         .unwrap()
         .expect("free")
         .release()
         .unwrap(); // scripts loaded
     proxy.set_latency(Duration::from_millis(400));
     let lease = Duration::from_millis(200);
-    if let Ok(Some(guard)) = permits.try_acquire_for_with_lease(Duration::from_secs(2), lease) {
+    if let Ok(Some(guard)) = permits.try_lock_for_with_lease(Duration::from_secs(2), lease) {
         panic!("a permit handed out past its lease: {:?}", guard.check());
     }
     proxy.set_latency(Duration::ZERO);
     let guard = permits
-        .try_acquire_for_with_lease(PATIENCE, Duration::from_secs(5))
+        .try_lock_for_with_lease(PATIENCE, Duration::from_secs(5))
         .unwrap()
         .expect("the late permits were given back or ran out");
     assert!(!guard.is_lost());

@@ -43,11 +43,11 @@ fn permit_back_after_kill(role: &str, name: &str) -> Duration {
     let mut output = wait_for_line(&mut child, "READY");
     let id = line_with(&mut output, "HELD");
     assert_eq!(id.len(), 32, "{id}");
-    assert!(semaphore.try_acquire().unwrap().is_none());
+    assert!(semaphore.try_lock().unwrap().is_none());
     signal(&child, libc::SIGKILL);
     let killed_at = Instant::now();
     let guard = semaphore
-        .try_acquire_for(PATIENCE)
+        .try_lock_for(PATIENCE)
         .unwrap()
         .expect("the killed holder's permit comes back");
     let back_after = killed_at.elapsed();
@@ -94,8 +94,8 @@ fn holder_process() {
     let manager = manager_for_url(&env("REDLEASE_TEST_URL"), SHORT_WATCHDOG);
     let semaphore = manager.permit_semaphore(&env("REDLEASE_TEST_NAME"));
     let guard = match role.as_str() {
-        "guarded" => semaphore.acquire().unwrap(),
-        "fixed" => semaphore.acquire_with_lease(FIXED_LEASE).unwrap(),
+        "guarded" => semaphore.lock().unwrap(),
+        "fixed" => semaphore.lock_with_lease(FIXED_LEASE).unwrap(),
         _ => return,
     };
     println!("READY");
@@ -111,19 +111,19 @@ fn a_guarded_permit_outlives_its_lease_while_its_guard_lives_and_returns_on_drop
     let rival_manager = manager_for(&redis);
     let semaphore = manager.permit_semaphore("kept");
     assert!(semaphore.try_set_permits(1).unwrap());
-    let guard = semaphore.acquire().unwrap();
+    let guard = semaphore.lock().unwrap();
     let lost = guard.lost_signal();
     assert_eq!(manager.watched_locks(), 1);
     // Three leases long, a rival gets nothing: the watchdog renews the permit.
     let rival = rival_manager.permit_semaphore("kept");
-    assert!(rival.try_acquire_for(SHORT_WATCHDOG * 3).unwrap().is_none());
+    assert!(rival.try_lock_for(SHORT_WATCHDOG * 3).unwrap().is_none());
     assert!(guard.check().is_ok());
     assert!(lost.is_empty());
     assert_eq!(semaphore.available_permits().unwrap(), 0);
     drop(guard);
     assert_eq!(manager.watched_locks(), 0);
     assert_eq!(rival.available_permits().unwrap(), 1);
-    assert!(rival.try_acquire().unwrap().is_some());
+    assert!(rival.try_lock().unwrap().is_some());
     assert_left_nothing(&manager, &redis, "kept");
     assert_left_nothing(&rival_manager, &redis, "kept");
 }
@@ -142,7 +142,7 @@ fn a_fixed_lease_permit_is_told_lost_when_its_lease_ends() {
     let lease = Duration::from_millis(400);
     let taken_at = Instant::now();
     let guard = semaphore
-        .try_acquire_for_with_lease(Duration::ZERO, lease)
+        .try_lock_for_with_lease(Duration::ZERO, lease)
         .unwrap()
         .unwrap();
     let lost = guard.lost_signal();
@@ -171,8 +171,8 @@ fn a_permit_released_by_id_elsewhere_is_told_lost_to_its_guard() {
     let other_manager = manager_for(&redis);
     let semaphore = manager.permit_semaphore("handed");
     semaphore.add_permits(2).unwrap();
-    let guard = semaphore.acquire().unwrap();
-    let kept = semaphore.acquire().unwrap();
+    let guard = semaphore.lock().unwrap();
+    let kept = semaphore.lock().unwrap();
     let lost = guard.lost_signal();
     other_manager
         .permit_semaphore("handed")
@@ -226,7 +226,7 @@ fn a_hand_written_client_of_the_layout_excludes_and_wakes_and_is_excluded_and_wo
     assert!(semaphore.try_set_permits(1).unwrap());
 
     // The library's permit: 16 raw bytes in the zset, the lease by the server's clock.
-    let guard = semaphore.acquire().unwrap();
+    let guard = semaphore.lock().unwrap();
     let mut plain_too = connection(&redis);
     let (time, _): (u64, u64) = redis::cmd("TIME").query(&mut plain_too).unwrap();
     let taken: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
@@ -268,11 +268,11 @@ fn a_hand_written_client_of_the_layout_excludes_and_wakes_and_is_excluded_and_wo
 
     // The hand-written client's permit excludes the library...
     assert!(hand_take(60_000));
-    assert!(semaphore.try_acquire().unwrap().is_none());
+    assert!(semaphore.try_lock().unwrap().is_none());
     // ... and its release wakes the library's waiter.
     std::thread::scope(|scope| {
         let waiter = scope.spawn(|| {
-            let got = semaphore.try_acquire_for(PATIENCE).unwrap();
+            let got = semaphore.try_lock_for(PATIENCE).unwrap();
             (got.map(|guard| guard.release()), Instant::now())
         });
         assert!(eventually(PATIENCE, || manager.subscribed_channels() == 1));
@@ -292,7 +292,7 @@ fn a_hand_written_client_of_the_layout_excludes_and_wakes_and_is_excluded_and_wo
     // waiter when the lease ends, without any message from its holder.
     assert!(hand_take(300));
     let started = Instant::now();
-    let guard = semaphore.try_acquire_for(PATIENCE).unwrap();
+    let guard = semaphore.try_lock_for(PATIENCE).unwrap();
     assert!(guard.is_some(), "the hand-written permit expired");
     assert!(started.elapsed() < Duration::from_secs(2));
     drop(guard);
@@ -311,24 +311,24 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
             "{outcome:?}"
         );
     }
-    invalid(semaphore.acquire_with_lease(Duration::ZERO));
-    invalid(semaphore.acquire_with_lease(Duration::MAX));
-    invalid(semaphore.try_acquire_for(Duration::MAX));
-    match semaphore.try_acquire_for(Duration::MAX) {
+    invalid(semaphore.lock_with_lease(Duration::ZERO));
+    invalid(semaphore.lock_with_lease(Duration::MAX));
+    invalid(semaphore.try_lock_for(Duration::MAX));
+    match semaphore.try_lock_for(Duration::MAX) {
         Err(Error::InvalidArgument(message)) => {
-            assert!(message.contains("try_acquire_for"), "{message}")
+            assert!(message.contains("try_lock_for"), "{message}")
         }
         other => panic!("{other:?}"),
     }
-    invalid(semaphore.try_acquire_until_with_lease(Instant::now(), Duration::ZERO));
-    invalid(semaphore.with_permit_for(Duration::MAX, |_| ()));
-    invalid(semaphore.with_permit_with_lease(Duration::ZERO, |_| ()));
-    invalid(semaphore.try_acquire_for_with_lease(Duration::ZERO, Duration::ZERO));
+    invalid(semaphore.try_lock_until_with_lease(Instant::now(), Duration::ZERO));
+    invalid(semaphore.with_lock_for(Duration::MAX, |_| ()));
+    invalid(semaphore.with_lock_with_lease(Duration::ZERO, |_| ()));
+    invalid(semaphore.try_lock_for_with_lease(Duration::ZERO, Duration::ZERO));
     invalid(semaphore.add_permits(0));
     invalid(semaphore.add_permits(-2));
     invalid(semaphore.release_id("not an id"));
     invalid(semaphore.release_id(&"g".repeat(32)));
-    invalid(manager.permit_semaphore("").try_acquire());
+    invalid(manager.permit_semaphore("").try_lock());
     assert!(matches!(
         semaphore.release_id(&"ab".repeat(16)),
         Err(Error::NotHeld { .. })
@@ -347,8 +347,8 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
                 "{name}: {outcome:?}"
             );
         }
-        wrong(name, other.try_acquire());
-        wrong(name, other.try_acquire_for(Duration::from_millis(10)));
+        wrong(name, other.try_lock());
+        wrong(name, other.try_lock_for(Duration::from_millis(10)));
         wrong(name, other.available_permits());
         wrong(name, other.add_permits(1));
         wrong(name, other.release_id(&"ab".repeat(16)));
@@ -367,10 +367,10 @@ fn redis_down_or_a_manager_shut_down_is_an_error_not_a_hang() {
     let manager = manager(&redis, LONG_WATCHDOG);
     let semaphore = manager.permit_semaphore("gone");
     assert!(semaphore.try_set_permits(1).unwrap());
-    let guard = semaphore.acquire().unwrap();
+    let guard = semaphore.lock().unwrap();
     redis.kill().unwrap();
     let started = Instant::now();
-    let outcome = semaphore.try_acquire_for(Duration::from_secs(2));
+    let outcome = semaphore.try_lock_for(Duration::from_secs(2));
     assert!(
         matches!(outcome, Err(Error::Unreachable(_) | Error::Timeout(_))),
         "{outcome:?}"
@@ -382,7 +382,7 @@ fn redis_down_or_a_manager_shut_down_is_an_error_not_a_hang() {
     ));
     assert_eq!(manager.watched_locks(), 0);
     manager.shutdown();
-    assert!(matches!(semaphore.acquire(), Err(Error::ShutDown)));
+    assert!(matches!(semaphore.lock(), Err(Error::ShutDown)));
 }
 
 /// The permissions the semaphores need, as `ACL SETUSER` rules: the commands the crate sends,
@@ -441,15 +441,15 @@ fn a_user_with_only_the_listed_permissions_uses_both_semaphores() {
 
     let expiring = manager.permit_semaphore("acl:expiring");
     assert!(expiring.try_set_permits(2).unwrap());
-    let kept = expiring.acquire().unwrap();
+    let kept = expiring.lock().unwrap();
     let brief = expiring
-        .acquire_with_lease(Duration::from_millis(200))
+        .lock_with_lease(Duration::from_millis(200))
         .unwrap();
     // The brief permit comes back by itself; the kept one is renewed past its lease.
     let rival = manager_for_url(&url, LONG_WATCHDOG).permit_semaphore("acl:expiring");
-    let back = rival.try_acquire_for(PATIENCE).unwrap().expect("expired");
+    let back = rival.try_lock_for(PATIENCE).unwrap().expect("expired");
     assert!(matches!(brief.release(), Err(Error::NotHeld { .. })));
-    assert!(rival.try_acquire_for(SHORT_WATCHDOG * 2).unwrap().is_none());
+    assert!(rival.try_lock_for(SHORT_WATCHDOG * 2).unwrap().is_none());
     assert!(kept.check().is_ok());
     expiring.release_id(back.permit_id()).unwrap();
     assert!(matches!(back.release(), Err(Error::NotHeld { .. })));
@@ -481,7 +481,7 @@ fn a_take_gives_the_permit_zset_the_expiry_of_the_count_as_redisson_does() {
         .query(&mut plain)
         .unwrap();
     assert_eq!(set, 1);
-    let guard = semaphore.acquire().unwrap();
+    let guard = semaphore.lock().unwrap();
     let (count_ttl, zset_ttl) = (
         pttl(&mut plain, "ttl-copied"),
         pttl(&mut plain, &timeouts_key("ttl-copied")),
@@ -496,7 +496,7 @@ fn a_take_gives_the_permit_zset_the_expiry_of_the_count_as_redisson_does() {
         .query(&mut plain)
         .unwrap();
     assert_eq!(persisted, 1);
-    let second = semaphore.acquire().unwrap();
+    let second = semaphore.lock().unwrap();
     assert_eq!(pttl(&mut plain, "ttl-copied"), -1);
     assert!(pttl(&mut plain, &timeouts_key("ttl-copied")) > 0);
     drop((guard, second));
@@ -514,7 +514,7 @@ fn a_take_gives_the_permit_zset_the_expiry_of_the_count_as_redisson_does() {
         .unwrap();
     // Kept to the end: its release would give the permit back to the expired count.
     let brief = semaphore
-        .acquire_with_lease(Duration::from_millis(100))
+        .lock_with_lease(Duration::from_millis(100))
         .unwrap();
     assert!(eventually(PATIENCE, || !exists(&mut plain, "ttl-gone")));
     assert!(
@@ -535,7 +535,7 @@ fn every_form_of_acquisition_takes_a_permit_and_gives_it_back() {
     let manager = manager(&redis, LONG_WATCHDOG);
     let semaphore = manager.permit_semaphore("forms");
     assert!(semaphore.try_set_permits(1).unwrap());
-    let seen = semaphore.with_permit(|_| semaphore.available_permits().unwrap());
+    let seen = semaphore.with_lock(|_| semaphore.available_permits().unwrap());
     assert_eq!(seen.unwrap(), 0, "held while the work ran");
     assert_eq!(
         semaphore.available_permits().unwrap(),
@@ -543,18 +543,18 @@ fn every_form_of_acquisition_takes_a_permit_and_gives_it_back() {
         "given back after it"
     );
     let lease = Duration::from_secs(60);
-    let ran = semaphore.with_permit_with_lease(lease, |permit| permit.is_lost());
+    let ran = semaphore.with_lock_with_lease(lease, |permit| permit.is_lost());
     assert!(!ran.unwrap());
     let held = semaphore
-        .try_acquire_until_with_lease(Instant::now() + PATIENCE, lease)
+        .try_lock_until_with_lease(Instant::now() + PATIENCE, lease)
         .unwrap()
         .expect("a free permit");
-    let ran = semaphore.with_permit_for(Duration::from_millis(50), |_| ());
+    let ran = semaphore.with_lock_for(Duration::from_millis(50), |_| ());
     assert!(
         ran.unwrap().is_none(),
         "no permit free: the work did not run"
     );
     held.release().unwrap();
-    assert_eq!(semaphore.with_permit_for(PATIENCE, |_| 7).unwrap(), Some(7));
+    assert_eq!(semaphore.with_lock_for(PATIENCE, |_| 7).unwrap(), Some(7));
     assert_left_nothing(&manager, &redis, "forms");
 }

@@ -108,7 +108,7 @@ fn acknowledged_acquisitions_are_on_the_replica() {
     assert!(ask(&replica, &["HGET", "acks:rw", "mode"]).contains("write"));
     let permits = manager.permit_semaphore("acks:permits");
     permits.try_set_permits(1).unwrap();
-    let permit = permits.acquire().unwrap();
+    let permit = permits.lock().unwrap();
     assert!(ask(&replica, &["ZCARD", "{acks:permits}:timeout"]).starts_with(":1"));
     let counted = manager.semaphore("acks:counted");
     counted.try_set_permits(2).unwrap();
@@ -149,7 +149,7 @@ fn without_replica_acks_no_wait_is_sent() {
     guard.unlock().unwrap();
     let permits = manager.permit_semaphore("plain:permits");
     permits.try_set_permits(1).unwrap();
-    permits.acquire().unwrap().release().unwrap();
+    permits.lock().unwrap().release().unwrap();
     manager.fenced_store("plain:store").set(1, "value").unwrap();
     let commands = ask(&redis, &["INFO", "commandstats"]);
     assert!(commands.contains("cmdstat_evalsha:"), "{commands}");
@@ -182,7 +182,7 @@ fn an_acquisition_short_of_acks_is_undone_and_told() {
     let read_write = manager.read_write_lock("acks:rw");
     assert_not_replicated("acks:rw", || read_write.write().lock());
     assert!(!exists(&master, "acks:rw"));
-    assert_not_replicated("acks:permits", || permits.acquire());
+    assert_not_replicated("acks:permits", || permits.lock());
     assert!(ask(&master, &["ZCARD", "{acks:permits}:timeout"]).starts_with(":0"));
     assert_eq!(permits.available_permits().unwrap(), 1);
     assert_not_replicated("acks:counted", || counted.acquire(1));
@@ -198,7 +198,7 @@ fn an_acquisition_short_of_acks_is_undone_and_told() {
     let lock = manager.lock("acks:lock").lock().unwrap();
     let fair = manager.fair_lock("acks:fair").lock().unwrap();
     let write = read_write.write().lock().unwrap();
-    let permit = permits.acquire().unwrap();
+    let permit = permits.lock().unwrap();
     for key in [
         "acks:lock",
         "acks:fair",
@@ -256,7 +256,7 @@ fn a_release_short_of_acks_stands_and_is_counted() {
     let lock = manager.lock("acks:released").lock().unwrap();
     let permits = manager.permit_semaphore("acks:permits");
     permits.try_set_permits(1).unwrap();
-    let permit = permits.acquire().unwrap();
+    let permit = permits.lock().unwrap();
     let counted = manager.semaphore("acks:counted");
     counted.try_set_permits(1).unwrap();
     counted.acquire(1).unwrap();

@@ -5,8 +5,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
-
 use super::Group;
 use crate::client::Release;
 use crate::error::{LostReason, Result};
@@ -31,7 +29,7 @@ pub(super) struct Chain {
     required: usize,
     levels: AtomicU32,
     /// Records the loss of the group (too few members left) for the signals.
-    state: LeaseState,
+    state: Arc<LeaseState>,
     /// The fencing token: the largest of the members' tokens.
     fence: u64,
 }
@@ -55,7 +53,7 @@ impl Chain {
             fixed,
             required,
             levels: AtomicU32::new(1),
-            state: LeaseState::new(Instant::now(), MAX_LEASE, 0),
+            state: Arc::new(LeaseState::new(Instant::now(), MAX_LEASE, 0)),
             fence,
         });
         for hold in chain.members.iter().flatten() {
@@ -143,16 +141,21 @@ pub struct GroupHold {
 }
 
 impl Hold for GroupHold {
+    const GUARD: &'static str = "GroupGuard";
+
+    fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>) {
+        guard.field("held_members", &self.chain.alive());
+        guard.field("required", &self.group.required);
+    }
+
     fn label(&self) -> String {
         self.group.label()
     }
 
-    fn lost(&self) -> Option<LostReason> {
+    /// Lost when too few members are still held, which the chain's own lease records only
+    /// once a member's watchdog told.
+    fn lost_beyond_lease(&self) -> Option<LostReason> {
         self.chain.lost()
-    }
-
-    fn lost_signal(&self) -> Receiver<LostReason> {
-        self.chain.state.signal()
     }
 
     /// The last level of the chain releases every member it still holds.
@@ -176,7 +179,8 @@ impl Hold for GroupHold {
 
 impl Guard<GroupHold> {
     pub(super) fn new(group: Arc<Group>, chain: Arc<Chain>) -> Self {
-        Guard::from_hold(GroupHold { group, chain })
+        let lease = Arc::clone(&chain.state);
+        Guard::from_hold(GroupHold { group, chain }, lease)
     }
 
     /// How many members (servers, or locks of a multi-lock) are still held.
@@ -193,17 +197,5 @@ impl Guard<GroupHold> {
     /// those members.
     pub fn fencing_token(&self) -> u64 {
         self.hold().chain.fence()
-    }
-}
-
-impl std::fmt::Debug for GroupHold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let GroupHold { group, chain } = self;
-        f.debug_struct("GroupGuard")
-            .field("name", &group.label())
-            .field("held_members", &chain.alive())
-            .field("required", &group.required)
-            .field("lost", &chain.lost())
-            .finish()
     }
 }

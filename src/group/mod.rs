@@ -33,19 +33,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use guard::Chain;
 pub use guard::GroupGuard;
+use guard::{Chain, GroupHold};
 
 use crate::call::replication::Acked;
 use crate::client::fanout::{self, Request};
 use crate::error::{Error, LostReason, Result};
-use crate::hold::handle::{Lease, LockHandle, RawAcquire};
+use crate::hold::handle::{Lease, LockHandle, RawAcquire, Terms};
 use crate::lock::Lock;
 use crate::manager::LockManager;
 use crate::protocol::group as group_protocol;
 use crate::protocol::lock as protocol;
 use crate::protocol::names;
-use crate::wait::cancel::CancelToken;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::lease::clock_drift;
 
@@ -234,19 +233,10 @@ impl<K> Clone for RawGroup<K> {
 }
 
 impl<K: GroupKind> RawAcquire for RawGroup<K> {
-    type Guard = GroupGuard;
+    type Hold = GroupHold;
 
-    fn acquire(
-        &self,
-        deadline: Option<Instant>,
-        lease: Lease,
-        cancel: Option<&CancelToken>,
-    ) -> Result<Option<GroupGuard>> {
-        self.group.acquire(deadline, lease, cancel)
-    }
-
-    fn unlock(guard: GroupGuard) -> Result<()> {
-        guard.unlock()
+    fn acquire(&self, terms: Terms<'_>) -> Result<Option<GroupGuard>> {
+        self.group.acquire(terms)
     }
 }
 
@@ -416,12 +406,8 @@ impl Group {
             .is_some_and(|chain| !chain.is_lost())
     }
 
-    fn acquire(
-        self: &Arc<Self>,
-        deadline: Option<Instant>,
-        lease: Lease,
-        cancel: Option<&CancelToken>,
-    ) -> Result<Option<GroupGuard>> {
+    fn acquire(self: &Arc<Self>, terms: Terms<'_>) -> Result<Option<GroupGuard>> {
+        let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
         for member in &self.members {
             member.raw().client().ensure_running()?;
         }

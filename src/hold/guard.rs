@@ -9,11 +9,15 @@
 //! release.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 
 use crate::client::Release;
 use crate::error::{Error, LostReason, Result};
+use crate::watchdog::lease::LeaseState;
+use crate::watchdog::{LevelsLeft, Watchdog};
 
 pub(crate) use hold::Hold;
 
@@ -23,14 +27,45 @@ mod hold {
     /// What a guard holds, as its primitive knows it. (`pub` in a private module: it bounds
     /// the public [`Guard`], and nothing outside the crate can name or implement it.)
     pub trait Hold {
-        /// The name to report in errors and logs.
-        fn label(&self) -> String;
-        /// Why the hold is known to be lost, if it is.
-        fn lost(&self) -> Option<LostReason>;
-        /// A receiver that gets the reason once the loss is recorded.
-        fn lost_signal(&self) -> Receiver<LostReason>;
         /// Releases this level.
         fn release(&self, how: Release) -> Result<()>;
+        /// The name to report in errors and logs.
+        fn label(&self) -> String;
+
+        /// A loss its lease does not record (yet), if any.
+        fn lost_beyond_lease(&self) -> Option<LostReason> {
+            None
+        }
+
+        /// The guard's type name, for `Debug`.
+        const GUARD: &'static str;
+        /// The fields the guard's `Debug` shows beside its name and its loss.
+        fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>);
+    }
+}
+
+/// A level the watchdog keeps: its key there, its lease's state, and its fixed lease if it
+/// has one (else the watchdog renews it).
+pub(crate) struct Watched {
+    pub(crate) key: String,
+    pub(crate) lease: Arc<LeaseState>,
+    pub(crate) fixed_lease: Option<Duration>,
+}
+
+impl Watched {
+    /// The level under `key` in the watchdog, its chain's lease `lease`.
+    pub(crate) fn new(key: String, lease: &Arc<LeaseState>, fixed_lease: Option<Duration>) -> Self {
+        let lease = Arc::clone(lease);
+        Watched {
+            key,
+            lease,
+            fixed_lease,
+        }
+    }
+
+    /// Ends this level in `watchdog`: answers the levels its chain has left.
+    pub(crate) fn unwatch(&self, watchdog: &Watchdog) -> LevelsLeft {
+        watchdog.unwatch(&self.key, &self.lease, self.fixed_lease.is_some())
     }
 }
 
@@ -45,15 +80,18 @@ mod hold {
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct Guard<H: Hold> {
     hold: H,
+    /// The lease of the hold's chain, where its loss is recorded.
+    lease: Arc<LeaseState>,
     released: bool,
     /// `!Send` (the hold belongs to the thread that took it) but `Sync`.
     _thread_bound: PhantomData<std::sync::MutexGuard<'static, ()>>,
 }
 
 impl<H: Hold> Guard<H> {
-    pub(crate) fn from_hold(hold: H) -> Self {
+    pub(crate) fn from_hold(hold: H, lease: Arc<LeaseState>) -> Self {
         Guard {
             hold,
+            lease,
             released: false,
             _thread_bound: PhantomData,
         }
@@ -63,18 +101,23 @@ impl<H: Hold> Guard<H> {
         &self.hold
     }
 
+    /// Why the hold is known to be lost, if it is.
+    pub(crate) fn lost(&self) -> Option<LostReason> {
+        self.lease.lost().or_else(|| self.hold.lost_beyond_lease())
+    }
+
     /// Whether what this guard holds is known to be lost (see [`LostReason`]): a renewal
     /// found another holder or nothing, the lease ran out by the local clock before a
     /// renewal succeeded (or, for a fixed lease, at all), a force release was heard, or (for a
     /// group lock) fewer than the required members are still held. Cheap: no I/O.
     pub fn is_lost(&self) -> bool {
-        self.hold.lost().is_some()
+        self.lost().is_some()
     }
 
     /// `Err(Error::LockLost)` once what this guard holds is known to be lost, else `Ok(())`:
     /// a check for between the steps of a critical section.
     pub fn check(&self) -> Result<()> {
-        match self.hold.lost() {
+        match self.lost() {
             Some(reason) => Err(Error::LockLost {
                 name: self.hold.label(),
                 reason,
@@ -119,7 +162,7 @@ impl<H: Hold> Guard<H> {
     /// # }
     /// ```
     pub fn lost_signal(&self) -> Receiver<LostReason> {
-        self.hold.lost_signal()
+        self.lease.signal()
     }
 
     /// Releases this level now and reports the outcome:
@@ -134,9 +177,12 @@ impl<H: Hold> Guard<H> {
     }
 }
 
-impl<H: Hold + std::fmt::Debug> std::fmt::Debug for Guard<H> {
+impl<H: Hold> std::fmt::Debug for Guard<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.hold.fmt(f)
+        let mut guard = f.debug_struct(H::GUARD);
+        guard.field("name", &self.hold.label());
+        self.hold.debug_fields(&mut guard);
+        guard.field("lost", &self.lost()).finish()
     }
 }
 

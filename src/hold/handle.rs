@@ -1,9 +1,9 @@
-//! The acquisition API, written once: [`LockHandle`] gives every lock that hands out a guard
-//! ([`Lock`](crate::Lock), [`RedLock`](crate::RedLock), [`MultiLock`](crate::MultiLock)) the
-//! same `lock` / `try_lock` / `_for` / `_until` / `_with_lease` / `with_lock` calls, with the
-//! same semantics, over the crate-internal [`RawAcquire`] trait each implements (as
-//! `lock_api` builds `Mutex` over `RawMutex`). The permit semaphore's `acquire` family, the
-//! same set of forms under a semaphore's names, runs on the same [`Acquisition`] steps.
+//! The acquisition API, written once: [`LockHandle`] gives every primitive that hands out a
+//! guard ([`Lock`](crate::Lock), [`RedLock`](crate::RedLock), [`MultiLock`](crate::MultiLock),
+//! [`PermitSemaphore`](crate::PermitSemaphore)) the same `lock` / `try_lock` / `_for` /
+//! `_until` / `_with_lease` / `with_lock` calls, with the same semantics, over the
+//! crate-internal [`RawAcquire`] trait each implements (as `lock_api` builds `Mutex` over
+//! `RawMutex`).
 //!
 //! It may use the wait layer (a wait without deadline, deadlines) and the protocol's lease
 //! checks; it does no I/O of its own.
@@ -12,11 +12,12 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
+use crate::hold::guard::{Guard, Hold};
 use crate::protocol::names;
 use crate::wait;
 use crate::wait::cancel::CancelToken;
 
-pub(crate) use raw::{Lease, RawAcquire};
+pub(crate) use raw::{Lease, RawAcquire, Terms};
 
 mod raw {
     use super::*;
@@ -35,20 +36,21 @@ mod raw {
     /// (`pub` in a private module: it bounds the public handle, and nothing outside the
     /// crate can name or implement it.)
     pub trait RawAcquire: Clone + fmt::Debug {
-        /// The guard of one acquisition.
-        type Guard;
+        /// What its guards hold.
+        type Hold: Hold;
 
-        /// Takes one level, trying until `deadline` (with `None`, until taken or failed;
-        /// `Ok(None)` then means "try again"), with `lease`, the wait ended by `cancel`.
-        fn acquire(
-            &self,
-            deadline: Option<Instant>,
-            lease: Lease,
-            cancel: Option<&CancelToken>,
-        ) -> Result<Option<Self::Guard>>;
+        /// Takes one level on `terms`.
+        fn acquire(&self, terms: Terms<'_>) -> Result<Option<Guard<Self::Hold>>>;
+    }
 
-        /// Releases the level `guard` holds, and reports the outcome.
-        fn unlock(guard: Self::Guard) -> Result<()>;
+    /// The terms of one acquisition: try until `deadline` (with `None`, until taken or
+    /// failed; `Ok(None)` then means "try again"), keep it for `lease`, give up when `cancel`
+    /// is cancelled.
+    #[derive(Clone, Copy)]
+    pub struct Terms<'a> {
+        pub deadline: Option<Instant>,
+        pub lease: Lease,
+        pub cancel: Option<&'a CancelToken>,
     }
 }
 
@@ -78,72 +80,61 @@ impl Lease {
 }
 
 /// The steps every form of acquisition is made of, for a raw primitive and a cancel token.
-pub(crate) struct Acquisition<'a, R> {
+struct Acquisition<'a, R> {
     raw: &'a R,
     cancel: Option<&'a CancelToken>,
 }
 
 impl<'a, R: RawAcquire> Acquisition<'a, R> {
-    pub(crate) fn new(raw: &'a R, cancel: Option<&'a CancelToken>) -> Self {
+    fn new(raw: &'a R, cancel: Option<&'a CancelToken>) -> Self {
         Acquisition { raw, cancel }
     }
 
+    fn terms(&self, deadline: Option<Instant>, lease: Lease) -> Terms<'a> {
+        Terms {
+            deadline,
+            lease,
+            cancel: self.cancel,
+        }
+    }
+
     /// Waits as long as it takes.
-    pub(crate) fn forever(&self, lease: Lease) -> Result<R::Guard> {
-        wait::without_deadline(|| self.raw.acquire(None, lease, self.cancel))
+    fn forever(&self, lease: Lease) -> Result<Guard<R::Hold>> {
+        wait::without_deadline(|| self.raw.acquire(self.terms(None, lease)))
     }
 
     /// Waits until `deadline` at most: `Ok(None)` once it passed. A deadline in the past
     /// tries once.
-    pub(crate) fn until(&self, deadline: Instant, lease: Lease) -> Result<Option<R::Guard>> {
-        self.raw.acquire(Some(deadline), lease, self.cancel)
+    fn until(&self, deadline: Instant, lease: Lease) -> Result<Option<Guard<R::Hold>>> {
+        self.raw.acquire(self.terms(Some(deadline), lease))
     }
 
     /// Waits `wait` at most; `call` names the public call in the error for a wait too long.
-    pub(crate) fn within(
-        &self,
-        wait: Duration,
-        lease: Lease,
-        call: &str,
-    ) -> Result<Option<R::Guard>> {
+    fn within(&self, wait: Duration, lease: Lease, call: &str) -> Result<Option<Guard<R::Hold>>> {
         self.until(wait::deadline_after(wait, call)?, lease)
-    }
-
-    /// Runs `work` with `guard`, then releases it, whose failure (the hold was lost before
-    /// `work` ended) is the answer. When `work` panics, the guard's drop releases it while
-    /// unwinding.
-    pub(crate) fn holding<T>(guard: R::Guard, work: impl FnOnce(&R::Guard) -> T) -> Result<T> {
-        let result = work(&guard);
-        R::unlock(guard)?;
-        Ok(result)
-    }
-
-    /// Runs `work` holding a level taken within `wait`: `Ok(None)`, without running `work`,
-    /// when the wait ran out.
-    pub(crate) fn holding_within<T>(
-        &self,
-        wait: Duration,
-        lease: Lease,
-        call: &str,
-        work: impl FnOnce(&R::Guard) -> T,
-    ) -> Result<Option<T>> {
-        match self.within(wait, lease, call)? {
-            Some(guard) => Self::holding(guard, work).map(Some),
-            None => Ok(None),
-        }
     }
 }
 
+/// Runs `work` with `guard`, then releases it, whose failure (the hold was lost before `work`
+/// ended) is the answer. When `work` panics, the guard's drop releases it while unwinding.
+fn holding<H: Hold, T>(guard: Guard<H>, work: impl FnOnce(&Guard<H>) -> T) -> Result<T> {
+    let result = work(&guard);
+    guard.unlock()?;
+    Ok(result)
+}
+
 /// A handle to a distributed lock: the type behind [`Lock`](crate::Lock),
-/// [`RedLock`](crate::RedLock) and [`MultiLock`](crate::MultiLock), which add their own
-/// methods to the acquisition calls here. Cheap to clone; `Send` and `Sync`.
+/// [`RedLock`](crate::RedLock), [`MultiLock`](crate::MultiLock) and
+/// [`PermitSemaphore`](crate::PermitSemaphore) (a lock that as many holders may hold at once
+/// as it has permits), which add their own methods to the acquisition calls here. Cheap to
+/// clone; `Send` and `Sync`.
 ///
-/// Every acquisition answers a guard that releases one level when dropped. The calls differ
-/// only in how long they wait (`lock`: as long as it takes; `try_lock`: not at all;
-/// `try_lock_for` / `try_lock_until`: until a deadline, then `Ok(None)`) and how long the
-/// lock is kept (the watchdog's renewed lease, or a fixed lease: `_with_lease`). A wait rides
-/// out an outage (Redis unreachable, slow, loading or failing over) up to its deadline, or
-/// without one for up to the manager's
+/// Every acquisition answers a guard that releases one level (or gives its permit back) when
+/// dropped. The calls differ only in how long they wait (`lock`: as long as it takes;
+/// `try_lock`: not at all; `try_lock_for` / `try_lock_until`: until a deadline, then
+/// `Ok(None)`) and how long the lock is kept (the watchdog's renewed lease, or a fixed lease:
+/// `_with_lease`). A wait rides out an outage (Redis unreachable, slow, loading or failing
+/// over) up to its deadline, or without one for up to the manager's
 /// [`outage_grace`](crate::LockManagerBuilder::outage_grace), then fails with the last error.
 #[derive(Clone)]
 pub struct LockHandle<R> {
@@ -178,7 +169,7 @@ impl<R: RawAcquire> LockHandle<R> {
     /// but too few replicas acknowledged it in time
     /// ([`Error::NotReplicated`](crate::Error::NotReplicated): it was given back, and the
     /// wait ends there, as every acquisition of the handle does).
-    pub fn lock(&self) -> Result<R::Guard> {
+    pub fn lock(&self) -> Result<Guard<R::Hold>> {
         self.acquisition().forever(Lease::Watchdog)
     }
 
@@ -188,19 +179,19 @@ impl<R: RawAcquire> LockHandle<R> {
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero or too long
     /// lease; otherwise as [`lock`](LockHandle::lock).
-    pub fn lock_with_lease(&self, lease: Duration) -> Result<R::Guard> {
+    pub fn lock_with_lease(&self, lease: Duration) -> Result<Guard<R::Hold>> {
         self.acquisition().forever(Lease::fixed(lease)?)
     }
 
     /// Takes the lock if it is free (or held by this thread), without waiting: one try (for
     /// a group lock, one round trip to every server).
-    pub fn try_lock(&self) -> Result<Option<R::Guard>> {
+    pub fn try_lock(&self) -> Result<Option<Guard<R::Hold>>> {
         self.acquisition().until(Instant::now(), Lease::Watchdog)
     }
 
     /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when the wait ran out. A zero
     /// `wait` tries once.
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<R::Guard>> {
+    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<Guard<R::Hold>>> {
         self.acquisition()
             .within(wait, Lease::Watchdog, "try_lock_for")
     }
@@ -210,7 +201,7 @@ impl<R: RawAcquire> LockHandle<R> {
         &self,
         wait: Duration,
         lease: Duration,
-    ) -> Result<Option<R::Guard>> {
+    ) -> Result<Option<Guard<R::Hold>>> {
         let lease = Lease::fixed(lease)?;
         self.acquisition()
             .within(wait, lease, "try_lock_for_with_lease")
@@ -218,7 +209,7 @@ impl<R: RawAcquire> LockHandle<R> {
 
     /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
     /// deadline in the past tries once.
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<R::Guard>> {
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<Guard<R::Hold>>> {
         self.acquisition().until(deadline, Lease::Watchdog)
     }
 
@@ -228,7 +219,7 @@ impl<R: RawAcquire> LockHandle<R> {
         &self,
         deadline: Instant,
         lease: Duration,
-    ) -> Result<Option<R::Guard>> {
+    ) -> Result<Option<Guard<R::Hold>>> {
         self.acquisition().until(deadline, Lease::fixed(lease)?)
     }
 
@@ -251,8 +242,8 @@ impl<R: RawAcquire> LockHandle<R> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn with_lock<T>(&self, work: impl FnOnce(&R::Guard) -> T) -> Result<T> {
-        Acquisition::<R>::holding(self.lock()?, work)
+    pub fn with_lock<T>(&self, work: impl FnOnce(&Guard<R::Hold>) -> T) -> Result<T> {
+        holding(self.lock()?, work)
     }
 
     /// Like [`with_lock`](LockHandle::with_lock), waiting at most `wait`: `Ok(None)`, without
@@ -260,19 +251,24 @@ impl<R: RawAcquire> LockHandle<R> {
     pub fn with_lock_for<T>(
         &self,
         wait: Duration,
-        work: impl FnOnce(&R::Guard) -> T,
+        work: impl FnOnce(&Guard<R::Hold>) -> T,
     ) -> Result<Option<T>> {
-        self.acquisition()
-            .holding_within(wait, Lease::Watchdog, "with_lock_for", work)
+        match self
+            .acquisition()
+            .within(wait, Lease::Watchdog, "with_lock_for")?
+        {
+            Some(guard) => holding(guard, work).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Like [`with_lock`](LockHandle::with_lock), with a fixed `lease` and no watchdog.
     pub fn with_lock_with_lease<T>(
         &self,
         lease: Duration,
-        work: impl FnOnce(&R::Guard) -> T,
+        work: impl FnOnce(&Guard<R::Hold>) -> T,
     ) -> Result<T> {
-        Acquisition::<R>::holding(self.lock_with_lease(lease)?, work)
+        holding(self.lock_with_lease(lease)?, work)
     }
 
     /// This handle, with its waits (and those of its clones) ended by `token`: once it is

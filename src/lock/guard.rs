@@ -1,15 +1,9 @@
 //! [`LockGuard`]: one held level of a [`Lock`], released when dropped.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use crossbeam_channel::Receiver;
-
 use super::Lock;
 use crate::client::Release;
-use crate::error::{LostReason, Result};
-use crate::hold::guard::{Guard, Hold};
-use crate::watchdog::lease::LeaseState;
+use crate::error::Result;
+use crate::hold::guard::{Guard, Hold, Watched};
 
 /// One held level of a [`Lock`], taken by the current thread: a [`Guard`] (with its
 /// `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its fencing token and
@@ -45,60 +39,35 @@ pub type LockGuard = Guard<LockHold>;
 
 /// What a [`LockGuard`] holds (`pub` in a private module: it names the guard's type).
 pub struct LockHold {
-    lock: Lock,
+    pub(super) lock: Lock,
     /// The holder id of the acquisition chain.
-    holder: String,
-    /// `None` when the watchdog renews this level.
-    fixed_lease: Option<Duration>,
-    token: u64,
+    pub(super) holder: String,
+    pub(super) token: u64,
     /// How many replicas acknowledged this level's acquisition, when asked.
-    acknowledged: Option<u32>,
-    lease: Arc<LeaseState>,
+    pub(super) acknowledged: Option<u32>,
+    pub(super) watched: Watched,
 }
 
 impl Hold for LockHold {
-    fn label(&self) -> String {
-        self.lock.name().to_owned()
-    }
+    const GUARD: &'static str = "LockGuard";
 
-    fn lost(&self) -> Option<LostReason> {
-        self.lease.lost()
-    }
-
-    fn lost_signal(&self) -> Receiver<LostReason> {
-        self.lease.signal()
+    fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>) {
+        guard.field("holder", &self.holder);
+        guard.field("fencing_token", &self.token);
     }
 
     fn release(&self, how: Release) -> Result<()> {
-        // A guard is not `Send`: it is released on the thread that took it.
         let lock = self.lock.raw();
-        let watch_key = lock.watch_key(crate::protocol::names::thread_number());
-        let left =
-            lock.client()
-                .watchdog()
-                .unwatch(&watch_key, &self.lease, self.fixed_lease.is_some());
-        lock.release(&self.holder, left, self.fixed_lease, how)
+        let left = self.watched.unwatch(lock.client().watchdog());
+        lock.release(&self.holder, left, self.watched.fixed_lease, how)
+    }
+
+    fn label(&self) -> String {
+        self.lock.name().to_owned()
     }
 }
 
 impl Guard<LockHold> {
-    pub(super) fn new(
-        lock: Lock,
-        holder: String,
-        fixed_lease: Option<Duration>,
-        (token, acknowledged): (u64, Option<u32>),
-        lease: Arc<LeaseState>,
-    ) -> Self {
-        Guard::from_hold(LockHold {
-            lock,
-            holder,
-            fixed_lease,
-            token,
-            acknowledged,
-            lease,
-        })
-    }
-
     /// The lock this guard holds.
     pub fn lock(&self) -> &Lock {
         &self.hold().lock
@@ -143,17 +112,5 @@ impl Guard<LockHold> {
     /// ```
     pub fn holder_id(&self) -> &str {
         &self.hold().holder
-    }
-}
-
-impl std::fmt::Debug for LockHold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hold = self;
-        f.debug_struct("LockGuard")
-            .field("name", &hold.lock.name())
-            .field("holder", &hold.holder)
-            .field("fencing_token", &hold.token)
-            .field("lost", &hold.lease.lost())
-            .finish()
     }
 }

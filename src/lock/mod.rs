@@ -20,11 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
+use guard::LockHold;
 
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
-use crate::hold::handle::{Lease, LockHandle, RawAcquire};
+use crate::hold::guard::{Guard, Watched};
+use crate::hold::handle::{Lease, LockHandle, RawAcquire, Terms};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
@@ -84,19 +86,10 @@ struct Granted {
 }
 
 impl RawAcquire for RawLock {
-    type Guard = LockGuard;
+    type Hold = LockHold;
 
-    fn acquire(
-        &self,
-        deadline: Option<Instant>,
-        lease: Lease,
-        cancel: Option<&CancelToken>,
-    ) -> Result<Option<LockGuard>> {
-        self.acquire_level(deadline, lease, cancel)
-    }
-
-    fn unlock(guard: LockGuard) -> Result<()> {
-        guard.unlock()
+    fn acquire(&self, terms: Terms<'_>) -> Result<Option<LockGuard>> {
+        self.acquire_level(terms)
     }
 }
 
@@ -261,12 +254,8 @@ impl RawLock {
     /// Tries until `deadline` (forever with `None`), in the shared wait loop: subscribed to
     /// the release channel after the first failed attempt and before the next, sleeping until
     /// a release wakes this thread or the holder's lease runs out.
-    fn acquire_level(
-        &self,
-        deadline: Option<Instant>,
-        lease: Lease,
-        cancel: Option<&CancelToken>,
-    ) -> Result<Option<LockGuard>> {
+    fn acquire_level(&self, terms: Terms<'_>) -> Result<Option<LockGuard>> {
+        let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
         self.client.ensure_running()?;
         self.keys()?;
         let thread = names::thread_number();
@@ -474,8 +463,9 @@ impl RawLock {
             return None;
         }
         let thread = names::thread_number();
+        let watch_key = self.watch_key(thread);
         let holding = Holding {
-            key: &self.watch_key(thread),
+            key: &watch_key,
             name: &self.keys.name,
             holder: &holder,
             kind: self.hold_kind(),
@@ -485,13 +475,14 @@ impl RawLock {
             self.client
                 .watchdog()
                 .watch(holding, Grant { token, joins }, sent_at, fixed_lease)?;
-        Some(LockGuard::new(
-            LockHandle::from_raw(self.clone(), cancel.cloned()),
+        let hold = LockHold {
+            lock: LockHandle::from_raw(self.clone(), cancel.cloned()),
             holder,
-            fixed_lease,
-            (token, acknowledged),
-            state,
-        ))
+            token,
+            acknowledged,
+            watched: Watched::new(watch_key, &state, fixed_lease),
+        };
+        Some(Guard::from_hold(hold, state))
     }
 
     /// Takes back the hold of a chain this process has given up, and its place in a fair

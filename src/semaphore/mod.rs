@@ -71,11 +71,6 @@ impl Semaphore {
         }
     }
 
-    /// The token that ends this handle's waits, if any.
-    pub(crate) fn cancel_token(&self) -> Option<&CancelToken> {
-        self.cancel.as_ref()
-    }
-
     /// This handle, with its waits (and those of its clones) ended by `token`: once it is
     /// cancelled, they return [`Error::Cancelled`] promptly, leaving no subscription behind.
     pub fn with_cancel(&self, token: &CancelToken) -> Semaphore {

@@ -16,7 +16,10 @@ use parking_lot::Mutex;
 
 use crate::error::LostReason;
 
-pub(crate) struct LeaseState {
+/// One chain's lease as this process knows it: its deadline, whether (and why) it is lost,
+/// and the signals to fire then. (`pub` in a crate-private module: the guards'
+/// crate-internal `Hold` trait names it.)
+pub struct LeaseState {
     lost: OnceLock<LostReason>,
     /// The fencing token of the chain's first acquisition.
     token: u64,

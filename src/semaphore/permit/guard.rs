@@ -1,16 +1,10 @@
 //! [`PermitGuard`]: one permit of a [`PermitSemaphore`], given back when dropped.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use crossbeam_channel::Receiver;
-
 use super::PermitSemaphore;
 use crate::client::Release;
-use crate::error::{LostReason, Result};
-use crate::hold::guard::{Guard, Hold};
+use crate::error::Result;
+use crate::hold::guard::{Guard, Hold, Watched};
 use crate::protocol::semaphore::PermitId;
-use crate::watchdog::lease::LeaseState;
 
 /// One permit of a [`PermitSemaphore`], taken by the current thread: a [`Guard`] (with its
 /// `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its permit id.
@@ -32,7 +26,7 @@ use crate::watchdog::lease::LeaseState;
 /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
 /// let uploads = manager.permit_semaphore("uploads");
 /// uploads.add_permits(3)?;
-/// let permit = uploads.acquire()?;
+/// let permit = uploads.lock()?;
 /// assert_eq!(uploads.available_permits()?, 2);
 /// permit.check()?; // Err(Error::LockLost { .. }) once the permit is known to be lost
 /// permit.release()?;
@@ -44,56 +38,33 @@ pub type PermitGuard = Guard<PermitHold>;
 
 /// What a [`PermitGuard`] holds (`pub` in a private module: it names the guard's type).
 pub struct PermitHold {
-    semaphore: PermitSemaphore,
-    id: PermitId,
+    pub(super) semaphore: PermitSemaphore,
+    pub(super) id: PermitId,
     /// The id as users and the watchdog know it.
-    hex: String,
-    /// The permit's key in the watchdog.
-    watch_key: String,
-    /// `None` when the watchdog renews the lease.
-    fixed_lease: Option<Duration>,
-    lease: Arc<LeaseState>,
+    pub(super) hex: String,
+    pub(super) watched: Watched,
 }
 
 impl Hold for PermitHold {
-    fn label(&self) -> String {
-        self.semaphore.name().to_owned()
-    }
+    const GUARD: &'static str = "PermitGuard";
 
-    fn lost(&self) -> Option<LostReason> {
-        self.lease.lost()
-    }
-
-    fn lost_signal(&self) -> Receiver<LostReason> {
-        self.lease.signal()
+    fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>) {
+        guard.field("permit_id", &self.hex);
+        guard.field("fixed_lease", &self.watched.fixed_lease);
     }
 
     fn release(&self, how: Release) -> Result<()> {
-        let watchdog = self.semaphore.semaphore.client().watchdog();
-        watchdog.unwatch(&self.watch_key, &self.lease, self.fixed_lease.is_some());
-        self.semaphore.release(&self.id, how)
+        let raw = self.semaphore.raw();
+        self.watched.unwatch(raw.semaphore.client().watchdog());
+        raw.release(&self.id, how)
+    }
+
+    fn label(&self) -> String {
+        self.semaphore.name().to_owned()
     }
 }
 
 impl Guard<PermitHold> {
-    pub(super) fn new(
-        semaphore: PermitSemaphore,
-        id: PermitId,
-        hex: String,
-        watch_key: String,
-        fixed_lease: Option<Duration>,
-        lease: Arc<LeaseState>,
-    ) -> Self {
-        Guard::from_hold(PermitHold {
-            semaphore,
-            id,
-            hex,
-            watch_key,
-            fixed_lease,
-            lease,
-        })
-    }
-
     /// The semaphore this permit belongs to.
     pub fn semaphore(&self) -> &PermitSemaphore {
         &self.hold().semaphore
@@ -113,17 +84,5 @@ impl Guard<PermitHold> {
     /// The same as [`unlock`](Guard::unlock), under a semaphore's word.
     pub fn release(self) -> Result<()> {
         self.unlock()
-    }
-}
-
-impl std::fmt::Debug for PermitHold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hold = self;
-        f.debug_struct("PermitGuard")
-            .field("name", &hold.semaphore.name())
-            .field("permit_id", &hold.hex)
-            .field("fixed_lease", &hold.fixed_lease)
-            .field("lost", &hold.lease.lost())
-            .finish()
     }
 }

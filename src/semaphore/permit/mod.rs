@@ -19,11 +19,13 @@ mod guard;
 use std::time::{Duration, Instant};
 
 pub use guard::PermitGuard;
+use guard::PermitHold;
 
 use crate::call::replication::Acked;
 use crate::client::{Release, Undoing};
 use crate::error::{Error, Result};
-use crate::hold::handle::{Acquisition, Lease, RawAcquire};
+use crate::hold::guard::{Guard, Watched};
+use crate::hold::handle::{LockHandle, RawAcquire, Terms};
 use crate::protocol::names;
 use crate::protocol::renew::HoldKind;
 use crate::protocol::semaphore::{self as protocol, PermitId, PermitTaken};
@@ -38,9 +40,9 @@ use crate::watchdog::{Grant, Holding};
 /// clone; `Send` and `Sync`.
 ///
 /// Taking a permit returns a [`PermitGuard`] that gives it back when dropped. Taken without a
-/// lease ([`acquire`](PermitSemaphore::acquire)), the permit gets the watchdog timeout as its
+/// lease ([`lock`](LockHandle::lock)), the permit gets the watchdog timeout as its
 /// lease and is renewed while its guard lives; taken with one
-/// ([`acquire_with_lease`](PermitSemaphore::acquire_with_lease)), it comes back when the lease
+/// ([`lock_with_lease`](LockHandle::lock_with_lease)), it comes back when the lease
 /// runs out, guard or not. Either way a holder that dies gives its permit back within its
 /// lease. The permits available are set as for a [`Semaphore`]
 /// ([`try_set_permits`](PermitSemaphore::try_set_permits),
@@ -54,14 +56,14 @@ use crate::watchdog::{Grant, Holding};
 ///
 /// let workers = manager.permit_semaphore("render-workers");
 /// workers.try_set_permits(1)?;
-/// let permit = workers.acquire()?; // renewed by the watchdog while it lives
-/// assert!(workers.try_acquire()?.is_none());
+/// let permit = workers.lock()?; // renewed by the watchdog while it lives
+/// assert!(workers.try_lock()?.is_none());
 /// println!("rendering under permit {}", permit.permit_id());
 /// drop(permit);
 ///
 /// // A permit with a fixed lease comes back when the lease runs out, guard or not.
-/// let short = workers.acquire_with_lease(Duration::from_millis(100))?;
-/// let next = workers.try_acquire_for(Duration::from_secs(5))?;
+/// let short = workers.lock_with_lease(Duration::from_millis(100))?;
+/// let next = workers.try_lock_for(Duration::from_secs(5))?;
 /// assert!(next.is_some() && short.is_lost());
 /// # Ok(())
 /// # }
@@ -88,128 +90,28 @@ use crate::watchdog::{Grant, Holding};
 /// `updateLeaseTime` on a watchdog-kept `redlease` permit lasts until the next renewal, at
 /// most a third of the watchdog timeout. Like Redisson's acquire, a take copies a TTL on the
 /// count onto the zset.
+///
+/// The acquisition calls (`lock`, `try_lock`, `try_lock_for`, `with_lock`, ...) are
+/// [`LockHandle`]'s, shared with the locks: a permit semaphore is a lock that as many holders
+/// may hold at once as it has permits. The rest is the semaphore's own.
+pub type PermitSemaphore = LockHandle<RawPermits>;
+
+/// The permits behind a [`PermitSemaphore`] handle (`pub` in a private module: it names the
+/// handle's type, and has nothing to call from outside the crate).
 #[derive(Clone)]
-pub struct PermitSemaphore {
+pub struct RawPermits {
     /// The count, and the client it runs calls and waits through.
     semaphore: Semaphore,
 }
 
 impl PermitSemaphore {
     pub(crate) fn new(semaphore: Semaphore) -> Self {
-        PermitSemaphore { semaphore }
+        LockHandle::from_raw(RawPermits { semaphore }, None)
     }
 
     /// The semaphore name: the Redis key of its count.
     pub fn name(&self) -> &str {
-        self.semaphore.name()
-    }
-
-    /// Takes a permit, waiting as long as it takes; the watchdog keeps it while the guard
-    /// lives.
-    ///
-    /// Fails only when Redis cannot be reached (past the outage grace) or answers an error,
-    /// or the manager is shut down; with
-    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when a permit was
-    /// taken but too few replicas acknowledged it in time ([`Error::NotReplicated`]: it was
-    /// given back).
-    pub fn acquire(&self) -> Result<PermitGuard> {
-        self.acquisition().forever(Lease::Watchdog)
-    }
-
-    /// Takes a permit for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
-    /// comes back after `lease` even if the guard still lives.
-    pub fn acquire_with_lease(&self, lease: Duration) -> Result<PermitGuard> {
-        self.acquisition().forever(Lease::fixed(lease)?)
-    }
-
-    /// Takes a permit if one is available now, without waiting.
-    pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
-        self.acquisition().until(Instant::now(), Lease::Watchdog)
-    }
-
-    /// Takes a permit, waiting at most `wait` for one; `Ok(None)` when the wait ran out. A
-    /// zero `wait` tries once.
-    pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
-        self.acquisition()
-            .within(wait, Lease::Watchdog, "try_acquire_for")
-    }
-
-    /// Like [`try_acquire_for`](PermitSemaphore::try_acquire_for), with a fixed `lease` and no
-    /// watchdog.
-    pub fn try_acquire_for_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<PermitGuard>> {
-        let lease = Lease::fixed(lease)?;
-        self.acquisition()
-            .within(wait, lease, "try_acquire_for_with_lease")
-    }
-
-    /// Takes a permit, waiting until `deadline` at most; `Ok(None)` when it passed. A deadline
-    /// in the past tries once.
-    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
-        self.acquisition().until(deadline, Lease::Watchdog)
-    }
-
-    /// Like [`try_acquire_until`](PermitSemaphore::try_acquire_until), with a fixed `lease`
-    /// and no watchdog.
-    pub fn try_acquire_until_with_lease(
-        &self,
-        deadline: Instant,
-        lease: Duration,
-    ) -> Result<Option<PermitGuard>> {
-        self.acquisition().until(deadline, Lease::fixed(lease)?)
-    }
-
-    /// Runs `work` holding a permit, taken as by [`acquire`](PermitSemaphore::acquire), and
-    /// gives it back on every way out, a panic included. Answers what `work` returned, or the
-    /// error of the release when it failed (the permit was lost before `work` ended).
-    ///
-    /// ```
-    /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
-    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
-    /// let renders = manager.permit_semaphore("renders");
-    /// renders.try_set_permits(2)?;
-    /// let id = renders.with_permit(|permit| permit.permit_id().to_owned())?;
-    /// assert_eq!(id.len(), 32);
-    /// assert_eq!(renders.available_permits()?, 2);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn with_permit<T>(&self, work: impl FnOnce(&PermitGuard) -> T) -> Result<T> {
-        Acquisition::<Self>::holding(self.acquire()?, work)
-    }
-
-    /// Like [`with_permit`](PermitSemaphore::with_permit), waiting at most `wait`:
-    /// `Ok(None)`, without running `work`, when the wait ran out.
-    pub fn with_permit_for<T>(
-        &self,
-        wait: Duration,
-        work: impl FnOnce(&PermitGuard) -> T,
-    ) -> Result<Option<T>> {
-        self.acquisition()
-            .holding_within(wait, Lease::Watchdog, "with_permit_for", work)
-    }
-
-    /// Like [`with_permit`](PermitSemaphore::with_permit), with a fixed `lease` and no
-    /// watchdog.
-    pub fn with_permit_with_lease<T>(
-        &self,
-        lease: Duration,
-        work: impl FnOnce(&PermitGuard) -> T,
-    ) -> Result<T> {
-        Acquisition::<Self>::holding(self.acquire_with_lease(lease)?, work)
-    }
-
-    /// This handle, with its waits (and those of its clones) ended by `token`: once it is
-    /// cancelled, they return [`Error::Cancelled`](crate::Error::Cancelled) promptly, leaving
-    /// no subscription behind.
-    pub fn with_cancel(&self, token: &CancelToken) -> PermitSemaphore {
-        PermitSemaphore {
-            semaphore: self.semaphore.with_cancel(token),
-        }
+        self.raw().name()
     }
 
     /// Gives back the permit with this id (its [`PermitGuard::permit_id`]), whoever took it:
@@ -225,42 +127,45 @@ impl PermitSemaphore {
         let permit = PermitId::from_hex(id).ok_or_else(|| {
             Error::InvalidArgument(format!("{id:?} is not a permit id (32 hex digits)"))
         })?;
-        self.release(&permit, Release::Waited)
+        self.raw().release(&permit, Release::Waited)
     }
 
     /// How many permits are available now, after giving back those whose lease ran out (a
     /// count another client drove below zero reads as 0).
     pub fn available_permits(&self) -> Result<u64> {
-        let keys = self.semaphore.keys()?;
-        let count: i64 = self.semaphore.run(&protocol::available_reclaiming(keys))?;
+        let keys = self.raw().semaphore.keys()?;
+        let count: i64 = self
+            .raw()
+            .semaphore
+            .run(&protocol::available_reclaiming(keys))?;
         Ok(count.max(0) as u64)
     }
 
     /// Sets the number of permits available if the semaphore does not exist yet, and wakes
     /// its waiters; answers whether it was set. As [`Semaphore::try_set_permits`].
     pub fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        self.semaphore.try_set_permits(permits)
+        self.raw().semaphore.try_set_permits(permits)
     }
 
     /// Adds `change` permits (a negative change takes available ones away), after giving
     /// back those whose lease ran out, and answers how many are available now. As
     /// [`Semaphore::add_permits`].
     pub fn add_permits(&self, change: i64) -> Result<u64> {
-        self.semaphore.change(protocol::add_reclaiming, change)
+        self.raw()
+            .semaphore
+            .change(protocol::add_reclaiming, change)
     }
+}
 
-    fn acquisition(&self) -> Acquisition<'_, Self> {
-        Acquisition::new(self, self.semaphore.cancel_token())
+impl RawPermits {
+    fn name(&self) -> &str {
+        self.semaphore.name()
     }
 
     /// Tries until `deadline` (forever with `None`) in the semaphore's wait loop, sleeping
     /// until a message or the end of the first lease of a permit taken.
-    fn acquire_until(
-        &self,
-        deadline: Option<Instant>,
-        lease: Lease,
-        cancel: Option<&CancelToken>,
-    ) -> Result<Option<PermitGuard>> {
+    fn acquire_until(&self, terms: Terms<'_>) -> Result<Option<PermitGuard>> {
+        let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
         let client = self.semaphore.client();
         let lease_ms = lease.millis_or(client.watchdog_timeout_ms());
         let fixed_lease = lease.fixed_duration();
@@ -268,7 +173,7 @@ impl PermitSemaphore {
             let id = PermitId::random();
             let sent_at = Instant::now();
             Ok(match self.attempt(&id, lease_ms)? {
-                PermitTaken::Taken => match self.guard(id, fixed_lease, sent_at) {
+                PermitTaken::Taken => match self.guard(id, fixed_lease, sent_at, cancel) {
                     Some(guard) => Attempt::Taken(guard),
                     None => Attempt::Again,
                 },
@@ -342,11 +247,15 @@ impl PermitSemaphore {
         );
     }
 
+    /// The guard of the permit `id`, taken by a request sent at `sent_at`; `None` (the permit
+    /// given back) when the grant came after its lease ran out by the local clock. The guard's
+    /// handle has the acquisition's `cancel`.
     fn guard(
         &self,
         id: PermitId,
         fixed_lease: Option<Duration>,
         sent_at: Instant,
+        cancel: Option<&CancelToken>,
     ) -> Option<PermitGuard> {
         let hex = id.to_hex();
         let watch_key = names::permit_watch_key(self.name(), &hex);
@@ -371,14 +280,15 @@ impl PermitSemaphore {
             .then(|| watchdog.watch(holding, grant, sent_at, fixed_lease))
             .flatten()
         {
-            Some((lease, _)) => Some(PermitGuard::new(
-                self.clone(),
-                id,
-                hex,
-                watch_key,
-                fixed_lease,
-                lease,
-            )),
+            Some((lease, _)) => {
+                let hold = PermitHold {
+                    semaphore: LockHandle::from_raw(self.clone(), cancel.cloned()),
+                    id,
+                    hex,
+                    watched: Watched::new(watch_key, &lease, fixed_lease),
+                };
+                Some(Guard::from_hold(hold, lease))
+            }
             None => {
                 // Too late, or (for a level joining a chain, never here) refused: give the
                 // permit back.
@@ -416,24 +326,15 @@ impl PermitSemaphore {
     }
 }
 
-impl RawAcquire for PermitSemaphore {
-    type Guard = PermitGuard;
+impl RawAcquire for RawPermits {
+    type Hold = PermitHold;
 
-    fn acquire(
-        &self,
-        deadline: Option<Instant>,
-        lease: Lease,
-        cancel: Option<&CancelToken>,
-    ) -> Result<Option<PermitGuard>> {
-        self.acquire_until(deadline, lease, cancel)
-    }
-
-    fn unlock(guard: PermitGuard) -> Result<()> {
-        guard.unlock()
+    fn acquire(&self, terms: Terms<'_>) -> Result<Option<PermitGuard>> {
+        self.acquire_until(terms)
     }
 }
 
-impl std::fmt::Debug for PermitSemaphore {
+impl std::fmt::Debug for RawPermits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PermitSemaphore")
             .field("name", &self.name())
