@@ -414,35 +414,54 @@ impl RedisServer {
             })?;
         let deadline = Instant::now() + STARTUP_DEADLINE;
         loop {
-            if let Some(status) = child.try_wait()? {
-                return Err(io::Error::other(format!("redis-server exited: {status}")));
-            }
-            if self.answers_ping() {
-                // A port taken between our choice and the server's bind answers too, from
-                // someone else's server (ours then exits): only our own process will do.
-                if self.process_id() == Some(child.id()) {
+            // A port taken between our choice and the server's bind answers too, from someone
+            // else's server (ours then exits): only our own process will do.
+            let exited = child.try_wait()?;
+            let failed = match (exited, self.who_answers(&child)) {
+                (None, Answerer::Us) => {
                     self.child = Some(child);
                     return Ok(());
                 }
-                if child.try_wait()?.is_some() || Instant::now() >= deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(io::Error::new(
-                        io::ErrorKind::AddrInUse,
-                        format!("port {} answers for another process", self.port),
-                    ));
+                (Some(_), Answerer::Us | Answerer::Someone) => Some(self.taken()),
+                (Some(status), Answerer::Nobody) => {
+                    Some(io::Error::other(format!("redis-server exited: {status}")))
                 }
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(io::Error::new(
+                // Ours is still starting, or about to find the port taken.
+                (None, Answerer::Someone) if Instant::now() >= deadline => Some(self.taken()),
+                (None, _) if Instant::now() >= deadline => Some(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "redis-server did not answer PING",
-                ));
+                )),
+                (None, _) => None,
+            };
+            if let Some(err) = failed {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(err);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Who answers `PING` on this port: our `child` (or a process it started: a wrapper
+    /// script), someone else's server, or nobody. A server whose `INFO` names no process id
+    /// is taken for ours, as nothing tells otherwise.
+    fn who_answers(&self, child: &Child) -> Answerer {
+        if !self.answers_ping() {
+            return Answerer::Nobody;
+        }
+        match self.process_id() {
+            Some(pid) if !descends_from(pid, child.id()) => Answerer::Someone,
+            _ => Answerer::Us,
+        }
+    }
+
+    /// The error of a start whose port another process holds.
+    fn taken(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("port {} answers for another process", self.port),
+        )
     }
 
     /// Where the server listens: the plaintext port, or for TLS only the TLS port.
@@ -508,6 +527,37 @@ pub fn url_or_throwaway(url: Option<String>) -> io::Result<(String, Option<Redis
             Ok((server.url(), Some(server)))
         }
     }
+}
+
+/// Who answers on a server's port.
+enum Answerer {
+    Us,
+    Someone,
+    Nobody,
+}
+
+/// Whether process `pid` is `ancestor` or one of its descendants (a few generations, by the
+/// parent ids in `/proc`; without `/proc`, only `pid == ancestor` tells).
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut current = pid;
+    for _ in 0..8 {
+        if current == ancestor {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{current}/stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid ...`: the command may hold spaces and parentheses.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse().ok());
+        match parent {
+            Some(parent) if parent > 1 => current = parent,
+            _ => return false,
+        }
+    }
+    false
 }
 
 fn free_port() -> io::Result<u16> {
