@@ -19,28 +19,30 @@ use crate::error::{Error, LostReason, Result};
 use crate::watchdog::lease::LeaseState;
 use crate::watchdog::{LevelsLeft, Watchdog};
 
-pub(crate) use hold::Hold;
+pub(crate) use sealed::Hold;
 
-mod hold {
+mod sealed {
     use super::*;
 
     /// What a guard holds, as its primitive knows it. (`pub` in a private module: it bounds
     /// the public [`Guard`], and nothing outside the crate can name or implement it.)
     pub trait Hold {
+        /// The guard's type name, for `Debug`.
+        const GUARD: &'static str;
+
         /// Releases this level.
         fn release(&self, how: Release) -> Result<()>;
+
         /// The name to report in errors and logs.
         fn label(&self) -> String;
+
+        /// The fields the guard's `Debug` shows beside its name and its loss.
+        fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>);
 
         /// A loss its lease does not record (yet), if any.
         fn lost_beyond_lease(&self) -> Option<LostReason> {
             None
         }
-
-        /// The guard's type name, for `Debug`.
-        const GUARD: &'static str;
-        /// The fields the guard's `Debug` shows beside its name and its loss.
-        fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>);
     }
 }
 
