@@ -124,6 +124,20 @@ pub enum Error {
         masters: usize,
     },
 
+    /// A hold has less time left for sure than the caller asked for
+    /// ([`Guard::check_valid_for`](crate::Guard::check_valid_for)): it is still held, but it
+    /// might not be by the end of the work the caller was about to start. Not transient: ask
+    /// again after the next renewal, or do less.
+    #[error("{name:?} is held for sure for {left:?} only, less than the {margin:?} asked for")]
+    ValidityTooShort {
+        /// The name of the primitive.
+        name: String,
+        /// How long the hold is certain for (its [`valid_for`](crate::Guard::valid_for)).
+        left: Duration,
+        /// The margin asked for.
+        margin: Duration,
+    },
+
     /// A lock over several servers got its quorum, but the servers answered so late that
     /// nothing of the lease was left (it was taken back): the lease is too short for these
     /// servers, or they were slow for a moment.

@@ -93,6 +93,20 @@ impl Chain {
     }
 
     /// How many members are still held.
+    /// When fewer than `required` members will be left by their leases' deadlines: the
+    /// `required`-th latest deadline of the members not known lost (`None` with too few).
+    fn quorum_deadline(&self) -> Option<Instant> {
+        let mut deadlines: Vec<Instant> = self
+            .members
+            .iter()
+            .flatten()
+            .filter(|hold| hold.lease.lost().is_none())
+            .map(|hold| hold.lease.deadline())
+            .collect();
+        deadlines.sort_unstable_by(|a, b| b.cmp(a));
+        deadlines.get(self.required.checked_sub(1)?).copied()
+    }
+
     pub(super) fn alive(&self) -> usize {
         self.members
             .iter()
@@ -156,6 +170,11 @@ impl Hold for GroupHold {
     /// once a member's watchdog told.
     fn lost_beyond_lease(&self) -> Option<LostReason> {
         self.chain.lost()
+    }
+
+    /// When fewer than the required members will be left by their own deadlines.
+    fn deadline_beyond_lease(&self) -> Option<Instant> {
+        self.chain.quorum_deadline()
     }
 
     /// The last level of the chain releases every member it still holds.

@@ -10,7 +10,7 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
@@ -41,6 +41,12 @@ mod sealed {
 
         /// A loss its lease does not record (yet), if any.
         fn lost_beyond_lease(&self) -> Option<LostReason> {
+            None
+        }
+
+        /// A deadline its lease does not record, if any: when too few members of a group
+        /// lock are left.
+        fn deadline_beyond_lease(&self) -> Option<Instant> {
             None
         }
     }
@@ -114,6 +120,78 @@ impl<H: Hold> Guard<H> {
     /// group lock) fewer than the required members are still held. Cheap: no I/O.
     pub fn is_lost(&self) -> bool {
         self.lost().is_some()
+    }
+
+    /// How long the hold is certain for by the local monotonic clock: until the deadline by
+    /// which the watchdog judges it lost (when the last successful renewal, or the
+    /// acquisition, was sent, plus the lease, less 1 % of it and 2 ms for clock drift; for a
+    /// group lock, until fewer than the required members are left by theirs). Zero once the
+    /// hold is known to be lost. Cheap: no I/O.
+    ///
+    /// Redis keeps the key at least this long (its expiry counts from when it received the
+    /// request, after it was sent), unless someone frees it by force or a failover loses it.
+    /// A renewal moves it on while the guard lives; a fixed lease only shrinks.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use std::time::Duration;
+    ///
+    /// let guard = manager.lock("nightly-export").lock_with_lease(Duration::from_secs(60))?;
+    /// assert!(guard.valid_for() <= Duration::from_secs(60));
+    /// assert!(guard.valid_for() > Duration::from_secs(50));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn valid_for(&self) -> Duration {
+        if self.lost().is_some() {
+            return Duration::ZERO;
+        }
+        let deadline = self.lease.deadline();
+        let deadline = match self.hold.deadline_beyond_lease() {
+            Some(beyond) => deadline.min(beyond),
+            None => deadline,
+        };
+        deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// How long the hold is certain for ([`valid_for`](Guard::valid_for)), when that is at
+    /// least `margin`: a check before a step that must end while the lock is held (a commit,
+    /// a write to the guarded resource).
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] once the hold is known to be lost; [`Error::ValidityTooShort`] when
+    /// it is held for less than `margin` for sure.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use std::time::Duration;
+    ///
+    /// let guard = manager.lock("ledger").lock()?; // the watchdog's 30 s lease, renewed
+    /// guard.check_valid_for(Duration::from_secs(5))?; // then commit: 5 s are certain
+    /// assert!(matches!(
+    ///     guard.check_valid_for(Duration::from_secs(3600)),
+    ///     Err(redlease::Error::ValidityTooShort { .. })
+    /// ));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn check_valid_for(&self, margin: Duration) -> Result<Duration> {
+        self.check()?;
+        let left = self.valid_for();
+        if left < margin {
+            // Known lost meanwhile: say so rather than that too little is left.
+            self.check()?;
+            return Err(Error::ValidityTooShort {
+                name: self.hold.label(),
+                left,
+                margin,
+            });
+        }
+        Ok(left)
     }
 
     /// `Err(Error::LockLost)` once what this guard holds is known to be lost, else `Ok(())`:
