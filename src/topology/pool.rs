@@ -657,10 +657,7 @@ fn confirm_master(
     give_up_at: Instant,
     timeout: Duration,
 ) -> Result<()> {
-    let left = give_up_at.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(Error::Timeout(timeout));
-    }
+    let left = time_left(give_up_at, timeout)?;
     let role = connection
         .set_read_timeout(Some(left))
         .and_then(|()| redis::cmd("ROLE").query::<Value>(connection));
@@ -704,10 +701,7 @@ fn connect_by_name(
     resolver
         .confirm(timeout)
         .map_err(|err| err.into_error(timeout))?;
-    let left = give_up_at.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(Error::Timeout(timeout));
-    }
+    let left = time_left(give_up_at, timeout)?;
     client.get_connection_with_timeout(left).map_err(|err| {
         if is_unreachable(&err) {
             // The name may have moved (a failover): look it up again next time.
@@ -724,10 +718,7 @@ fn complete_handshake(
     give_up_at: Instant,
     timeout: Duration,
 ) -> Result<()> {
-    let left = give_up_at.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(Error::Timeout(timeout));
-    }
+    let left = time_left(give_up_at, timeout)?;
     for outcome in [
         connection.set_read_timeout(Some(left)),
         connection.set_write_timeout(Some(left)),
@@ -737,6 +728,16 @@ fn complete_handshake(
     redis::cmd("PING")
         .query::<()>(connection)
         .map_err(|err| Error::from_redis(err, timeout))
+}
+
+/// The time left before `give_up_at`, or [`Error::Timeout`] of `timeout` (the budget it was
+/// counted from) once it has passed.
+fn time_left(give_up_at: Instant, timeout: Duration) -> Result<Duration> {
+    let left = give_up_at.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Timeout(timeout));
+    }
+    Ok(left)
 }
 
 /// Where a new connection failed.
