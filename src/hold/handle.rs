@@ -79,42 +79,6 @@ impl Lease {
     }
 }
 
-/// The steps every form of acquisition is made of, for a raw primitive and a cancel token.
-struct Acquisition<'a, R> {
-    raw: &'a R,
-    cancel: Option<&'a CancelToken>,
-}
-
-impl<'a, R: RawAcquire> Acquisition<'a, R> {
-    fn new(raw: &'a R, cancel: Option<&'a CancelToken>) -> Self {
-        Acquisition { raw, cancel }
-    }
-
-    fn terms(&self, deadline: Option<Instant>, lease: Lease) -> Terms<'a> {
-        Terms {
-            deadline,
-            lease,
-            cancel: self.cancel,
-        }
-    }
-
-    /// Waits as long as it takes.
-    fn forever(&self, lease: Lease) -> Result<Guard<R::Hold>> {
-        wait::without_deadline(|| self.raw.acquire(self.terms(None, lease)))
-    }
-
-    /// Waits until `deadline` at most: `Ok(None)` once it passed. A deadline in the past
-    /// tries once.
-    fn until(&self, deadline: Instant, lease: Lease) -> Result<Option<Guard<R::Hold>>> {
-        self.raw.acquire(self.terms(Some(deadline), lease))
-    }
-
-    /// Waits `wait` at most; `call` names the public call in the error for a wait too long.
-    fn within(&self, wait: Duration, lease: Lease, call: &str) -> Result<Option<Guard<R::Hold>>> {
-        self.until(wait::deadline_after(wait, call)?, lease)
-    }
-}
-
 /// Runs `work` with `guard`, then releases it, whose failure (the hold was lost before `work`
 /// ended) is the answer. When `work` panics, the guard's drop releases it while unwinding.
 fn holding<H: Hold, T>(guard: Guard<H>, work: impl FnOnce(&Guard<H>) -> T) -> Result<T> {
@@ -155,8 +119,33 @@ impl<R> LockHandle<R> {
 }
 
 impl<R: RawAcquire> LockHandle<R> {
-    fn acquisition(&self) -> Acquisition<'_, R> {
-        Acquisition::new(&self.raw, self.cancel.as_ref())
+    fn terms(&self, deadline: Option<Instant>, lease: Lease) -> Terms<'_> {
+        Terms {
+            deadline,
+            lease,
+            cancel: self.cancel.as_ref(),
+        }
+    }
+
+    /// Waits as long as it takes.
+    fn take_forever(&self, lease: Lease) -> Result<Guard<R::Hold>> {
+        wait::without_deadline(|| self.raw.acquire(self.terms(None, lease)))
+    }
+
+    /// Waits until `deadline` at most: `Ok(None)` once it passed. A deadline in the past
+    /// tries once.
+    fn take_until(&self, deadline: Instant, lease: Lease) -> Result<Option<Guard<R::Hold>>> {
+        self.raw.acquire(self.terms(Some(deadline), lease))
+    }
+
+    /// Waits `wait` at most; `call` names the public call in the error for a wait too long.
+    fn take_within(
+        &self,
+        wait: Duration,
+        lease: Lease,
+        call: &str,
+    ) -> Result<Option<Guard<R::Hold>>> {
+        self.take_until(wait::deadline_after(wait, call)?, lease)
     }
 
     /// Takes the lock, waiting as long as it takes; the watchdog (for a group lock, each
@@ -170,7 +159,7 @@ impl<R: RawAcquire> LockHandle<R> {
     /// ([`Error::NotReplicated`](crate::Error::NotReplicated): it was given back, and the
     /// wait ends there, as every acquisition of the handle does).
     pub fn lock(&self) -> Result<Guard<R::Hold>> {
-        self.acquisition().forever(Lease::Watchdog)
+        self.take_forever(Lease::Watchdog)
     }
 
     /// Takes the lock for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
@@ -180,20 +169,19 @@ impl<R: RawAcquire> LockHandle<R> {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero or too long
     /// lease; otherwise as [`lock`](LockHandle::lock).
     pub fn lock_with_lease(&self, lease: Duration) -> Result<Guard<R::Hold>> {
-        self.acquisition().forever(Lease::fixed(lease)?)
+        self.take_forever(Lease::fixed(lease)?)
     }
 
     /// Takes the lock if it is free (or held by this thread), without waiting: one try (for
     /// a group lock, one round trip to every server).
     pub fn try_lock(&self) -> Result<Option<Guard<R::Hold>>> {
-        self.acquisition().until(Instant::now(), Lease::Watchdog)
+        self.take_until(Instant::now(), Lease::Watchdog)
     }
 
     /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when the wait ran out. A zero
     /// `wait` tries once.
     pub fn try_lock_for(&self, wait: Duration) -> Result<Option<Guard<R::Hold>>> {
-        self.acquisition()
-            .within(wait, Lease::Watchdog, "try_lock_for")
+        self.take_within(wait, Lease::Watchdog, "try_lock_for")
     }
 
     /// Like [`try_lock_for`](LockHandle::try_lock_for), with a fixed `lease` and no watchdog.
@@ -203,14 +191,13 @@ impl<R: RawAcquire> LockHandle<R> {
         lease: Duration,
     ) -> Result<Option<Guard<R::Hold>>> {
         let lease = Lease::fixed(lease)?;
-        self.acquisition()
-            .within(wait, lease, "try_lock_for_with_lease")
+        self.take_within(wait, lease, "try_lock_for_with_lease")
     }
 
     /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
     /// deadline in the past tries once.
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<Guard<R::Hold>>> {
-        self.acquisition().until(deadline, Lease::Watchdog)
+        self.take_until(deadline, Lease::Watchdog)
     }
 
     /// Like [`try_lock_until`](LockHandle::try_lock_until), with a fixed `lease` and no
@@ -220,7 +207,7 @@ impl<R: RawAcquire> LockHandle<R> {
         deadline: Instant,
         lease: Duration,
     ) -> Result<Option<Guard<R::Hold>>> {
-        self.acquisition().until(deadline, Lease::fixed(lease)?)
+        self.take_until(deadline, Lease::fixed(lease)?)
     }
 
     /// Runs `work` holding the lock, taken as by [`lock`](LockHandle::lock), and releases it
@@ -253,10 +240,7 @@ impl<R: RawAcquire> LockHandle<R> {
         wait: Duration,
         work: impl FnOnce(&Guard<R::Hold>) -> T,
     ) -> Result<Option<T>> {
-        match self
-            .acquisition()
-            .within(wait, Lease::Watchdog, "with_lock_for")?
-        {
+        match self.take_within(wait, Lease::Watchdog, "with_lock_for")? {
             Some(guard) => holding(guard, work).map(Some),
             None => Ok(None),
         }
