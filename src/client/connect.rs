@@ -152,13 +152,6 @@ impl Reached {
         // The master's settings (or every node's), TLS parameters included.
         let server_info = redis_client.get_connection_info().clone();
         let locator = locate_master(sentinel, &server_info, timeouts)?;
-        let target = match &locator {
-            Some(locator) => Target::Sentinel(Arc::clone(locator)),
-            None => Target::Fixed {
-                client: redis_client,
-                resolver: resolver.clone(),
-            },
-        };
         let router = Arc::new(match cluster_seeds {
             Some(seeds) => Router::Cluster(Cluster::discover(
                 &seeds,
@@ -167,12 +160,18 @@ impl Reached {
                 timeouts.response,
                 max_idle_connections,
             )?),
-            None => Router::Single(Arc::new(Pool::new(
-                target,
-                timeouts.connect,
-                timeouts.response,
-                max_idle_connections,
-            ))),
+            None => {
+                let target = match &locator {
+                    Some(locator) => Target::Sentinel(Arc::clone(locator)),
+                    None => Target::Fixed {
+                        client: redis_client,
+                        resolver: resolver.clone(),
+                    },
+                };
+                let (connect, response) = (timeouts.connect, timeouts.response);
+                let pool = Pool::new(target, connect, response, max_idle_connections);
+                Router::Single(Arc::new(pool))
+            }
         });
         for pool in router.master_pools() {
             pool.run(|connection| redis::cmd("PING").query::<()>(connection))?;
