@@ -15,12 +15,14 @@ mod common;
 
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{child_role, env, spawn_child, KillOnDrop, RedisServer};
+use common::{
+    child_role, env, error_name, events_path, now_ns, spawn_child, KillOnDrop, Random, RedisServer,
+};
 use redlease::{Error, LockManager};
 use redlease_testing::CuttingProxy;
 
@@ -32,34 +34,6 @@ const LOCK: &str = "chaos:lock";
 const FAIR: &str = "chaos:fair";
 const SEMAPHORE: &str = "chaos:semaphore";
 const LATCH: &str = "chaos:latch";
-
-/// The host's monotonic clock in ns, the same in every process.
-fn now_ns() -> u64 {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `time` is a valid timespec for the call to fill.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
-    assert_eq!(status, 0, "clock_gettime");
-    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
-}
-
-/// A small seeded generator (xorshift), so that a run can be repeated.
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound.max(1)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from + 1))
-    }
-}
 
 #[test]
 fn synchronizers_keep_their_promises_through_resets_latency_pauses_and_restarts() {
@@ -227,12 +201,12 @@ fn hold_repeatedly(
                 let (lost, released) = release();
                 let _ = events.send(format!("{kind} {began} {ended} {lost}"));
                 if let Err(err) = released {
-                    let _ = events.send(format!("{kind}-release-error {}", short(&err)));
+                    let _ = events.send(format!("{kind}-release-error {}", error_name(&err)));
                 }
             }
             Ok(None) => {}
             Err(err) => {
-                let _ = events.send(format!("{kind}-error {}", short(&err)));
+                let _ = events.send(format!("{kind}-error {}", error_name(&err)));
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -267,7 +241,7 @@ fn count_down(
                 }
                 // Every send refused: it did not run, and may be sent anew.
                 Err(err) if now_ns() < until => {
-                    let _ = events.send(format!("countdown-error {}", short(&err)));
+                    let _ = events.send(format!("countdown-error {}", error_name(&err)));
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(err) => panic!("a count-down failed to the end: {err}"),
@@ -289,23 +263,11 @@ fn wait_for_latch(manager: &LockManager, until: u64, events: &crossbeam_channel:
             }
             Ok(false) => return,
             Err(err) => {
-                let _ = events.send(format!("latch-error {}", short(&err)));
+                let _ = events.send(format!("latch-error {}", error_name(&err)));
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
-}
-
-fn short(err: &Error) -> String {
-    let text = format!("{err:?}");
-    text.split(['(', ' ', '{'])
-        .next()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn events_path(dir: &Path, index: usize) -> PathBuf {
-    dir.join(format!("events-{index}"))
 }
 
 #[derive(Debug, Default)]

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{child_role, env, eventually, run_children};
+use common::{assert_no_second_holder, child_role, env, eventually, run_children, BlockedTry};
 use redlease::redis;
 use redlease::{Error, LockManager, MultiLock, RedLock};
 use redlease_testing::{RedisCluster, RedisServer};
@@ -1186,22 +1186,7 @@ fn a_connection_to_a_demoted_master_is_never_used_again() {
     ) == 1));
 
     old_master.pause().expect("SIGSTOP the master");
-    // The blocked call's guard is kept until the end, as its holder would keep it.
-    let (answered, answer) = std::sync::mpsc::channel();
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let blocked = thread::spawn({
-        let manager = manager.clone();
-        move || {
-            let guard = manager.lock("{t}blocked").try_lock();
-            let _ = answered.send(
-                guard
-                    .as_ref()
-                    .map(Option::is_some)
-                    .map_err(|e| e.to_string()),
-            );
-            let _ = released.recv();
-        }
-    });
+    let blocked = BlockedTry::start(&manager, "{t}blocked");
     assert!(
         eventually(Duration::from_secs(30), || promoted
             .command(&["ROLE"])
@@ -1214,29 +1199,14 @@ fn a_connection_to_a_demoted_master_is_never_used_again() {
         "the renewal on the frozen master never failed"
     );
     old_master.resume().expect("SIGCONT the old master");
-    let answered = answer
-        .recv_timeout(Duration::from_secs(90))
-        .expect("the blocked call answered");
-    println!("the call blocked on the old master answered {answered:?}");
+    let answered = blocked.answered(Duration::from_secs(90));
     let other = cluster_manager_for(&seeds, Duration::from_secs(9));
-    if let Ok(true) = answered {
-        let again = other.lock("{t}blocked").try_lock().expect("try_lock");
-        assert!(again.is_none(), "a lock granted by the demoted master");
-    }
-
     // The old master may still take writes until it hears of the failover: a lock taken now
     // must be taken on the new master, where every other manager looks.
-    let first = manager.lock("{t}c").try_lock().expect("try_lock");
-    let second = other.lock("{t}c").try_lock().expect("try_lock");
-    assert!(
-        !(first.is_some() && second.is_some()),
-        "two managers hold the same lock: one on the demoted master"
-    );
-    assert!(first.is_some(), "the lock was free");
+    let _first = assert_no_second_holder(&manager, &other, &answered, "{t}blocked", "{t}c");
     assert!(
         exists(promoted, "{t}c"),
         "the lock is not on the new master"
     );
-    drop(release);
-    blocked.join().expect("blocked thread");
+    blocked.finish();
 }

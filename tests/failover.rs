@@ -26,10 +26,12 @@ mod sentinel;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use common::{child_role, env, eventually, spawn_child, KillOnDrop};
+use common::{
+    child_role, env, error_name, events_path, eventually, now_ns, spawn_child, KillOnDrop, Random,
+};
 use redlease::{Error, LockManager};
 use redlease_testing::{RedisCluster, RedisServer};
 use sentinel::{Deployment, MASTER_NAME};
@@ -71,30 +73,6 @@ fn cluster_failovers_with_acks_never_give_a_lock_to_two_untold_holders() {
 #[ignore = "slow; run by hand (see the module doc)"]
 fn cluster_failovers_without_acks_tell_every_holder_that_overlapped() {
     run(Mode::Cluster, false);
-}
-
-/// The host's monotonic clock in ns, the same in every process.
-fn now_ns() -> u64 {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `time` is a valid timespec for the call to fill.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
-    assert_eq!(status, 0, "clock_gettime");
-    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
-}
-
-/// A small seeded generator (xorshift).
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound.max(1)
-    }
 }
 
 /// The deployment under test, and what its faults did.
@@ -280,15 +258,7 @@ fn kind(err: &Error) -> String {
             .map_or_else(|| format!("{:?}", err.kind()), str::to_owned);
         return format!("Redis:{}", code.replace(' ', "_"));
     }
-    let text = format!("{err:?}");
-    text.split(['(', ' ', '{'])
-        .next()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn events_path(dir: &Path, index: usize) -> PathBuf {
-    dir.join(format!("events-{index}"))
+    error_name(err)
 }
 
 /// Until 5 s before `until`, with the deployment whole between faults: the master killed

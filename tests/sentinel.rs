@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::eventually;
+use common::{assert_no_second_holder, eventually, BlockedTry};
 use redlease::{Error, LockManager};
 use sentinel::{Deployment, Sentinel, MASTER_NAME};
 
@@ -257,22 +257,7 @@ fn a_connection_to_a_demoted_master_is_never_used_again() {
     let old_port = old_master.port();
 
     old_master.pause().expect("SIGSTOP the master");
-    // The blocked call's guard is kept until the end, as its holder would keep it.
-    let (answered, answer) = std::sync::mpsc::channel();
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let blocked = thread::spawn({
-        let manager = manager.clone();
-        move || {
-            let guard = manager.lock("blocked").try_lock();
-            let _ = answered.send(
-                guard
-                    .as_ref()
-                    .map(Option::is_some)
-                    .map_err(|e| e.to_string()),
-            );
-            let _ = released.recv();
-        }
-    });
+    let blocked = BlockedTry::start(&manager, "blocked");
     let new_port = deployment.wait_for_failover(old_port, Duration::from_secs(30));
     // The manager follows the sentinels: a short try reaches the new master.
     assert!(
@@ -283,33 +268,18 @@ fn a_connection_to_a_demoted_master_is_never_used_again() {
         "the manager never reached the new master"
     );
     old_master.resume().expect("SIGCONT the old master");
-    let answered = answer
-        .recv_timeout(Duration::from_secs(90))
-        .expect("the blocked call answered");
-    println!("the call blocked on the old master answered {answered:?}");
+    let answered = blocked.answered(Duration::from_secs(90));
     let other = sentinel_manager(&deployment, Duration::from_secs(9));
-    if let Ok(true) = answered {
-        let again = other.lock("blocked").try_lock().expect("try_lock");
-        assert!(again.is_none(), "a lock granted by the demoted master");
-    }
-
     // The old master still takes writes until the sentinels demote it: a lock taken now
     // must be taken on the new master, where every other manager looks.
-    let first = manager.lock("c").try_lock().expect("try_lock");
-    let second = other.lock("c").try_lock().expect("try_lock");
-    assert!(
-        !(first.is_some() && second.is_some()),
-        "two managers hold the same lock: one on the demoted master"
-    );
-    assert!(first.is_some(), "the lock was free");
+    let _first = assert_no_second_holder(&manager, &other, &answered, "blocked", "c");
     let new_master = deployment.server_on(new_port);
     assert_eq!(
         new_master.command(&["EXISTS", "c"]).expect("EXISTS"),
         ":1\r\n",
         "the lock is not on the new master"
     );
-    drop(release);
-    blocked.join().expect("blocked thread");
+    blocked.finish();
 }
 
 /// A release sent while the master is down waits out the failover (within the outage grace)

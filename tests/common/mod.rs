@@ -244,3 +244,115 @@ pub fn signal(child: &Child, signal: libc::c_int) {
         "kill({pid}, {signal})"
     );
 }
+
+/// The host's monotonic clock in ns, the same in every process.
+pub fn now_ns() -> u64 {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a valid timespec for the call to fill.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
+    assert_eq!(status, 0, "clock_gettime");
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+/// A small seeded generator (xorshift), so that a run can be repeated.
+pub struct Random(pub u64);
+
+impl Random {
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound.max(1)
+    }
+
+    pub fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from + 1))
+    }
+}
+
+/// The name of an error's variant (`Timeout`, `Unreachable`, ...), for counting errors by kind.
+pub fn error_name(err: &redlease::Error) -> String {
+    let text = format!("{err:?}");
+    text.split(['(', ' ', '{'])
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The file a child process of a multi-process test writes its events to.
+pub fn events_path(dir: &std::path::Path, index: usize) -> std::path::PathBuf {
+    dir.join(format!("events-{index}"))
+}
+
+/// A `try_lock` of `name` on another thread, sent now (while its master is frozen, in the
+/// demoted-master tests): its answer comes back on `answer`; the thread keeps the guard, as
+/// its holder would, until the call is dropped.
+pub struct BlockedTry {
+    answer: std::sync::mpsc::Receiver<Result<bool, String>>,
+    release: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl BlockedTry {
+    pub fn start(manager: &LockManager, name: &str) -> BlockedTry {
+        let (answered, answer) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let manager = manager.clone();
+        let name = name.to_owned();
+        let thread = std::thread::spawn(move || {
+            let guard = manager.lock(&name).try_lock();
+            let outcome = guard
+                .as_ref()
+                .map(Option::is_some)
+                .map_err(|e| e.to_string());
+            let _ = answered.send(outcome);
+            let _ = released.recv();
+        });
+        BlockedTry {
+            answer,
+            release,
+            thread,
+        }
+    }
+
+    /// Whether the call was granted the lock (`Err` with its error's text).
+    pub fn answered(&self, within: Duration) -> Result<bool, String> {
+        self.answer
+            .recv_timeout(within)
+            .expect("the blocked call answered")
+    }
+
+    /// Drops the guard and joins the thread.
+    pub fn finish(self) {
+        drop(self.release);
+        self.thread.join().expect("blocked thread");
+    }
+}
+
+/// After a failover, with `answered` what the call blocked on the old master got for
+/// `blocked`: a grant it got is not granted to `other` too, and of `manager` and `other`
+/// taking `fresh` now, only `manager` (the first) gets it: its guard, for the caller to
+/// look where the lock is while it is held.
+pub fn assert_no_second_holder(
+    manager: &LockManager,
+    other: &LockManager,
+    answered: &Result<bool, String>,
+    blocked: &str,
+    fresh: &str,
+) -> redlease::LockGuard {
+    println!("the call blocked on the old master answered {answered:?}");
+    if let Ok(true) = answered {
+        let again = other.lock(blocked).try_lock().expect("try_lock");
+        assert!(again.is_none(), "a lock granted by the demoted master");
+    }
+    let first = manager.lock(fresh).try_lock().expect("try_lock");
+    let second = other.lock(fresh).try_lock().expect("try_lock");
+    assert!(
+        !(first.is_some() && second.is_some()),
+        "two managers hold the same lock: one on the demoted master"
+    );
+    first.expect("the lock was free")
+}
