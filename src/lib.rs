@@ -193,7 +193,7 @@ mod watchdog;
 
 /// The channels whose receivers [`Guard::lost_signal`] hands out (for `select!`).
 pub use crossbeam_channel;
-pub use error::{Error, LostReason, Permission, Result, TlsFailure};
+pub use error::{Error, LostReason, Permission, Result, RiskReason, TlsFailure};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
 pub use hold::{Guard, LockHandle};
@@ -208,4 +208,4 @@ pub use semaphore::permit::{PermitGuard, PermitSemaphore};
 pub use semaphore::Semaphore;
 pub use stats::{Stats, WaitTimes};
 pub use wait::cancel::CancelToken;
-pub use watchdog::lease::LostLock;
+pub use watchdog::lease::{LostLock, RiskChange, RiskNotice};

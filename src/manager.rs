@@ -25,8 +25,8 @@ use crate::semaphore::permit::PermitSemaphore;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
 use crate::topology::tls::{self, TlsOptions};
-use crate::watchdog::lease::LostLock;
-use crate::watchdog::LostCallback;
+use crate::watchdog::lease::{LostLock, RiskNotice};
+use crate::watchdog::Callbacks;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -78,7 +78,7 @@ pub struct LockManagerBuilder {
     watchdog_timeout: Duration,
     max_idle_connections: usize,
     fair_lock_place_timeout: Duration,
-    on_lost: Option<LostCallback>,
+    callbacks: Callbacks,
     /// Sentinel mode: the sentinels (or why they could not be read) and the master's name.
     sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
     /// Cluster mode: the nodes to ask for the slot map (or why they could not be read).
@@ -126,7 +126,7 @@ impl LockManager {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             max_idle_connections: DEFAULT_MAX_IDLE_CONNECTIONS,
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
-            on_lost: None,
+            callbacks: Callbacks::default(),
             sentinel: None,
             cluster: None,
             outage_grace: DEFAULT_OUTAGE_GRACE,
@@ -503,7 +503,37 @@ impl LockManagerBuilder {
     /// and [`LostReason`](crate::LostReason)), once per acquisition chain. Keep it short, and
     /// do not drop the last clone of the manager inside it.
     pub fn on_lost_lock(mut self, callback: impl Fn(&LostLock) + Send + Sync + 'static) -> Self {
-        self.on_lost = Some(Arc::new(callback));
+        self.callbacks.on_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// Called on the watchdog thread whenever a hold the watchdog renews is raised at risk (a
+    /// renewal failed while its lease may still hold) or cleared (a renewal succeeded again):
+    /// see [`RiskNotice`] and [`RiskChange`](crate::RiskChange). A hold at risk that no renewal
+    /// clears by its deadline is then reported to [`on_lost_lock`](Self::on_lost_lock). Keep
+    /// it short, and do not drop the last clone of the manager inside it.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// use redlease::RiskChange;
+    ///
+    /// let manager = redlease::LockManager::builder(redis.url())
+    ///     .on_risk_change(|notice| match notice.change {
+    ///         RiskChange::AtRisk(reason) => eprintln!("{} at risk: {reason}", notice.name),
+    ///         RiskChange::Cleared => eprintln!("{} renewed again", notice.name),
+    ///         _ => {}
+    ///     })
+    ///     .build()?;
+    /// # drop(manager);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_risk_change(
+        mut self,
+        callback: impl Fn(&RiskNotice) + Send + Sync + 'static,
+    ) -> Self {
+        self.callbacks.on_risk = Some(Arc::new(callback));
         self
     }
 
@@ -738,7 +768,7 @@ impl LockManagerBuilder {
             response_timeout: self.response_timeout,
             watchdog_timeout: self.watchdog_timeout,
             max_idle_connections: self.max_idle_connections,
-            on_lost: self.on_lost,
+            callbacks: self.callbacks,
             replica_acks,
             tls: self.tls,
         })?;

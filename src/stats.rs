@@ -45,6 +45,14 @@ pub struct Stats {
     pub lost_lease_expired: u64,
     /// Holds found lost because someone force-released them.
     pub lost_force_released: u64,
+    /// Holds at risk now: a renewal failed and none has succeeded since (see
+    /// [`Guard::is_at_risk`](crate::Guard::is_at_risk)).
+    pub at_risk: usize,
+    /// How many times a hold was raised at risk.
+    pub risks_raised: u64,
+    /// How many times a hold at risk was renewed again (the rest of those raised were lost,
+    /// released, or are at risk now).
+    pub risks_cleared: u64,
     /// Undos the manager's cleanup thread is sending now, until Redis answers them: of what
     /// failed or abandoned calls may have left in Redis (a lock level or a fair waiter's
     /// place whose acquisition got no answer, permits a take took, a lock whose dropped

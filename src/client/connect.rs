@@ -74,7 +74,7 @@ impl Client {
             response_timeout,
             watchdog_timeout,
             max_idle_connections,
-            on_lost,
+            callbacks,
             replica_acks,
             tls,
         } = settings;
@@ -96,7 +96,7 @@ impl Client {
             Arc::clone(&router),
             watchdog_timeout,
             replica_acks.clone(),
-            on_lost,
+            callbacks,
         )?;
         let notices = force_release_notices(starting.watchdog.insert(watchdog));
         let pubsub = Arc::new(reached.start_pubsub(timeouts, notices)?);

@@ -40,7 +40,7 @@ use crate::topology::pool::Pool;
 use crate::topology::sentinel::SwitchWatcher;
 use crate::topology::tls::TlsOptions;
 use crate::wait;
-use crate::watchdog::{LostCallback, Watchdog};
+use crate::watchdog::{Callbacks, Watchdog};
 
 /// What a client is built from; checked by the builder before.
 pub(crate) struct Settings {
@@ -56,7 +56,8 @@ pub(crate) struct Settings {
     pub(crate) response_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) max_idle_connections: usize,
-    pub(crate) on_lost: Option<LostCallback>,
+    /// What the watchdog tells of losses and risks.
+    pub(crate) callbacks: Callbacks,
     /// `rediss://` settings.
     pub(crate) tls: TlsOptions,
     /// What acquisitions, renewals, releases and fenced writes wait for, if anything.
@@ -225,6 +226,9 @@ impl Client {
             lost_not_held_anymore: watchdog.lost.not_held_anymore,
             lost_lease_expired: watchdog.lost.lease_expired,
             lost_force_released: watchdog.lost.force_released,
+            at_risk: watchdog.at_risk,
+            risks_raised: watchdog.risks.raised,
+            risks_cleared: watchdog.risks.cleared,
             cleanup_pending: self.cleanup.counts().pending(),
             cleanup_done: self.cleanup.counts().done(),
             cleanup_abandoned: self.cleanup.counts().abandoned(),

@@ -569,6 +569,66 @@ pub enum LostReason {
     ForceReleased,
 }
 
+/// Why a held lock is at risk: a renewal of it failed while its lease may still hold. The
+/// watchdog keeps trying until the lease deadline; a renewal that succeeds clears the risk,
+/// and none by the deadline makes it lost ([`LostReason::LeaseExpired`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RiskReason {
+    /// Redis could not be reached: connection refused or reset.
+    Unreachable,
+    /// Redis did not answer the renewal within the response timeout: it is slow, busy,
+    /// paused, or the network is.
+    Unanswered,
+    /// Redis answered as a server that is not the master of the lock's key (a replica, a
+    /// cluster node the key's slot moved away from, or no master known yet): a failover or
+    /// a slot migration is in progress.
+    Failover,
+    /// Redis answered the renewal with another error (out of memory, a permission taken
+    /// away, a script error).
+    Refused,
+}
+
+impl RiskReason {
+    /// What a renewal that failed with `err` says of the risk to its holds.
+    pub(crate) fn of_error(err: &Error) -> RiskReason {
+        match err {
+            Error::Unreachable(_) => RiskReason::Unreachable,
+            Error::Timeout(_) => RiskReason::Unanswered,
+            Error::UnknownMaster { .. } => RiskReason::Failover,
+            Error::Redis(err) => RiskReason::of_kind(err.kind()),
+            _ => RiskReason::Refused,
+        }
+    }
+
+    /// What a renewal that Redis answered with an error of `kind` says of the risk.
+    pub(crate) fn of_kind(kind: ErrorKind) -> RiskReason {
+        match kind {
+            ErrorKind::Server(
+                ServerErrorKind::ReadOnly
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown,
+            ) => RiskReason::Failover,
+            ErrorKind::Io => RiskReason::Unreachable,
+            _ => RiskReason::Refused,
+        }
+    }
+}
+
+impl fmt::Display for RiskReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RiskReason::Unreachable => "redis is unreachable",
+            RiskReason::Unanswered => "redis did not answer the renewal in time",
+            RiskReason::Failover => "redis answered as a server that is not the key's master",
+            RiskReason::Refused => "redis refused the renewal",
+        })
+    }
+}
+
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

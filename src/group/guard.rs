@@ -5,9 +5,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use super::Group;
 use crate::client::Release;
-use crate::error::{LostReason, Result};
+use crate::error::{LostReason, Result, RiskReason};
 use crate::hold::guard::{Guard, Hold};
 use crate::protocol::names::{self, MAX_LEASE};
 use crate::watchdog::lease::LeaseState;
@@ -28,8 +30,10 @@ pub(super) struct Chain {
     pub(super) fixed: Option<Duration>,
     required: usize,
     levels: AtomicU32,
-    /// Records the loss of the group (too few members left) for the signals.
+    /// Records the loss of the group (too few members left) and its risk for the signals.
     state: Arc<LeaseState>,
+    /// Held while the risk is judged.
+    judging: Mutex<()>,
     /// The fencing token: the largest of the members' tokens.
     fence: u64,
 }
@@ -54,19 +58,49 @@ impl Chain {
             required,
             levels: AtomicU32::new(1),
             state: Arc::new(LeaseState::new(Instant::now(), MAX_LEASE, 0)),
+            judging: Mutex::new(()),
             fence,
         });
         for hold in chain.members.iter().flatten() {
-            let chain = Arc::downgrade(&chain);
+            let weak = Arc::downgrade(&chain);
             hold.lease.observe(Box::new(move |reason| {
-                if let Some(chain) = chain.upgrade() {
+                if let Some(chain) = weak.upgrade() {
                     if chain.alive() < chain.required {
                         chain.state.mark_lost(reason);
                     }
+                    chain.judge_risk();
+                }
+            }));
+            let weak = Arc::downgrade(&chain);
+            hold.lease.observe_risk(Arc::new(move || {
+                if let Some(chain) = weak.upgrade() {
+                    chain.judge_risk();
                 }
             }));
         }
         chain
+    }
+
+    /// Raises the chain's risk while fewer than the required members are held and not at
+    /// risk (with the reason of the first member at risk), and clears it once enough are
+    /// again. Under the chain's own lock: the members' watchdogs may call at once.
+    fn judge_risk(&self) {
+        let _judging = self.judging.lock();
+        let mut sound = 0;
+        let mut reason = None;
+        for hold in self.members.iter().flatten() {
+            match (hold.lease.lost(), hold.lease.risk()) {
+                (Some(_), _) => {}
+                (None, Some(risk)) => reason = reason.or(Some(risk)),
+                (None, None) => sound += 1,
+            }
+        }
+        if sound >= self.required {
+            self.state.clear_risk();
+        } else {
+            self.state
+                .raise_risk(reason.unwrap_or(RiskReason::Unreachable));
+        }
     }
 
     /// The chain's fencing token.

@@ -16,7 +16,7 @@ use crossbeam_channel::Receiver;
 
 use crate::client::Release;
 use crate::error::{Error, LostReason, Result};
-use crate::watchdog::lease::LeaseState;
+use crate::watchdog::lease::{LeaseState, RiskChange};
 use crate::watchdog::{LevelsLeft, Watchdog};
 
 pub(crate) use sealed::Hold;
@@ -243,6 +243,53 @@ impl<H: Hold> Guard<H> {
     /// ```
     pub fn lost_signal(&self) -> Receiver<LostReason> {
         self.lease.signal()
+    }
+
+    /// Whether the hold is at risk or worse: a renewal of it failed (Redis unreachable, slow,
+    /// failing over) and none has succeeded since, or it is lost. A hold at risk may well
+    /// still be held (Redis keeps the key until its lease ends, and the watchdog keeps
+    /// trying), but only until [`valid_for`](Guard::valid_for) runs out: a careful holder
+    /// stops starting new work, and finishes or abandons what it is doing within that time.
+    /// A hold with a fixed lease, which nothing renews, is never at risk before it is lost.
+    /// Cheap: no I/O.
+    pub fn is_at_risk(&self) -> bool {
+        self.lost().is_some() || self.lease.risk().is_some()
+    }
+
+    /// A receiver that gets every change of the hold's risk from now on (and, when the hold
+    /// is at risk already, that first): [`RiskChange::AtRisk`] with the reason when a renewal
+    /// fails, [`RiskChange::Cleared`] when one succeeds again. It is disconnected once the
+    /// hold is found lost (select on [`lost_signal`](Guard::lost_signal) as well to learn
+    /// why). Every call registers a new receiver for the life of the hold; take one and keep
+    /// it. A group lock is at risk while fewer than its required members are held and not
+    /// at risk.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use crossbeam_channel::select;
+    /// use redlease::RiskChange;
+    /// use std::time::Duration;
+    ///
+    /// let guard = manager.lock("export").lock()?;
+    /// let (risk, lost) = (guard.risk_signal(), guard.lost_signal());
+    /// let mut paused = false;
+    /// for batch in 0..3 {
+    ///     select! {
+    ///         recv(lost) -> reason => { eprintln!("lost: {reason:?}"); break; }
+    ///         recv(risk) -> change => paused = matches!(change, Ok(RiskChange::AtRisk(_))),
+    ///         default(Duration::from_millis(1)) => {}
+    ///     }
+    ///     if !paused {
+    ///         println!("exporting batch {batch}");
+    ///     }
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn risk_signal(&self) -> Receiver<RiskChange> {
+        self.lease.risk_signal()
     }
 
     /// Releases this level now and reports the outcome:

@@ -3,18 +3,18 @@
 //! A [`LeaseState`] is created by the first (non-reentrant) acquisition of a lock by a holder
 //! and shared by its reentrant acquisitions and by the watchdog entry that tracks it. It knows
 //! when the lease runs out by the local monotonic clock (the watchdog moves that deadline on
-//! with every renewal), the chain's fencing token, and why the lock was lost once that is
-//! known. The watchdog records
-//! losses; guards read the state and hand out signals that fire once a loss is recorded.
-//! No I/O here.
+//! with every renewal), the chain's fencing token, whether it is at risk (a renewal failed
+//! and none has succeeded since), and why the lock was lost once that is known. The watchdog
+//! records risks and losses; guards read the state and hand out signals that fire when they
+//! are recorded. No I/O here.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::error::LostReason;
+use crate::error::{LostReason, RiskReason};
 
 /// One chain's lease as this process knows it: its deadline, whether (and why) it is lost,
 /// and the signals to fire then. (`pub` in a crate-private module: the guards'
@@ -29,11 +29,20 @@ pub struct LeaseState {
 /// Told once when a lease state records its loss (a multi-master lock watches its members).
 pub(crate) type LossObserver = Box<dyn FnOnce(LostReason) + Send>;
 
+/// Told every time a lease state's risk is raised or cleared (a multi-master lock watches its
+/// members).
+pub(crate) type RiskObserver = Arc<dyn Fn() + Send + Sync>;
+
 struct Inner {
     /// When the lease runs out by the local clock unless it is renewed.
     deadline: Instant,
+    /// Why the last renewal failed, while none has succeeded since.
+    risk: Option<RiskReason>,
     signals: Vec<Sender<LostReason>>,
     observers: Vec<LossObserver>,
+    /// Dropped with the loss, which disconnects their receivers.
+    risk_signals: Vec<Sender<RiskChange>>,
+    risk_observers: Vec<RiskObserver>,
 }
 
 impl std::fmt::Debug for LeaseState {
@@ -55,8 +64,11 @@ impl LeaseState {
             token,
             inner: Mutex::new(Inner {
                 deadline: deadline(sent_at, lease),
+                risk: None,
                 signals: Vec::new(),
                 observers: Vec::new(),
+                risk_signals: Vec::new(),
+                risk_observers: Vec::new(),
             }),
         }
     }
@@ -91,12 +103,76 @@ impl LeaseState {
         for signal in inner.signals.drain(..) {
             let _ = signal.try_send(reason);
         }
+        inner.risk_signals.clear();
+        inner.risk_observers.clear();
         let observers = std::mem::take(&mut inner.observers);
         drop(inner);
         for observer in observers {
             observer(reason);
         }
         true
+    }
+
+    /// Records that a renewal failed for `reason` while the lease may still hold: the first
+    /// failure since the last success raises the risk and tells its signals and observers.
+    /// Answers whether this call raised it (not when it stood already, nor once lost).
+    pub(crate) fn raise_risk(&self, reason: RiskReason) -> bool {
+        self.set_risk(Some(reason))
+    }
+
+    /// Records that a renewal succeeded: a standing risk is cleared, and its signals and
+    /// observers told. Answers whether this call cleared it.
+    pub(crate) fn clear_risk(&self) -> bool {
+        self.set_risk(None)
+    }
+
+    fn set_risk(&self, risk: Option<RiskReason>) -> bool {
+        let mut inner = self.inner.lock();
+        if self.lost.get().is_some() || inner.risk.is_some() == risk.is_some() {
+            return false;
+        }
+        inner.risk = risk;
+        let change = risk.map_or(RiskChange::Cleared, RiskChange::AtRisk);
+        inner
+            .risk_signals
+            .retain(|signal| signal.send(change).is_ok());
+        let observers = inner.risk_observers.clone();
+        drop(inner);
+        for observer in observers {
+            observer();
+        }
+        true
+    }
+
+    /// Why the hold is at risk, while it is: a renewal failed and none has succeeded since.
+    /// `None` once lost (the loss says more).
+    pub(crate) fn risk(&self) -> Option<RiskReason> {
+        let inner = self.inner.lock();
+        inner.risk.filter(|_| self.lost.get().is_none())
+    }
+
+    /// A receiver that gets every change of the risk from now on (and, when the hold is at
+    /// risk now, that first), and is disconnected once the loss is recorded.
+    pub(crate) fn risk_signal(&self) -> Receiver<RiskChange> {
+        let (sender, receiver) = crossbeam_channel::unbounded();
+        let mut inner = self.inner.lock();
+        if self.lost.get().is_some() {
+            return receiver; // its sender is gone: disconnected
+        }
+        if let Some(reason) = inner.risk {
+            let _ = sender.send(RiskChange::AtRisk(reason));
+        }
+        inner.risk_signals.push(sender);
+        receiver
+    }
+
+    /// Has `observer` told of every change of the risk until the loss is recorded (on the
+    /// thread that records it, outside the state's lock).
+    pub(crate) fn observe_risk(&self, observer: RiskObserver) {
+        let mut inner = self.inner.lock();
+        if self.lost.get().is_none() {
+            inner.risk_observers.push(observer);
+        }
     }
 
     /// Has `observer` told of the loss once it is recorded (at once if it already is).
@@ -153,6 +229,35 @@ pub(crate) fn deadline(sent_at: Instant, lease: Duration) -> Instant {
 /// The clock drift allowed over a lease of `lease`: 1 % plus 2 ms.
 pub(crate) fn clock_drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
+}
+
+/// A change of whether a hold is at risk, as a guard's
+/// [`risk_signal`](crate::Guard::risk_signal) and the manager's
+/// [`on_risk_change`](crate::LockManagerBuilder::on_risk_change) callback tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RiskChange {
+    /// A renewal failed, for this reason, while the lease may still hold: the hold is certain
+    /// only until its deadline ([`valid_for`](crate::Guard::valid_for)). The watchdog keeps
+    /// trying; the hold is lost at the deadline unless a renewal succeeds first.
+    AtRisk(RiskReason),
+    /// A renewal succeeded again: the lease was extended as usual.
+    Cleared,
+}
+
+/// A hold whose risk changed, as told to the manager's
+/// [`on_risk_change`](crate::LockManagerBuilder::on_risk_change) callback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RiskNotice {
+    /// The lock name (a permit's semaphore name).
+    pub name: String,
+    /// The holder id of the chain (a permit's id).
+    pub holder: String,
+    /// The fencing token of the chain (0 for a permit, which has none).
+    pub fencing_token: u64,
+    /// What changed.
+    pub change: RiskChange,
 }
 
 /// A lock found lost, as told to the manager's lost-lock callback.

@@ -12,6 +12,8 @@
 //! - [`renewal`]: the I/O, one pipeline of batched script calls per batch, however many locks
 //!   and of whatever kinds, with the queued receipt deletions;
 //! - [`receipts`]: the release receipts queued for deletion;
+//! - [`risk`]: raising and clearing a chain's risk as its renewals fail and succeed, and
+//!   telling the log and the risk callback;
 //! - [`loss`]: marking chains lost and telling the log and the lost-lock callback.
 //!
 //! This file holds the [`Watchdog`] facade the rest of the crate calls, and the thread loop
@@ -25,7 +27,8 @@
 //!   ([`LostReason::ForceReleased`], see [`NoticeSink::force_released`]).
 //!
 //! A failed renewal is retried until the deadline, so an outage shorter than the lease is not
-//! a loss. With replica acknowledgements on, a renewal that fewer replicas than asked
+//! a loss: it raises the chain's risk ([`RiskReason`](crate::RiskReason)), which the next
+//! renewal that succeeds clears. With replica acknowledgements on, a renewal that fewer replicas than asked
 //! acknowledged in time is still a renewal (the master extended the lease): it is counted
 //! and reported in the log, and the lock kept.
 //!
@@ -42,6 +45,7 @@ mod loss;
 mod receipts;
 mod registry;
 mod renewal;
+mod risk;
 mod schedule;
 mod wheel;
 
@@ -55,11 +59,12 @@ use crate::call::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
 use crate::call::route::Router;
 use crate::error::{Error, LostReason, Result};
 use crate::protocol::renew::HoldKind;
-use crate::watchdog::lease::{LeaseState, LostLock};
+use crate::watchdog::lease::{LeaseState, LostLock, RiskNotice};
 use loss::{LossReports, LostCounts};
 use receipts::{Queued, ReceiptQueue};
 use registry::{Entry, Registry};
 use renewal::{AckWait, Outcome, Renewal};
+use risk::{RiskCounts, RiskReports};
 use schedule::{earliest, DueNow, Schedule};
 
 /// What an acquisition got from Redis.
@@ -90,6 +95,16 @@ pub(crate) struct Holding<'a> {
 /// Called with every lock found lost.
 pub(crate) type LostCallback = Arc<dyn Fn(&LostLock) + Send + Sync>;
 
+/// Called with every hold raised at risk or cleared.
+pub(crate) type RiskCallback = Arc<dyn Fn(&RiskNotice) + Send + Sync>;
+
+/// What the manager's callbacks are told, on the watchdog thread.
+#[derive(Clone, Default)]
+pub(crate) struct Callbacks {
+    pub(crate) on_lost: Option<LostCallback>,
+    pub(crate) on_risk: Option<RiskCallback>,
+}
+
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -112,7 +127,7 @@ struct Shared {
     /// The timeout in whole milliseconds, rounded up as for acquisitions.
     timeout_ms: u64,
     interval: Duration,
-    on_lost: Option<LostCallback>,
+    callbacks: Callbacks,
     /// What each renewal pipeline waits for at its end, if anything.
     acks: Option<ReplicaAcks>,
     unreplicated_log: ShortfallLog,
@@ -122,6 +137,7 @@ struct State {
     registry: Registry,
     schedule: Schedule,
     losses: LossReports,
+    risks: RiskReports,
     renewals: RenewalCounts,
     stopping: bool,
 }
@@ -146,12 +162,16 @@ pub(crate) struct WatchdogCounts {
     pub(crate) renewals_unreplicated: u64,
     /// Chains lost, by reason.
     pub(crate) lost: LostCounts,
+    /// Chains at risk now.
+    pub(crate) at_risk: usize,
+    /// Risks raised and cleared so far.
+    pub(crate) risks: RiskCounts,
 }
 
 /// What the watchdog thread does next.
 enum Work {
-    /// Tell these losses to the log and the callback.
-    Tell(Vec<LostLock>),
+    /// Tell these risk changes, then these losses, to the log and the callbacks.
+    Tell(Vec<RiskNotice>, Vec<LostLock>),
     /// Renew these locks (possibly none) and delete these receipts, first sent at `sent_at`,
     /// with answers read no later than `answer_by`, and the answer of the `WAIT` for replica
     /// acknowledgements (when on) no later than `acks_by`.
@@ -190,7 +210,7 @@ impl Watchdog {
         router: Arc<Router>,
         timeout: Duration,
         acks: Option<ReplicaAcks>,
-        on_lost: Option<LostCallback>,
+        callbacks: Callbacks,
     ) -> Result<Self> {
         let interval = timeout / 3;
         let shared = Arc::new(Shared {
@@ -198,6 +218,7 @@ impl Watchdog {
                 registry: Registry::default(),
                 schedule: Schedule::new(Instant::now(), interval),
                 losses: LossReports::default(),
+                risks: RiskReports::default(),
                 renewals: RenewalCounts::default(),
                 stopping: false,
             }),
@@ -208,7 +229,7 @@ impl Watchdog {
             timeout,
             timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
             interval,
-            on_lost,
+            callbacks,
             acks,
             unreplicated_log: ShortfallLog::new(),
         });
@@ -458,6 +479,8 @@ impl Watchdog {
             renewal_batches: state.renewals.batches,
             renewals_unreplicated: state.renewals.unreplicated,
             lost: state.losses.counts(),
+            at_risk: state.registry.at_risk(),
+            risks: state.risks.counts(),
         }
     }
 
@@ -510,7 +533,10 @@ impl Shared {
         loop {
             match self.next_work(&mut due_now) {
                 None => return,
-                Some(Work::Tell(reports)) => loss::tell(reports, self.on_lost.as_ref()),
+                Some(Work::Tell(risks, losses)) => {
+                    risk::tell(risks, self.callbacks.on_risk.as_ref());
+                    loss::tell(losses, self.callbacks.on_lost.as_ref());
+                }
                 Some(Work::Renew {
                     batch,
                     receipts,
@@ -545,8 +571,8 @@ impl Shared {
             if state.stopping {
                 return None;
             }
-            if !state.losses.is_empty() {
-                return Some(Work::Tell(state.losses.take()));
+            if !state.losses.is_empty() || !state.risks.is_empty() {
+                return Some(Work::Tell(state.risks.take(), state.losses.take()));
             }
             let now = Instant::now();
             let State {
@@ -595,7 +621,7 @@ impl Shared {
                     acks_by,
                 });
             }
-            if !state.losses.is_empty() {
+            if !state.losses.is_empty() || !state.risks.is_empty() {
                 continue;
             }
             let next_due = earliest(state.schedule.next_due(), self.receipts.lock().flush_by());
@@ -626,12 +652,15 @@ impl Shared {
             state.renewals.sent += batch.len() as u64;
             state.renewals.failed += outcomes
                 .iter()
-                .filter(|outcome| matches!(outcome, Outcome::Failed))
+                .filter(|outcome| matches!(outcome, Outcome::Failed(_)))
                 .count() as u64;
         }
         for (renewal, outcome) in batch.iter().zip(outcomes) {
             let State {
-                registry, schedule, ..
+                registry,
+                schedule,
+                risks,
+                ..
             } = &mut *state;
             let Some(entry) = registry.get_mut(&renewal.key) else {
                 continue;
@@ -655,10 +684,12 @@ impl Shared {
             let reason = match outcome {
                 Outcome::Renewed => {
                     entry.lease.extend(sent_at, self.timeout);
+                    risks.renewed(entry);
                     schedule.renewal(&renewal.key, entry, sent_at + self.interval);
                     continue;
                 }
-                Outcome::Failed => {
+                Outcome::Failed(reason) => {
+                    risks.renewal_failed(entry, reason);
                     schedule.renewal(&renewal.key, entry, (now + retry_delay).min(deadline));
                     schedule.lease_end(&renewal.key, entry);
                     continue;

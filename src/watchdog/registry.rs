@@ -71,6 +71,12 @@ impl Registry {
         self.entries.get_mut(name)
     }
 
+    /// How many entries are at risk now.
+    pub(super) fn at_risk(&self) -> usize {
+        let at_risk = |entry: &&Entry| entry.lease.risk().is_some();
+        self.entries.values().filter(at_risk).count()
+    }
+
     pub(super) fn remove(&mut self, key: &str) {
         self.entries.remove(key);
     }

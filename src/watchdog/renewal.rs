@@ -30,6 +30,7 @@ use redis::{Cmd, ServerErrorKind, Value};
 use crate::call::replication::{ReplicaAcks, Unreplicated};
 use crate::call::route::{self, Redirect, Router};
 use crate::call::runner;
+use crate::error::RiskReason;
 use crate::protocol::renew::{self, HoldKind};
 use crate::protocol::slot::key_slot;
 use crate::protocol::ScriptCall;
@@ -56,7 +57,8 @@ pub(super) struct Renewal {
 pub(super) enum Outcome {
     Renewed,
     HolderGone,
-    Failed,
+    /// No answer, or not one that renews: the hold is at risk, for this reason.
+    Failed(RiskReason),
 }
 
 /// Replica acknowledgements a renewal pipeline waits for: `WAIT` at its end, its answer
@@ -240,7 +242,8 @@ fn renew(
         // outcomes back past a lease deadline.
         let renewal_answers = follow_redirections(router, &pipeline.calls, renewal_answers);
         if let Some(apply) = apply.take() {
-            apply(decode(batch, &pipeline.chunks, renewal_answers));
+            let unanswered = RiskReason::Unanswered;
+            apply(decode(batch, &pipeline.chunks, renewal_answers, unanswered));
         }
         Ok(match acks {
             Some(wait) => read_acks(connection, wait, answer_by, started),
@@ -256,7 +259,8 @@ fn renew(
                 receipts.len()
             );
             if let Some(apply) = apply.take() {
-                apply(decode(batch, &pipeline.chunks, Vec::new()));
+                let reason = RiskReason::of_error(&err);
+                apply(decode(batch, &pipeline.chunks, Vec::new(), reason));
             }
             None
         }
@@ -354,8 +358,13 @@ fn follow_redirections(router: &Router, calls: &[ScriptCall], answers: Vec<Value
 }
 
 /// One outcome per renewal of `batch` from the answers of its script calls, one per chunk;
-/// a renewal without a well-formed answer failed.
-fn decode(batch: &[Renewal], chunks: &[Range<usize>], answers: Vec<Value>) -> Vec<Outcome> {
+/// a renewal without a well-formed answer failed, for `unanswered` when it got none.
+fn decode(
+    batch: &[Renewal],
+    chunks: &[Range<usize>],
+    answers: Vec<Value>,
+    unanswered: RiskReason,
+) -> Vec<Outcome> {
     let mut outcomes = Vec::with_capacity(batch.len());
     for (range, answer) in chunks.iter().zip(answers) {
         let chunk = &batch[range.clone()];
@@ -366,10 +375,16 @@ fn decode(batch: &[Renewal], chunks: &[Range<usize>], answers: Vec<Value>) -> Ve
             })),
             None => {
                 log::debug!("renewal of {} locks refused: {answer:?}", chunk.len());
-                outcomes.extend(chunk.iter().map(|_| Outcome::Failed));
+                let reason = match &answer {
+                    Value::ServerError(err) => err
+                        .kind()
+                        .map_or(RiskReason::Refused, |kind| RiskReason::of_kind(kind.into())),
+                    _ => RiskReason::Refused,
+                };
+                outcomes.extend(chunk.iter().map(|_| Outcome::Failed(reason)));
             }
         }
     }
-    outcomes.resize_with(batch.len(), || Outcome::Failed);
+    outcomes.resize_with(batch.len(), || Outcome::Failed(unanswered));
     outcomes
 }
