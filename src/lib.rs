@@ -18,6 +18,16 @@
 //!   with its [`LostReason`]: within one renewal interval of Redis answering that the holder
 //!   is gone, at the local lease deadline when Redis cannot be reached, at once after a
 //!   [`force_unlock`](Lock::force_unlock).
+//! - **What a holder can rely on.** [`Guard::valid_for`] says how long the hold is certain by
+//!   the local clock, and [`Guard::check_valid_for`] refuses a step that needs longer. A
+//!   renewal that fails while the lease may still hold puts the hold at risk
+//!   ([`Guard::is_at_risk`], [`Guard::risk_signal`], the
+//!   [`on_risk_change`](LockManagerBuilder::on_risk_change) callback, with a [`RiskReason`]);
+//!   a renewal that succeeds clears it, and none by the deadline makes it lost.
+//! - **Writes guarded by the hold.** [`LockGuard::guarded_write`] applies [`Writes`] (set,
+//!   delete, hash set, increment) to your own keys, and [`LockGuard::run_guarded`] a
+//!   [`GuardedScript`] of your own, only while the hold is current: Redis checks it in the
+//!   same script, so a holder that lost the lock writes nothing.
 //! - **Fencing.** Every acquisition carries a [`fencing token`](LockGuard::fencing_token)
 //!   that later holders exceed; a [`FencedStore`] refuses writes with an older one.
 //! - **Replica acknowledgements.** With
@@ -121,6 +131,7 @@
 //! | [`PermitGuard`]: `release`, drop | answered from its request | `Indeterminate` (`release`), or sent again in the background (drop) |
 //! | [`CountDownLatch`]: `count_down`, `try_set_count`, `delete` | answered from its request | `Indeterminate` |
 //! | [`FencedStore`]: `set`, `delete` | answered from its request | `Indeterminate` |
+//! | [`LockGuard`]: `guarded_write`, `run_guarded` | answered from its request | `Indeterminate` |
 //! | renewals, reads (`count`, `is_locked`, ...) | repeated as they are: they change nothing, or extend a lease again | the error |
 //!
 //! A request's answer is kept in Redis under `redlease_request:{name}:<id>` for the outage
@@ -144,7 +155,8 @@
 //! group/            lock/: the reentrant lock and its kinds (fair, read, write), and the
 //! semaphore/        read-write lock that pairs two; group/: RedLock and MultiLock;
 //! latch, fence      semaphore/: the counting semaphore, and permit/ its permit-expirable
-//!   |               extension; latch: the count-down latch; fence: the fenced store
+//! guarded           extension; latch: the count-down latch; fence: the fenced store;
+//!   |               guarded: writes a lock guard applies only while it holds
 //! hold/           what every primitive hands out, written once: the acquisition API
 //!   |             (LockHandle over a raw trait) and the guard (Guard over a hold)
 //! client/         the internal client: timeouts, ids, the threads it owns; cleanup (the
@@ -152,8 +164,8 @@
 //!   |             script call to several servers for about one round trip)
 //! wait/           the wait loop every blocking call runs, and its cancel token
 //!   |   stats     the counters of waits, renewals and connections (read by `stats()`)
-//! watchdog/       renews leases in batches, reports losses to the instant, keeps each
-//!   |             chain's lease state, deletes release receipts
+//! watchdog/       renews leases in batches, reports risks and losses to the instant, keeps
+//!   |             each chain's lease state, deletes release receipts
 //! pubsub/         wakes waiters and hears force releases: a hub (one subscribed connection
 //!   |             and its thread) per server or cluster master; transport/ its socket, TLS
 //!   |             session and RESP parser
@@ -178,6 +190,7 @@ mod client;
 mod error;
 mod fence;
 mod group;
+mod guarded;
 mod hold;
 mod latch;
 pub mod layout;
@@ -196,6 +209,7 @@ pub use crossbeam_channel;
 pub use error::{Error, LostReason, Permission, Result, RiskReason, TlsFailure};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
+pub use guarded::{GuardedScript, Writes};
 pub use hold::{Guard, LockHandle};
 pub use latch::CountDownLatch;
 pub use lock::rwlock::ReadWriteLock;

@@ -1074,6 +1074,26 @@ fn fenced_stores_and_group_locks_work_with_cluster_managers() {
     ));
     assert_eq!(store.get::<u32>().unwrap(), Some(120));
     assert_eq!(store.highest_token().unwrap(), second.fencing_token());
+    // Guarded writes: keys with the lock's hash tag go to its node; others are refused
+    // before anything is sent.
+    let mut balance = redlease::Writes::new();
+    balance.increment_by("{account-9}:audit", 1);
+    assert_eq!(
+        second.guarded_write(&balance).unwrap(),
+        [redis::Value::Int(1)]
+    );
+    let mut elsewhere = redlease::Writes::new();
+    elsewhere.set("account-9:audit", "x");
+    match second.guarded_write(&elsewhere) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("{account-9}"), "{why}"),
+        other => panic!("a key outside the lock's slot: {other:?}"),
+    }
+    let audit_owner = cluster.master_of_key("{account-9}:audit").unwrap();
+    assert_eq!(query::<i64>(audit_owner, &["GET", "{account-9}:audit"]), 1);
+    assert!(!exists(
+        cluster.master_of_key("account-9:audit").unwrap(),
+        "account-9:audit"
+    ));
     let owner = cluster.master_of_key("{account-9}:balance").unwrap();
     assert!(exists(owner, "redlease_fence:{account-9}:balance"));
     second.unlock().unwrap();

@@ -120,6 +120,11 @@ fn acknowledged_acquisitions_are_on_the_replica() {
     let store = manager.fenced_store("acks:store");
     store.set(lock.fencing_token(), "kept").unwrap();
     assert!(ask(&replica, &["GET", "acks:store"]).contains("kept"));
+    // A guarded write waits for the replica as an acquisition does.
+    let mut status = redlease::Writes::new();
+    status.set("{acks:lock}:status", "guarded");
+    lock.guarded_write(&status).unwrap();
+    assert!(ask(&replica, &["GET", "{acks:lock}:status"]).contains("guarded"));
 
     for released in [
         lock.unlock(),

@@ -165,6 +165,15 @@ fn a_sentinel_manager_finds_the_master_and_locks_on_it() {
         server.command(&["EXISTS", "found"]).expect("EXISTS"),
         ":1\r\n"
     );
+    let mut status = redlease::Writes::new();
+    status.set("{found}:status", "guarded");
+    guard
+        .guarded_write(&status)
+        .expect("a guarded write on the master");
+    assert_eq!(
+        server.command(&["GET", "{found}:status"]).expect("GET"),
+        "$7\r\nguarded\r\n"
+    );
     drop(guard);
     manager.shutdown();
 }

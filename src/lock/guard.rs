@@ -1,8 +1,11 @@
 //! [`LockGuard`]: one held level of a [`Lock`], released when dropped.
 
+use redis::{ToRedisArgs, Value};
+
 use super::Lock;
 use crate::client::Release;
 use crate::error::Result;
+use crate::guarded::{self, GuardedScript, Writes};
 use crate::hold::guard::{Guard, Hold, Watched};
 
 /// One held level of a [`Lock`], taken by the current thread: a [`Guard`] (with its
@@ -112,5 +115,98 @@ impl Guard<LockHold> {
     /// ```
     pub fn holder_id(&self) -> &str {
         &self.hold().holder
+    }
+
+    /// Applies `writes` to the application's own keys only while this hold is current: Redis
+    /// runs them in one script right after checking that this acquisition chain (its holder
+    /// id) still holds the lock, so nothing can come in between. Answers each write's answer
+    /// in order (`OK` for a set, the new value for an increment, the count for a delete or a
+    /// hash set).
+    ///
+    /// Sent once, and again through an outage with the same request id (up to the outage
+    /// grace): the writes are applied at most once, even when an answer is lost.
+    ///
+    /// # Errors
+    /// - [`Error::LockLost`](crate::Error::LockLost) when the hold is known lost here, or
+    ///   Redis finds it is not current (it expired, was freed by force, or another holder
+    ///   has the lock): nothing was written;
+    /// - [`Error::InvalidArgument`](crate::Error::InvalidArgument), before anything is sent,
+    ///   for no writes, an empty key, a time to live out of range, or, on a Redis Cluster, a
+    ///   key outside the lock's slot (give the keys the lock's hash tag: `{job}:status` for
+    ///   the lock `job`);
+    /// - with [`replica_acks`](crate::LockManagerBuilder::replica_acks),
+    ///   [`Error::NotReplicated`](crate::Error::NotReplicated) when the writes were applied
+    ///   but too few replicas acknowledged them in time;
+    /// - [`Error::Indeterminate`](crate::Error::Indeterminate) when no answer came through the
+    ///   outage grace: the writes may or may not have been applied.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use redis::Value;
+    ///
+    /// let guard = manager.lock("job").lock()?;
+    /// let answers = guard.guarded_write(
+    ///     redlease::Writes::new()
+    ///         .hash_set("{job}:status", "state", "running")
+    ///         .increment_by("{job}:attempts", 1),
+    /// )?;
+    /// assert_eq!(answers, [Value::Int(1), Value::Int(1)]);
+    ///
+    /// manager.lock("job").force_unlock()?;
+    /// let refused = guard.guarded_write(redlease::Writes::new().set("{job}:status", "done"));
+    /// assert!(matches!(refused, Err(redlease::Error::LockLost { .. })));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn guarded_write(&self, writes: &Writes) -> Result<Vec<Value>> {
+        self.check()?;
+        guarded::write(&self.hold().guarded_holder(), writes)
+    }
+
+    /// Runs a caller's own Lua body with `keys` and `args` only while this hold is current,
+    /// as [`guarded_write`](Self::guarded_write) runs its writes; answers what the body
+    /// answered. The same errors; a body that Redis refuses is
+    /// [`Error::Redis`](crate::Error::Redis).
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use redis::Value;
+    ///
+    /// let append = redlease::GuardedScript::new(
+    ///     "redis.call('rpush', KEYS[1], ARGV[1]) return redis.call('llen', KEYS[1])",
+    /// );
+    /// let guard = manager.lock("job").lock()?;
+    /// let length = guard.run_guarded(&append, &["{job}:log"], &["started"])?;
+    /// assert_eq!(length, Value::Int(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run_guarded<A: ToRedisArgs>(
+        &self,
+        script: &GuardedScript,
+        keys: &[&str],
+        args: &[A],
+    ) -> Result<Value> {
+        self.check()?;
+        let args: Vec<Vec<u8>> = args.iter().flat_map(ToRedisArgs::to_redis_args).collect();
+        guarded::run_script(&self.hold().guarded_holder(), script, keys, &args)
+    }
+}
+
+impl LockHold {
+    /// Where Redis records this hold, for a guarded write.
+    fn guarded_holder(&self) -> guarded::Holder<'_> {
+        let lock = self.lock.raw();
+        guarded::Holder {
+            client: lock.client(),
+            name: self.lock.name(),
+            field: lock.hold_field(&self.holder),
+            watch_key: &self.watched.key,
+            holder: &self.holder,
+        }
     }
 }

@@ -237,6 +237,15 @@ impl RawLock {
         }
     }
 
+    /// The field of the lock's hash that records `holder`'s hold: the holder id, or for a
+    /// writer its writer's field.
+    pub(crate) fn hold_field<'a>(&self, holder: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.keys.kind {
+            LockKind::Write => std::borrow::Cow::Owned(crate::layout::writer_field(holder)),
+            _ => std::borrow::Cow::Borrowed(holder),
+        }
+    }
+
     /// How the watchdog renews a hold of this lock.
     fn hold_kind(&self) -> HoldKind {
         match self.keys.kind {

@@ -8,6 +8,7 @@
 
 pub(crate) mod fence;
 pub(crate) mod group;
+pub(crate) mod guarded;
 pub(crate) mod latch;
 pub(crate) mod lock;
 pub(crate) mod names;

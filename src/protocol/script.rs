@@ -1,7 +1,8 @@
 //! [`LuaScript`] (a script's source and SHA1) and [`ScriptCall`] (one call of it with its keys
 //! and arguments), which the runner in `crate::call::runner` sends. No I/O here.
 
-use std::sync::LazyLock;
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
 
 use redis::{Arg, Cmd, ToRedisArgs};
 
@@ -10,11 +11,11 @@ use redis::{Arg, Cmd, ToRedisArgs};
 /// on the node of the channel's slot). A script names the command by the local
 /// `publish_command`, which the first line of its source sets.
 pub(crate) struct LuaScript {
-    source: &'static str,
+    source: Cow<'static, str>,
     /// Known to Redis by this hash once loaded.
-    hash: LazyLock<String>,
+    hash: OnceLock<String>,
     /// The sharded dialect's source and hash.
-    sharded: LazyLock<(String, String)>,
+    sharded: OnceLock<(String, String)>,
 }
 
 /// The first line of every script's plain source.
@@ -23,15 +24,21 @@ pub(crate) const PLAIN_PRELUDE: &str = "local publish_command = 'publish'\n";
 const SHARDED_PRELUDE: &str = "local publish_command = 'spublish'\n";
 
 impl LuaScript {
-    pub(crate) const fn new(
-        source: &'static str,
-        hash: fn() -> String,
-        sharded: fn() -> (String, String),
-    ) -> Self {
+    /// One of the crate's own scripts.
+    pub(crate) const fn new(source: &'static str) -> Self {
         LuaScript {
-            source,
-            hash: LazyLock::new(hash),
-            sharded: LazyLock::new(sharded),
+            source: Cow::Borrowed(source),
+            hash: OnceLock::new(),
+            sharded: OnceLock::new(),
+        }
+    }
+
+    /// A script made at run time (a guarded script around a caller's body).
+    pub(crate) fn owned(source: String) -> Self {
+        LuaScript {
+            source: Cow::Owned(source),
+            hash: OnceLock::new(),
+            sharded: OnceLock::new(),
         }
     }
 
@@ -45,17 +52,24 @@ impl LuaScript {
 
     pub(crate) fn source(&self, sharded: bool) -> &str {
         match sharded {
-            true => &self.sharded.0,
-            false => self.source,
+            true => &self.sharded().0,
+            false => &self.source,
         }
     }
 
     /// The SHA1 of the source, in hex.
     pub(crate) fn hash(&self, sharded: bool) -> &str {
         match sharded {
-            true => &self.sharded.1,
-            false => &self.hash,
+            true => &self.sharded().1,
+            false => self
+                .hash
+                .get_or_init(|| redis::Script::new(&self.source).get_hash().to_owned()),
         }
+    }
+
+    fn sharded(&self) -> &(String, String) {
+        self.sharded
+            .get_or_init(|| LuaScript::sharded_dialect(&self.source))
     }
 }
 
@@ -66,24 +80,42 @@ macro_rules! lua_script {
     ($(#[$doc:meta])* $name:ident = $first:literal $(+ $more:literal)*) => {
         $(#[$doc])*
         pub(crate) static $name: $crate::protocol::script::LuaScript =
-            $crate::protocol::script::LuaScript::new(
-                concat!(
-                    "local publish_command = 'publish'\n",
-                    include_str!($first) $(, include_str!($more))*
-                ),
-                || {
-                    redis::Script::new($name.source(false)).get_hash().to_owned()
-                },
-                || $crate::protocol::script::LuaScript::sharded_dialect($name.source(false)),
-            );
+            $crate::protocol::script::LuaScript::new(concat!(
+                "local publish_command = 'publish'\n",
+                include_str!($first) $(, include_str!($more))*
+            ));
     };
 }
 pub(crate) use lua_script;
 
+/// A script a call runs: one of the crate's own, or one made at run time.
+#[derive(Clone)]
+pub(crate) enum ScriptRef {
+    Static(&'static LuaScript),
+    Shared(Arc<LuaScript>),
+}
+
+impl std::ops::Deref for ScriptRef {
+    type Target = LuaScript;
+
+    fn deref(&self) -> &LuaScript {
+        match self {
+            ScriptRef::Static(script) => script,
+            ScriptRef::Shared(script) => script,
+        }
+    }
+}
+
+impl From<&'static LuaScript> for ScriptRef {
+    fn from(script: &'static LuaScript) -> Self {
+        ScriptRef::Static(script)
+    }
+}
+
 /// One call of a script: `EVALSHA` with its keys and arguments.
 #[derive(Clone)]
 pub(crate) struct ScriptCall {
-    script: &'static LuaScript,
+    script: ScriptRef,
     /// The call is of the sharded dialect.
     sharded: bool,
     command: Cmd,
@@ -91,7 +123,8 @@ pub(crate) struct ScriptCall {
 
 impl ScriptCall {
     /// A call of `script` on `keys`; add arguments with [`arg`](ScriptCall::arg).
-    pub(crate) fn new(script: &'static LuaScript, keys: &[&str]) -> Self {
+    pub(crate) fn new(script: impl Into<ScriptRef>, keys: &[&str]) -> Self {
+        let script = script.into();
         let mut command = redis::cmd("EVALSHA");
         command.arg(script.hash(false)).arg(keys.len()).arg(keys);
         ScriptCall {
@@ -106,8 +139,8 @@ impl ScriptCall {
         self
     }
 
-    pub(crate) fn script(&self) -> &'static LuaScript {
-        self.script
+    pub(crate) fn script(&self) -> &LuaScript {
+        &self.script
     }
 
     /// Whether the call is of the sharded dialect (see [`LuaScript`]).
@@ -116,7 +149,7 @@ impl ScriptCall {
     }
 
     /// The script's source in the call's dialect.
-    pub(crate) fn source(&self) -> &'static str {
+    pub(crate) fn source(&self) -> &str {
         self.script.source(self.sharded)
     }
 
@@ -128,7 +161,7 @@ impl ScriptCall {
             command.arg(arg);
         }
         ScriptCall {
-            script: self.script,
+            script: self.script.clone(),
             sharded: true,
             command,
         }

@@ -12,7 +12,7 @@ pub(crate) fn key_slot(key: &[u8]) -> u16 {
 }
 
 /// What of `key` is hashed when it carries a hash tag (`{tag}`), if it does.
-fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+pub(crate) fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     let open = key.iter().position(|&byte| byte == b'{')?;
     let rest = &key[open + 1..];
     let close = rest.iter().position(|&byte| byte == b'}')?;
