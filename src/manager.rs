@@ -86,6 +86,8 @@ pub struct LockManagerBuilder {
     outage_grace: Duration,
     /// How many replicas must acknowledge a write, and within what time; `None`: off.
     replica_acks: Option<(u32, Duration)>,
+    /// `WAITAOF` instead: the master's fsync, how many replicas', within what time.
+    aof_acks: Option<(bool, u32, Duration)>,
     /// Checked by `build`, with the URL.
     tls: TlsOptions,
 }
@@ -131,6 +133,7 @@ impl LockManager {
             cluster: None,
             outage_grace: DEFAULT_OUTAGE_GRACE,
             replica_acks: None,
+            aof_acks: None,
             tls: TlsOptions::default(),
         }
     }
@@ -499,6 +502,42 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Like [`replica_acks`](LockManagerBuilder::replica_acks), with the writes on disk rather
+    /// than in memory: every write waits (`WAITAOF`, in the same round trip) until it is in
+    /// the append-only file, fsynced, on the master when `local_fsync`, and on `replicas`
+    /// replicas. A shortfall is [`Error::NotPersisted`], treated as
+    /// [`Error::NotReplicated`] is: an acquisition is given back, other writes stand and are
+    /// told or counted.
+    ///
+    /// `WAITAOF` is in Redis 7.2 and later, and in Valkey; the servers need `appendonly yes`
+    /// (the master, for `local_fsync`; the replicas, for `replicas`). How soon a write is
+    /// fsynced depends on their `appendfsync` (`everysec`: within about a second, which the
+    /// ack timeout must allow for). `build` asks every master and fails with
+    /// [`Error::Unsupported`] on a server without the command, or with `local_fsync` on a
+    /// master without an append-only file; [`Error::InvalidArgument`] for neither
+    /// `local_fsync` nor a replica, a timeout out of range as for `replica_acks`, or both
+    /// settings at once.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let Some(valkey) = redlease_testing::server_with_waitaof() else { return Ok(()) };
+    /// # let (master, _replica) = valkey.expect("valkey-server");
+    /// use std::time::Duration;
+    ///
+    /// let manager = redlease::LockManager::builder(master.url())
+    ///     .aof_acks(true, 1, Duration::from_millis(2500))
+    ///     .watchdog_timeout(Duration::from_secs(30))
+    ///     .build()?;
+    /// let guard = manager.lock("ledger").lock()?; // on the master's disk and a replica's
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn aof_acks(mut self, local_fsync: bool, replicas: u32, timeout: Duration) -> Self {
+        self.aof_acks = Some((local_fsync, replicas, timeout));
+        self
+    }
+
     /// Called on the watchdog thread for every lock found lost while held (see [`LostLock`]
     /// and [`LostReason`](crate::LostReason)), once per acquisition chain. Keep it short, and
     /// do not drop the last clone of the manager inside it.
@@ -716,9 +755,23 @@ impl LockManagerBuilder {
                 self.watchdog_timeout
             )));
         }
-        let replica_acks = match self.replica_acks {
-            Some((replicas, timeout)) => {
-                let acks = ReplicaAcks::new(replicas, timeout)?;
+        let acks = match (self.replica_acks, self.aof_acks) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument(
+                    "replica_acks and aof_acks are two choices of the same setting: pick one"
+                        .into(),
+                ))
+            }
+            (Some((replicas, timeout)), None) => {
+                Some((ReplicaAcks::new(replicas, timeout)?, timeout))
+            }
+            (None, Some((local, replicas, timeout))) => {
+                Some((ReplicaAcks::aof(local, replicas, timeout)?, timeout))
+            }
+            (None, None) => None,
+        };
+        let replica_acks = match acks {
+            Some((acks, timeout)) => {
                 let renewal_interval = self.watchdog_timeout / 3;
                 if timeout >= renewal_interval {
                     return Err(Error::InvalidArgument(format!(

@@ -15,7 +15,11 @@
 //!
 //! `WAIT` makes a lost write unlikely, not impossible: a failover may still promote a replica
 //! other than the ones that acknowledged, and an acknowledged write is in the replica's
-//! memory, not on its disk.
+//! memory, not on its disk. A manager built with
+//! [`aof_acks`](crate::LockManagerBuilder::aof_acks) sends `WAITAOF local replicas timeout`
+//! instead (Redis 7.2 and later, Valkey): the write is fsynced to the append-only file of
+//! the master (when `local`) and of that many replicas. Its shortfall is
+//! [`Error::NotPersisted`]; [`ReplicaAcks::probe`] tells at build whether a server has it.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -35,13 +39,15 @@ const GRACE_AFTER_DEADLINE: Duration = Duration::from_millis(1);
 /// in between go to the debug log and are counted into the next warning.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// How many replicas must acknowledge a write, and how long to wait for them: the two
-/// arguments of the `WAIT` sent behind it.
+/// How many replicas must acknowledge a write, and how long to wait for them: the
+/// arguments of the `WAIT` (or `WAITAOF`) sent behind it.
 #[derive(Clone, Debug)]
 pub(crate) struct ReplicaAcks {
     replicas: u32,
     timeout: Duration,
-    /// `WAIT replicas timeout-in-ms`, built once.
+    /// `Some(local)` for `WAITAOF`: whether the master's own fsync is waited for too.
+    aof_local: Option<bool>,
+    /// `WAIT replicas timeout-in-ms` or `WAITAOF local replicas timeout-in-ms`, built once.
     wait: Cmd,
 }
 
@@ -60,8 +66,63 @@ impl ReplicaAcks {
         Ok(ReplicaAcks {
             replicas,
             timeout,
+            aof_local: None,
             wait,
         })
+    }
+
+    /// `WAITAOF`: the master's fsync when `local`, and `replicas` replicas' (at least one of
+    /// the two), within `timeout` (at least 1 ms, as for `WAIT`).
+    pub(crate) fn aof(local: bool, replicas: u32, timeout: Duration) -> Result<Self> {
+        if !local && replicas == 0 {
+            return Err(Error::InvalidArgument(
+                "append-only file acknowledgements need the master's fsync or at least one \
+                 replica"
+                    .into(),
+            ));
+        }
+        let timeout_ms = names::lease_millis("append-only file ack timeout", timeout)?;
+        let mut wait = redis::cmd("WAITAOF");
+        wait.arg(u32::from(local)).arg(replicas).arg(timeout_ms);
+        Ok(ReplicaAcks {
+            replicas,
+            timeout,
+            aof_local: Some(local),
+            wait,
+        })
+    }
+
+    /// Tells whether the server of `connection` can answer this manager's acknowledgement
+    /// command: `WAIT` always can; `WAITAOF` needs Redis 7.2 or later (or Valkey), and with
+    /// `local` an append-only file on the master. Sent once per master by `build`, on a
+    /// connection that has written nothing, so the answer comes at once.
+    pub(crate) fn probe(&self, connection: &mut Connection) -> Result<()> {
+        let Some(local) = self.aof_local else {
+            return Ok(());
+        };
+        let probe = redis::cmd("WAITAOF")
+            .arg(u32::from(local))
+            .arg(0)
+            .arg(1)
+            .query::<Value>(connection);
+        match probe {
+            Ok(_) => Ok(()),
+            Err(err) if err.kind() == ErrorKind::Server(redis::ServerErrorKind::ResponseError) => {
+                Err(Error::Unsupported {
+                    feature: "aof_acks (WAITAOF, Redis 7.2 or later, or Valkey)".into(),
+                    detail: err.detail().unwrap_or_default().to_owned(),
+                })
+            }
+            Err(err) => Err(Error::from_redis(err, self.timeout)),
+        }
+    }
+
+    /// The command's name, for reports.
+    fn command_name(&self) -> &'static str {
+        match self.aof_local {
+            Some(_) => "WAITAOF",
+            None => "WAIT",
+        }
     }
 
     /// How long a write waits for its acknowledgements at most.
@@ -93,15 +154,19 @@ impl ReplicaAcks {
         match answer {
             Ok(answer) => (self.judge(answer), Reading::Complete),
             Err(err) => {
-                log::debug!("no answer to WAIT within {budget:?}: {err}");
+                let command = self.command_name();
+                log::debug!("no answer to {command} within {budget:?}: {err}");
                 let unanswered = Unreplicated::Unanswered { budget };
                 (Judged::short(unanswered), Reading::AnswerLeft)
             }
         }
     }
 
-    /// What `WAIT`'s answer says of the write before it.
+    /// What `WAIT`'s (or `WAITAOF`'s) answer says of the write before it.
     fn judge(&self, answer: Value) -> Judged {
+        if let Some(local) = self.aof_local {
+            return self.judge_aof(local, answer);
+        }
         match answer {
             Value::Int(count) => {
                 let acknowledged = u32::try_from(count.max(0)).unwrap_or(u32::MAX);
@@ -119,6 +184,40 @@ impl ReplicaAcks {
                 "WAIT answered something other than a count",
                 format!("{other:?}"),
             )))),
+        }
+    }
+}
+
+impl ReplicaAcks {
+    /// What `WAITAOF`'s answer (the master's fsync count, 0 or 1, and the replicas') says.
+    fn judge_aof(&self, local: bool, answer: Value) -> Judged {
+        let counts = match &answer {
+            Value::Array(counts) => match counts.as_slice() {
+                [Value::Int(on_master), Value::Int(replicas)] => Some((*on_master, *replicas)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some((on_master, replicas)) = counts else {
+            return Judged::short(match answer {
+                Value::ServerError(err) => Unreplicated::Refused(err.into()),
+                other => Unreplicated::Refused(RedisError::from((
+                    ErrorKind::UnexpectedReturnType,
+                    "WAITAOF answered something other than two counts",
+                    format!("{other:?}"),
+                ))),
+            });
+        };
+        let acknowledged = u32::try_from(replicas.max(0)).unwrap_or(u32::MAX);
+        let on_master_disk = !local || on_master >= 1;
+        let short = !on_master_disk || acknowledged < self.replicas;
+        Judged {
+            acknowledged: Some(acknowledged),
+            unreplicated: short.then_some(Unreplicated::NotOnDisk {
+                on_master_disk,
+                acknowledged,
+                required: self.replicas,
+            }),
         }
     }
 }
@@ -146,6 +245,12 @@ impl Judged {
 pub(crate) enum Unreplicated {
     /// Fewer replicas than required acknowledged it within the ack timeout.
     Short { acknowledged: u32, required: u32 },
+    /// `WAITAOF`: the master (when asked) or too few replicas fsynced it in time.
+    NotOnDisk {
+        on_master_disk: bool,
+        acknowledged: u32,
+        required: u32,
+    },
     /// `WAIT`'s answer did not come within `budget` of the write: the master is slow, or the
     /// reader had to stop (the watchdog, at a lease deadline).
     Unanswered { budget: Duration },
@@ -168,6 +273,16 @@ impl Unreplicated {
                 acknowledged,
                 required,
             },
+            Unreplicated::NotOnDisk {
+                on_master_disk,
+                acknowledged,
+                required,
+            } => Error::NotPersisted {
+                name: name.to_owned(),
+                on_master_disk,
+                acknowledged,
+                required,
+            },
             Unreplicated::Unanswered { budget } => Error::Timeout(budget),
             Unreplicated::Refused(err) => Error::Redis(err),
         }
@@ -184,10 +299,19 @@ impl fmt::Display for Unreplicated {
                 f,
                 "{acknowledged} of {required} replicas acknowledged it in time"
             ),
+            Unreplicated::NotOnDisk {
+                on_master_disk,
+                acknowledged,
+                required,
+            } => write!(
+                f,
+                "on the master's disk: {on_master_disk}; on {acknowledged} of {required} \
+                 replicas' disks in time"
+            ),
             Unreplicated::Unanswered { budget } => {
-                write!(f, "WAIT did not answer within {budget:?}")
+                write!(f, "the acknowledgement did not come within {budget:?}")
             }
-            Unreplicated::Refused(err) => write!(f, "WAIT was refused: {err}"),
+            Unreplicated::Refused(err) => write!(f, "the acknowledgement was refused: {err}"),
         }
     }
 }

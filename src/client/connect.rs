@@ -90,6 +90,11 @@ impl Client {
             timeouts,
             max_idle_connections,
         )?;
+        if let Some(acks) = &replica_acks {
+            for pool in reached.router.master_pools() {
+                pool.run(|connection| Ok(acks.probe(connection)))??;
+            }
+        }
         let router = Arc::clone(&reached.router);
         let mut starting = Starting::default();
         let watchdog = Watchdog::start(

@@ -175,6 +175,42 @@ pub enum Error {
         required: u32,
     },
 
+    /// With [`aof_acks`](crate::LockManagerBuilder::aof_acks): the write is not known to be
+    /// in the append-only file (written and fsynced) on the master, when asked for, or on
+    /// enough replicas, within the ack timeout. An acquisition is given back, as for
+    /// [`Error::NotReplicated`]; other writes stand on the master.
+    ///
+    /// [Transient](Error::is_transient): a disk that was slow, or a replica that lagged,
+    /// catches up soon. One that fails every time means the master or its replicas do not
+    /// keep an append-only file (`appendonly no`), fsync too rarely for the ack timeout
+    /// (`appendfsync`), or fewer replicas are attached than asked for.
+    #[error(
+        "{name:?}: the write is not on disk where asked within the ack timeout (the master's \
+         append-only file: {}; replicas' append-only files: {acknowledged} of {required})",
+        if *.on_master_disk { "yes" } else { "no" }
+    )]
+    NotPersisted {
+        /// The name of the primitive (the key, for a fenced store).
+        name: String,
+        /// Whether the master fsynced it to its append-only file (true when not asked).
+        on_master_disk: bool,
+        /// How many replicas fsynced it in time.
+        acknowledged: u32,
+        /// How many were asked for.
+        required: u32,
+    },
+
+    /// The server lacks something the manager's settings need (found by
+    /// [`build`](crate::LockManagerBuilder::build)): `feature` names the setting, `detail`
+    /// what the server answered.
+    #[error("{feature} is not supported by this server: {detail}")]
+    Unsupported {
+        /// The setting, such as `aof_acks (WAITAOF)`.
+        feature: String,
+        /// What the server answered.
+        detail: String,
+    },
+
     /// A key of the primitive called `name` holds something it cannot use: a key of another
     /// Redis type (Redis answered `WRONGTYPE`), or a string that is not a count. Nothing was
     /// changed.
@@ -326,6 +362,15 @@ impl Error {
         }
     }
 
+    /// True for a write that too few replicas (or disks) acknowledged in time:
+    /// [`Error::NotReplicated`] or [`Error::NotPersisted`].
+    pub(crate) fn is_ack_shortfall(&self) -> bool {
+        matches!(
+            self,
+            Error::NotReplicated { .. } | Error::NotPersisted { .. }
+        )
+    }
+
     /// True for an outage in which a call may have run before its answer was lost: the
     /// connection broke or timed out after it was made (not a refused connection, nor an
     /// answer that the server cannot serve now).
@@ -340,7 +385,8 @@ impl Error {
     /// True for the errors after which the same call may succeed later: Redis was
     /// unreachable or slow (for a lock over several servers, too many of them:
     /// [`Error::NoQuorum`], or so slow that the lease was spent: [`Error::LeaseSpent`]), its
-    /// replicas did not acknowledge a write in time ([`Error::NotReplicated`]), or it
+    /// replicas (or disks) did not acknowledge a write in time ([`Error::NotReplicated`],
+    /// [`Error::NotPersisted`]), or it
     /// answered that it cannot serve now (`LOADING`, `BUSY`,
     /// `TRYAGAIN`, `MASTERDOWN`, `READONLY`, `CLUSTERDOWN`, or `UNBLOCKED`: a master demoted
     /// while the call waited for its replicas). Never for a refused login or
@@ -351,7 +397,8 @@ impl Error {
             | Error::Timeout(_)
             | Error::NoQuorum { .. }
             | Error::LeaseSpent { .. }
-            | Error::NotReplicated { .. } => true,
+            | Error::NotReplicated { .. }
+            | Error::NotPersisted { .. } => true,
             Error::Redis(err) => {
                 matches!(
                     err.kind(),

@@ -128,7 +128,7 @@ impl Group {
         if attempt.failed > self.members.len() - self.required {
             return Err(match attempt.first_error {
                 // Too few replicas is told as such: servers that answer are no lack of quorum.
-                Some(err @ Error::NotReplicated { .. }) => err,
+                Some(err) if err.is_ack_shortfall() => err,
                 Some(err) if !err.is_transient() => err,
                 _ => Error::NoQuorum {
                     reachable: self.members.len() - attempt.failed,

@@ -553,5 +553,5 @@ impl std::fmt::Debug for RawLock {
 /// Whether an acquisition that failed with `err` may have its undo arrive late: it may have
 /// run, or its grant was taken back for want of replica acknowledgements.
 fn undo_may_come_late(err: &Error) -> bool {
-    err.may_have_run() || matches!(err, Error::NotReplicated { .. })
+    err.may_have_run() || err.is_ack_shortfall()
 }

@@ -58,6 +58,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra_args: Vec<String>,
+    /// The server program, when not the default one (see [`server_program`]).
+    program: Option<std::ffi::OsString>,
     /// For a TLS-only server: how it is set up and how to talk to it.
     #[cfg(feature = "tls")]
     tls: Option<ServerTls>,
@@ -72,6 +74,14 @@ impl RedisServer {
     /// Starts a server with extra `redis-server` arguments (such as `["--appendonly", "yes"]`).
     pub fn start_with_args(extra_args: &[&str]) -> io::Result<Self> {
         RedisServer::unstarted(extra_args)?.start_on_a_free_port()
+    }
+
+    /// Starts a server of `program` (another build than the default one, see
+    /// [`server_program`]) with extra arguments.
+    pub fn start_program(program: &std::ffi::OsStr, extra_args: &[&str]) -> io::Result<Self> {
+        let mut server = RedisServer::unstarted(extra_args)?;
+        server.program = Some(program.to_owned());
+        server.start_on_a_free_port()
     }
 
     fn start_on_a_free_port(self) -> io::Result<Self> {
@@ -112,19 +122,34 @@ impl RedisServer {
     /// assert!(info.contains("master_link_status:up"), "{info}");
     /// ```
     pub fn start_with_replica() -> io::Result<(Self, Self)> {
+        Self::start_pair(None, &[])
+    }
+
+    /// [`start_with_replica`](RedisServer::start_with_replica) with `program` (the default
+    /// one when `None`), both servers with `extra_args`.
+    fn start_pair(
+        program: Option<std::ffi::OsString>,
+        extra_args: &[&str],
+    ) -> io::Result<(Self, Self)> {
         let mut last_error = None;
         // A free port can be taken by someone else before the master binds it: try again.
         for _ in 0..5 {
             // Without the delay by which a master waits for more replicas to share a
             // diskless synchronization (5 s by default).
-            let mut master = RedisServer::unstarted(&["--repl-diskless-sync-delay", "0"])?;
+            let mut master_args = vec!["--repl-diskless-sync-delay", "0"];
+            master_args.extend_from_slice(extra_args);
+            let mut master = RedisServer::unstarted(&master_args)?;
+            master.program.clone_from(&program);
             master.port = free_port()?;
             let master_port = master.port.to_string();
+            let mut replica = RedisServer::unstarted(extra_args)?;
+            replica.program.clone_from(&program);
+            replica
+                .extra_args
+                .extend(["--replicaof", "127.0.0.1", &master_port].map(str::to_owned));
             // The replica keeps trying to reach its master until the master answers, so
             // both start at the same time.
-            let replica = std::thread::spawn(move || {
-                Self::start_with_args(&["--replicaof", "127.0.0.1", &master_port])
-            });
+            let replica = std::thread::spawn(move || replica.start_on_a_free_port());
             let master_started = master.spawn();
             let replica = replica
                 .join()
@@ -351,6 +376,7 @@ impl RedisServer {
             port: 0,
             dir: private_dir("redis")?,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            program: None,
             #[cfg(feature = "tls")]
             tls: None,
         })
@@ -386,8 +412,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> io::Result<()> {
-        let program =
-            std::env::var_os("REDLEASE_REDIS_SERVER").unwrap_or_else(|| "redis-server".into());
+        let program = self.program.clone().unwrap_or_else(server_program);
         let mut child = Command::new(&program)
             .args(self.listening_arguments())
             .args(["--bind", "127.0.0.1", "--save", ""])
@@ -1667,6 +1692,7 @@ impl RedisServer {
             port: 0,
             dir: private_dir("redis")?,
             extra_args: options.extra_args.clone(),
+            program: None,
             tls: Some(ServerTls::new(files, options)?),
         };
         server.start_on_a_free_port()
@@ -1786,5 +1812,70 @@ impl ServerTls {
         let session = rustls::ClientConnection::new(Arc::clone(&self.client), self.name.clone())
             .map_err(io::Error::other)?;
         Ok(rustls::StreamOwned::new(session, socket))
+    }
+}
+
+/// The server program the fixtures run: the `REDLEASE_REDIS_SERVER` environment variable, else
+/// `redis-server` from `PATH`.
+pub fn server_program() -> std::ffi::OsString {
+    std::env::var_os("REDLEASE_REDIS_SERVER").unwrap_or_else(|| "redis-server".into())
+}
+
+/// Whether `program` has `WAITAOF` (Redis 7.2 or later, or any Valkey), read from its
+/// `--version` (`Redis server v=7.0.15 ...`, `Valkey server v=9.1.2 ...`); `None` when it
+/// cannot be run.
+pub fn has_waitaof(program: &std::ffi::OsStr) -> Option<bool> {
+    let output = Command::new(program).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    if text.starts_with("Valkey") {
+        return Some(true);
+    }
+    let version = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))?;
+    let mut parts = version
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next()?, parts.next().unwrap_or(0));
+    Some((major, minor) >= (7, 2))
+}
+
+/// A server program with `WAITAOF`: the fixtures' own ([`server_program`]) when it has it,
+/// else the one named by the `REDLEASE_WAITAOF_SERVER` environment variable (the test script
+/// sets it to a Valkey build). `Err` says why there is none.
+pub fn waitaof_program() -> Result<std::ffi::OsString, String> {
+    let default = server_program();
+    if has_waitaof(&default) == Some(true) {
+        return Ok(default);
+    }
+    let Some(other) = std::env::var_os("REDLEASE_WAITAOF_SERVER") else {
+        return Err(format!(
+            "{default:?} has no WAITAOF (Redis 7.2 or later, or Valkey), and \
+             REDLEASE_WAITAOF_SERVER names no other server"
+        ));
+    };
+    match has_waitaof(&other) {
+        Some(true) => Ok(other),
+        _ => Err(format!(
+            "REDLEASE_WAITAOF_SERVER={other:?} cannot be run, or has no WAITAOF"
+        )),
+    }
+}
+
+/// A master and a replica of a server program with `WAITAOF` ([`waitaof_program`]), each
+/// with an append-only file fsynced at every write (`--appendonly yes --appendfsync
+/// always`), started as [`RedisServer::start_with_replica`] starts its pair. `None`, after
+/// printing why to standard error, when no such program is at hand: a test then has nothing
+/// to run.
+pub fn server_with_waitaof() -> Option<io::Result<(RedisServer, RedisServer)>> {
+    match waitaof_program() {
+        Ok(program) => Some(RedisServer::start_pair(
+            Some(program),
+            &["--appendonly", "yes", "--appendfsync", "always"],
+        )),
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
+        }
     }
 }
