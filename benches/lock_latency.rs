@@ -4,8 +4,10 @@
 //! `redis-server`. Prints the PING round trip, the uncontended lock+unlock pair, the
 //! uncontended semaphore acquire+release pair (and its two scripts alone), the handoff
 //! latency between 8 contending threads (release started -> next holder has it), each as a
-//! ratio to the round trip; the fair lock's handoff and its contenders' waits, and the read
-//! lock's pair; and how the watchdog copes with 100 000 held locks. Then, on five
+//! ratio to the round trip; a guarded write of one value by a lock's holder against a plain
+//! `SET` on one connection (`-- --guarded-only` for these alone); the fair lock's handoff and
+//! its contenders' waits, and the read lock's pair; and how the watchdog copes with 100 000
+//! held locks. Then, on five
 //! throwaway servers, a Redlock's uncontended acquire+release against the single-master pair
 //! measured on the first of them in the same run, and how many acquisitions four contending
 //! threads make with every master answering, and with one or two of them frozen (SIGSTOP).
@@ -81,6 +83,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "  its two scripts alone, no library",
         semaphore_floor.describe(Some(&round_trip))
     );
+
+    measure_guarded_writes(&manager, &url, &round_trip)?;
+    if std::env::args().any(|arg| arg == "--guarded-only") {
+        return Ok(());
+    }
 
     let handoff = Samples::new(measure_handoffs(&manager)?);
     println!(
@@ -499,6 +506,56 @@ fn measure_round_trips(url: &str) -> redis::RedisResult<Vec<Duration>> {
             Ok(started.elapsed())
         })
         .collect()
+}
+
+/// A guarded write of one value (the holder checked in the same script, once per request)
+/// against a plain `SET` on one connection, measured in turn, and both against `round_trip`.
+fn measure_guarded_writes(
+    manager: &LockManager,
+    url: &str,
+    round_trip: &Samples,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut connection = redis::Client::open(url)?.get_connection()?;
+    let guard = manager.lock("bench:guarded").lock()?;
+    let mut write = redlease::Writes::new();
+    write.set("{bench:guarded}:status", "running");
+    let mut set = || {
+        redis::cmd("SET")
+            .arg("bench:set")
+            .arg("running")
+            .query::<()>(&mut connection)
+    };
+    for _ in 0..1_000 {
+        set()?;
+        guard.guarded_write(&write)?;
+    }
+    let (mut sets, mut guarded) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
+    for _ in 0..PAIRS {
+        let started = Instant::now();
+        set()?;
+        sets.push(started.elapsed());
+        let started = Instant::now();
+        guard.guarded_write(&write)?;
+        guarded.push(started.elapsed());
+    }
+    let (sets, guarded) = (Samples::new(sets), Samples::new(guarded));
+    println!(
+        "{:<36} {}",
+        "SET, one connection, no library",
+        sets.describe(Some(round_trip))
+    );
+    println!(
+        "{:<36} {}",
+        "guarded write, one SET",
+        guarded.describe(Some(round_trip))
+    );
+    println!(
+        "{:<36} p50 {:.2} x the plain SET, p99 {:.2} x",
+        "",
+        guarded.percentile(50).as_secs_f64() / sets.percentile(50).as_secs_f64(),
+        guarded.percentile(99).as_secs_f64() / sets.percentile(99).as_secs_f64()
+    );
+    Ok(())
 }
 
 fn measure_pairs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
