@@ -85,11 +85,8 @@ pub(super) fn tell(reports: Vec<LostLock>, on_lost: Option<&LostCallback>) {
             lost_lock.reason
         );
         if let Some(on_lost) = on_lost {
-            // A panicking callback must not take the renewal of every other lock down.
-            let call = std::panic::AssertUnwindSafe(|| on_lost(&lost_lock));
-            if std::panic::catch_unwind(call).is_err() {
-                log::error!("the lost-lock callback panicked for {:?}", lost_lock.name);
-            }
+            let name = &lost_lock.name;
+            super::call_contained("lost-lock", name, || on_lost(&lost_lock));
         }
     }
 }

@@ -98,6 +98,15 @@ pub(crate) type LostCallback = Arc<dyn Fn(&LostLock) + Send + Sync>;
 /// Called with every hold raised at risk or cleared.
 pub(crate) type RiskCallback = Arc<dyn Fn(&RiskNotice) + Send + Sync>;
 
+/// Runs the manager's `what` callback about the lock `name`: a panic in it is logged, and must
+/// not take the renewal of every other lock down.
+fn call_contained(what: &str, name: &str, callback: impl FnOnce()) {
+    let call = std::panic::AssertUnwindSafe(callback);
+    if std::panic::catch_unwind(call).is_err() {
+        log::error!("the {what} callback panicked for {name:?}");
+    }
+}
+
 /// What the manager's callbacks are told, on the watchdog thread.
 #[derive(Clone, Default)]
 pub(crate) struct Callbacks {

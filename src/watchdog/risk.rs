@@ -81,10 +81,7 @@ pub(super) fn tell(notices: Vec<RiskNotice>, on_risk: Option<&RiskCallback>) {
             ),
         }
         if let Some(on_risk) = on_risk {
-            let call = std::panic::AssertUnwindSafe(|| on_risk(&notice));
-            if std::panic::catch_unwind(call).is_err() {
-                log::error!("the risk callback panicked for {:?}", notice.name);
-            }
+            super::call_contained("risk", &notice.name, || on_risk(&notice));
         }
     }
 }
