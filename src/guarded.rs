@@ -238,6 +238,11 @@ fn run(
             Some(why) => Err(why.into_error(holder.name)),
             None => Ok(answers),
         },
+        GuardedAnswer::Failed { applied, message } => Err(Error::GuardedWriteFailed {
+            name: holder.name.to_owned(),
+            applied,
+            message,
+        }),
         GuardedAnswer::NotHeld => {
             client
                 .watchdog()

@@ -156,6 +156,31 @@ fn a_guarded_write_whose_answer_is_lost_applies_once() {
     assert_eq!(proxy.cuts(), 1, "the answer was cut");
     assert_eq!(answers, [Value::Int(2)], "the first run's answer");
     assert_eq!(get(&redis, "{job}:count"), "$1\r\n2\r\n", "applied once");
+
+    // A write Redis refuses ends the script; the ones before it stand, once, even when the
+    // answer of the refusal is lost and the request sent again.
+    let mut partly = Writes::new();
+    partly
+        .increment_by("{job}:count", 1)
+        .set("{job}:text", "words")
+        .increment_by("{job}:text", 1)
+        .set("{job}:never", "x");
+    proxy.cut_next(&["EVALSHA", "{job}:text"]);
+    match guard.guarded_write(&partly) {
+        Err(Error::GuardedWriteFailed {
+            name,
+            applied,
+            message,
+        }) => {
+            assert_eq!((name.as_str(), applied), ("job", 2));
+            assert!(message.contains("not an integer"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(proxy.cuts(), 2, "the refusal's answer was cut");
+    assert_eq!(get(&redis, "{job}:count"), "$1\r\n3\r\n", "applied once");
+    assert_eq!(get(&redis, "{job}:never"), "$-1\r\n");
+    assert!(!guard.is_lost(), "a refused write says nothing of the hold");
 }
 
 #[test]
@@ -186,7 +211,9 @@ fn a_callers_script_sees_its_own_keys_and_arguments() {
     );
     let broken = GuardedScript::new("return redis.call('no-such-command')");
     match guard.run_guarded(&broken, &["{job}:log"], &[""; 0]) {
-        Err(Error::Redis(_)) => {}
+        Err(Error::GuardedWriteFailed { message, .. }) => {
+            assert!(message.to_lowercase().contains("unknown"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
     assert!(!guard.is_lost(), "a failing body says nothing of the hold");

@@ -200,6 +200,25 @@ pub enum Error {
         required: u32,
     },
 
+    /// A guarded write ([`LockGuard::guarded_write`](crate::LockGuard::guarded_write),
+    /// [`run_guarded`](crate::LockGuard::run_guarded)) ran while the hold was current, and
+    /// Redis refused one of its writes (a key of another type, a value that is not an
+    /// integer), or the caller's script failed. The `applied` writes before it stand: Redis
+    /// does not roll a script back. (For a script, `applied` is 0: what its body wrote before
+    /// failing is its own to tell.) The outcome is kept for the request, so the call is not
+    /// run twice.
+    #[error(
+        "{name:?}: a guarded write was refused after {applied} writes went through: {message}"
+    )]
+    GuardedWriteFailed {
+        /// The lock whose hold guarded the write.
+        name: String,
+        /// How many of the writes went through before the refused one.
+        applied: usize,
+        /// What Redis (or the script) answered.
+        message: String,
+    },
+
     /// The server lacks something the manager's settings need (found by
     /// [`build`](crate::LockManagerBuilder::build)): `feature` names the setting, `detail`
     /// what the server answered.

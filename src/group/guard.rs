@@ -78,6 +78,8 @@ impl Chain {
                 }
             }));
         }
+        // A member this thread held already (a chain joined) may be at risk now.
+        chain.judge_risk();
         chain
     }
 

@@ -126,6 +126,10 @@ impl Guard<LockHold> {
     /// Sent once, and again through an outage with the same request id (up to the outage
     /// grace): the writes are applied at most once, even when an answer is lost.
     ///
+    /// Under a read lock the check is that this reader still holds its read lock: the write
+    /// is kept from running after the hold ended, but other readers may write at the same
+    /// time. Exclusive writes need the write lock.
+    ///
     /// # Errors
     /// - [`Error::LockLost`](crate::Error::LockLost) when the hold is known lost here, or
     ///   Redis finds it is not current (it expired, was freed by force, or another holder
@@ -134,9 +138,14 @@ impl Guard<LockHold> {
     ///   for no writes, an empty key, a time to live out of range, or, on a Redis Cluster, a
     ///   key outside the lock's slot (give the keys the lock's hash tag: `{job}:status` for
     ///   the lock `job`);
-    /// - with [`replica_acks`](crate::LockManagerBuilder::replica_acks),
-    ///   [`Error::NotReplicated`](crate::Error::NotReplicated) when the writes were applied
-    ///   but too few replicas acknowledged them in time;
+    /// - [`Error::GuardedWriteFailed`](crate::Error::GuardedWriteFailed) when Redis refused a
+    ///   write (a key of another type, a value that is not an integer): the writes before it
+    ///   stand, as Redis does not roll a script back;
+    /// - with [`replica_acks`](crate::LockManagerBuilder::replica_acks) or
+    ///   [`aof_acks`](crate::LockManagerBuilder::aof_acks),
+    ///   [`Error::NotReplicated`](crate::Error::NotReplicated) or
+    ///   [`Error::NotPersisted`](crate::Error::NotPersisted) when the writes were applied but
+    ///   not acknowledged in time;
     /// - [`Error::Indeterminate`](crate::Error::Indeterminate) when no answer came through the
     ///   outage grace: the writes may or may not have been applied.
     ///
@@ -167,8 +176,9 @@ impl Guard<LockHold> {
 
     /// Runs a caller's own Lua body with `keys` and `args` only while this hold is current,
     /// as [`guarded_write`](Self::guarded_write) runs its writes; answers what the body
-    /// answered. The same errors; a body that Redis refuses is
-    /// [`Error::Redis`](crate::Error::Redis).
+    /// answered. The same errors; a body that fails (a Lua error, a command Redis refuses)
+    /// is [`Error::GuardedWriteFailed`](crate::Error::GuardedWriteFailed), and what it wrote
+    /// before failing stands.
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {

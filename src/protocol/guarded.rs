@@ -78,10 +78,11 @@ pub(crate) fn guarded_write(
 /// and the body sees its own keys and arguments only.
 pub(crate) fn script_around(body: &str) -> Arc<LuaScript> {
     let source = format!(
-        "{PLAIN_PRELUDE}{}{body}\nend\n{}{}return {{1, guarded_body()}}\n{}",
+        "{PLAIN_PRELUDE}{}{body}\nend\n{}{}{}{}",
         include_str!("guarded_script_begin.lua"),
         include_str!("request_begin.lua"),
         include_str!("guarded_check.lua"),
+        include_str!("guarded_script_call.lua"),
         include_str!("request_end.lua"),
     );
     Arc::new(LuaScript::owned(source))
@@ -112,6 +113,9 @@ pub(crate) enum GuardedAnswer {
     Written(Vec<Value>),
     /// The hold was not current: nothing was written.
     NotHeld,
+    /// Redis refused a write (or the script's body failed) after `applied` writes went
+    /// through, with this message.
+    Failed { applied: usize, message: String },
     /// Not an answer of these scripts.
     Unexpected(Value),
 }
@@ -124,6 +128,16 @@ pub(crate) fn guarded_answer(answer: Value) -> GuardedAnswer {
             GuardedAnswer::Written(answers)
         }
         Value::Array(answers) if answers == [Value::Int(0)] => GuardedAnswer::NotHeld,
+        Value::Array(answers) if answers.first() == Some(&Value::Int(-1)) => {
+            match answers.as_slice() {
+                [_, Value::Int(applied), message] => GuardedAnswer::Failed {
+                    applied: usize::try_from(*applied).unwrap_or(0),
+                    message: redis::from_redis_value_ref::<String>(message)
+                        .unwrap_or_else(|_| format!("{message:?}")),
+                },
+                _ => GuardedAnswer::Unexpected(Value::Array(answers)),
+            }
+        }
         other => GuardedAnswer::Unexpected(other),
     }
 }

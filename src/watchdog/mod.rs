@@ -296,6 +296,8 @@ impl Watchdog {
         if let Some(entry) = state.registry.get_mut(key) {
             if &*entry.holder == holding.holder && entry.lease.lost().is_none() {
                 entry.lease.extend(sent_at, lease);
+                // Redis just granted a level of the chain: it holds.
+                state.risks.renewed(entry);
                 match fixed {
                     None => {
                         entry.renewed_levels += 1;
