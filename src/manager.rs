@@ -341,8 +341,25 @@ impl LockManager {
     }
 
     /// A snapshot of what this manager's primitives have been doing: holds, waiting threads,
-    /// acquisitions and their wait times, renewals, losses by reason, pub/sub reconnects.
-    /// No I/O; cheap enough to read every second.
+    /// acquisitions and their wait times, renewals, risks and losses by reason, pub/sub
+    /// reconnects. No I/O; cheap enough to read every second.
+    ///
+    /// With the `metrics` cargo feature, the same figures are also reported as they happen
+    /// through the [`metrics`](https://docs.rs/metrics) facade, to the recorder the
+    /// application installed (counts over every manager of the process):
+    ///
+    /// | name | kind | labels | what |
+    /// | --- | --- | --- | --- |
+    /// | `redlease_acquisitions_total` | counter | | blocking or trying calls that took the primitive |
+    /// | `redlease_wait_seconds` | histogram | | how long each of those waited |
+    /// | `redlease_renewals_total` | counter | | holds sent for renewal |
+    /// | `redlease_renewal_failures_total` | counter | | of those, the ones without a usable answer |
+    /// | `redlease_holds` | gauge | | holds the watchdog keeps now, set with every renewal batch (with several managers, by the one that renewed last) |
+    /// | `redlease_at_risk_total` | counter | `reason` | holds raised at risk: `unreachable`, `unanswered`, `failover`, `refused` |
+    /// | `redlease_risk_cleared_total` | counter | | holds at risk renewed again |
+    /// | `redlease_lost_total` | counter | `reason` | holds lost: `not_held_anymore`, `lease_expired`, `force_released` |
+    /// | `redlease_pubsub_reconnects_total` | counter | | pub/sub connections made again after the first |
+    /// | `redlease_cleanups_total` | counter | `outcome` | undos of failed calls ended: `done`, `abandoned` |
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {

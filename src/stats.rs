@@ -115,6 +115,7 @@ impl WaitRecorder {
 
     /// An acquisition that waited `waited`.
     pub(crate) fn acquired(&self, waited: Duration) {
+        crate::telemetry::acquired(waited);
         self.acquisitions.fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
         self.histogram[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);

@@ -99,6 +99,7 @@ impl Cleanup {
             None => {
                 log::warn!("{}: not undone: the manager is shut down", undo.what);
                 self.counts.abandoned.fetch_add(1, Ordering::Relaxed);
+                crate::telemetry::cleanup_ended(false);
             }
         }
     }
@@ -168,6 +169,7 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
                 log::debug!("{}: undone", undo.what);
                 counts.pending.fetch_sub(1, Ordering::Relaxed);
                 counts.done.fetch_add(1, Ordering::Relaxed);
+                crate::telemetry::cleanup_ended(true);
             }
             Err(err) if err.is_outage() => {
                 log::debug!("{}: the undo failed again: {err}", undo.what);
@@ -179,6 +181,7 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
                 log::warn!("{}: the undo was refused: {err}", undo.what);
                 counts.pending.fetch_sub(1, Ordering::Relaxed);
                 counts.abandoned.fetch_add(1, Ordering::Relaxed);
+                crate::telemetry::cleanup_ended(false);
             }
         }
     }
@@ -189,4 +192,5 @@ fn abandon(undo: &Undo, counts: &CleanupCounts, why: &str) {
     log::warn!("{}: not undone: {why}", undo.what);
     counts.pending.fetch_sub(1, Ordering::Relaxed);
     counts.abandoned.fetch_add(1, Ordering::Relaxed);
+    crate::telemetry::cleanup_ended(false);
 }

@@ -344,6 +344,9 @@ impl State {
     /// previous connection is dropped with it), and wakes every waiter.
     pub(super) fn connected(&mut self, writer: Stream, notice_channel: &str) {
         self.connections += 1;
+        if self.connections > 1 {
+            crate::telemetry::pubsub_reconnected();
+        }
         self.attempted = true;
         let mut names = Vec::new();
         self.channels.retain(|name, channel| {

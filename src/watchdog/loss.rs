@@ -49,6 +49,7 @@ impl LossReports {
         };
         if entry.lease.mark_lost(reason) {
             self.lost.count(reason);
+            crate::telemetry::lost(reason);
             self.pending.push(LostLock {
                 name: entry.name.to_string(),
                 holder: entry.holder.to_string(),

@@ -660,11 +660,13 @@ impl Shared {
         let now = Instant::now();
         if !batch.is_empty() {
             state.renewals.batches += 1;
-            state.renewals.sent += batch.len() as u64;
-            state.renewals.failed += outcomes
+            let failed = outcomes
                 .iter()
                 .filter(|outcome| matches!(outcome, Outcome::Failed(_)))
                 .count() as u64;
+            state.renewals.sent += batch.len() as u64;
+            state.renewals.failed += failed;
+            crate::telemetry::renewed(batch.len() as u64, failed, state.registry.len());
         }
         for (renewal, outcome) in batch.iter().zip(outcomes) {
             let State {

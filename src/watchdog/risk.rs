@@ -31,6 +31,7 @@ impl RiskReports {
     pub(super) fn renewal_failed(&mut self, entry: &Entry, reason: RiskReason) {
         if entry.lease.raise_risk(reason) {
             self.counts.raised += 1;
+            crate::telemetry::at_risk(reason);
             self.queue(entry, RiskChange::AtRisk(reason));
         }
     }
@@ -39,6 +40,7 @@ impl RiskReports {
     pub(super) fn renewed(&mut self, entry: &Entry) {
         if entry.lease.clear_risk() {
             self.counts.cleared += 1;
+            crate::telemetry::risk_cleared();
             self.queue(entry, RiskChange::Cleared);
         }
     }
