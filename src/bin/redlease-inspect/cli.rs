@@ -5,11 +5,13 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 /// Shows who holds the redlease (or Redisson) locks, semaphores and latches on a Redis
-/// server, for how long, and who waits for them; frees a lock by force.
+/// deployment (a server, Sentinel's master, or a cluster), for how long, and who waits for
+/// them; follows one as it changes; frees a lock by force.
 #[derive(Debug, Parser)]
 #[command(name = "redlease-inspect", version)]
 pub struct Cli {
-    /// The Redis server: redis://[user:password@]host:port[/db] or redis+unix:///path.
+    /// The Redis server: redis://[user:password@]host:port[/db], rediss://... for TLS, or
+    /// redis+unix:///path. With --cluster, a seed node; give it again for more seeds.
     // Plain text for `--help`, which shows doc comments as they are: no link meant.
     #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(
@@ -18,9 +20,55 @@ pub struct Cli {
         env = "REDLEASE_URL",
         // The URL may carry a password: help does not print the variable's value.
         hide_env_values = true,
+        value_delimiter = ',',
         default_value = "redis://127.0.0.1:6379/"
     )]
-    pub url: String,
+    pub url: Vec<String>,
+
+    /// Redis Cluster: --url names seed nodes; `inspect`, `watch` and `force-unlock` go to
+    /// the master of the name's slot, `list` scans every master.
+    #[arg(long, global = true, conflicts_with = "sentinel")]
+    pub cluster: bool,
+
+    /// Redis Sentinel: a sentinel's URL (give it again for more); the master they name for
+    /// --master is asked, and --url is not used.
+    #[arg(long, global = true, value_name = "URL", requires = "master")]
+    pub sentinel: Vec<String>,
+
+    /// With --sentinel: the master's name as the sentinels know it.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub master: Option<String>,
+
+    /// With --sentinel: the master's ACL user (the sentinels' own go in their URLs).
+    #[arg(long, global = true, value_name = "USER")]
+    pub master_user: Option<String>,
+
+    /// With --sentinel: the master's password.
+    #[arg(
+        long,
+        global = true,
+        env = "REDLEASE_MASTER_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    pub master_password: Option<String>,
+
+    /// TLS (rediss:// URLs): the CA certificate (PEM) to check the server's certificate
+    /// with, instead of the system's roots.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+
+    /// TLS: the client certificate (PEM), for servers that require one; with --tls-key.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// TLS: the client certificate's private key (PEM); with --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// TLS: do not check the server's certificate. For development only.
+    #[arg(long, global = true)]
+    pub tls_insecure: bool,
 
     /// Print one JSON object instead of text.
     #[arg(long, global = true)]
@@ -55,6 +103,15 @@ pub enum Command {
         /// How many keys each SCAN call looks at (its COUNT hint).
         #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
         scan_count: u64,
+    },
+    /// Follow the primitive on NAME: print it again whenever its holders, queue or waiters
+    /// change (with --json, one object per change), until interrupted.
+    Watch {
+        /// The name of the lock, semaphore or latch (its Redis key).
+        name: String,
+        /// How often to look, in seconds (each look is one bounded round of calls).
+        #[arg(long, default_value = "0.2", value_name = "SECONDS", value_parser = seconds)]
+        interval: Duration,
     },
     /// Free the lock on NAME whoever holds it; its holders hear that they lost it.
     ForceUnlock {

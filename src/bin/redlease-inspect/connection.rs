@@ -46,20 +46,18 @@ impl From<redlease::Error> for Failure {
     }
 }
 
-/// Connects to `url` within `connect_timeout`, name lookup and handshake included, and sets
+/// Connects `client` within `connect_timeout`, name lookup and handshake included, and sets
 /// `response_timeout` on the socket so that no later call waits longer.
 ///
 /// redis-rs bounds the TCP connect but neither the host name lookup nor the handshake
 /// (AUTH, SELECT), so the connection is made on a thread of its own and abandoned if it is
 /// not there in time: the tool exits soon after, taking the thread with it.
 pub fn connect(
-    url: &str,
+    client: redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<Connection, Failure> {
     // The URL may carry a password: messages name only the server's address.
-    let client =
-        redis::Client::open(url).map_err(|error| Failure::Usage(format!("bad --url: {error}")))?;
     let server = client.get_connection_info().addr().to_string();
     let (done, outcome) = mpsc::channel();
     std::thread::spawn(move || {

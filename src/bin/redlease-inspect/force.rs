@@ -6,14 +6,12 @@
 //! its guard reports `LostReason::ForceReleased`, and the next waiter is woken as the kind
 //! wakes its waiters.
 
-use std::io::{BufRead, IsTerminal, Write};
-use std::time::Duration;
-
 use redlease::redis::Connection;
-use redlease::LockManager;
 use serde::Serialize;
+use std::io::{BufRead, IsTerminal, Write};
 
 use crate::connection::Failure;
+use crate::deployment::Deployment;
 use crate::probe::{self, Holder, Kind};
 
 #[derive(Debug, Serialize)]
@@ -26,9 +24,8 @@ pub struct Freed {
 }
 
 pub struct Settings<'a> {
-    pub url: &'a str,
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
+    /// Where the manager that frees it connects.
+    pub deployment: &'a Deployment,
     /// Free it without asking.
     pub yes: bool,
 }
@@ -53,10 +50,7 @@ pub fn force_unlock(
     if !settings.yes && !confirmed(name, &report.holders)? {
         return Err(Failure::Declined(format!("{name:?} left as it is")));
     }
-    let manager = LockManager::builder(settings.url)
-        .connect_timeout(settings.connect_timeout)
-        .response_timeout(settings.response_timeout)
-        .build()?;
+    let manager = settings.deployment.manager()?;
     let freed = match report.kind {
         Kind::FairLock => manager.fair_lock(name).force_unlock(),
         Kind::ReadWriteLock => manager.read_write_lock(name).write().force_unlock(),

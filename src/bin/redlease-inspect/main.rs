@@ -1,21 +1,25 @@
 //! `redlease-inspect`: the operator's view of the locks, semaphores and latches that redlease
-//! (or Redisson) keeps on one Redis server.
+//! (or Redisson) keeps on a Redis deployment: one server (TLS and ACL users included), the
+//! master Redis Sentinel names, or a Redis Cluster.
 //!
-//! `inspect NAME` shows a primitive's holders, lease, fencing token and waiters; `list
-//! PATTERN` finds held locks; `force-unlock NAME` frees one. Plain text, or one JSON object
-//! per command with `--json`. Exit codes: 0 done, 1 nothing found or not confirmed, 2 bad
+//! `inspect NAME` shows a primitive's holders, lease, fencing token and waiters; `watch NAME`
+//! follows it as it changes; `list PATTERN` finds held locks (on every master of a cluster);
+//! `force-unlock NAME` frees one. Plain text, or one JSON object per command (per change, for
+//! `watch`) with `--json`. Exit codes: 0 done, 1 nothing found or not confirmed, 2 bad
 //! arguments or the server could not be asked; errors go to stderr.
 //!
-//! Modules: `cli` (arguments), `connection` (the bounded connection, failures and exit
-//! codes), `layout` (key and channel names), `probe` (inspect), `scan` (list), `force`
-//! (force-unlock), `render` (text output).
+//! Modules: `cli` (arguments), `deployment` (which servers, with which TLS files),
+//! `connection` (the bounded connection, failures and exit codes), `probe` (inspect),
+//! `watch`, `scan` (list), `force` (force-unlock), `render` (text output).
 
 mod cli;
 mod connection;
+mod deployment;
 mod force;
 mod probe;
 mod render;
 mod scan;
+mod watch;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -25,6 +29,7 @@ use serde::Serialize;
 
 use cli::{Cli, Command};
 use connection::Failure;
+use deployment::Deployment;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -45,25 +50,32 @@ fn main() -> ExitCode {
 
 /// Runs the command and answers what it prints.
 fn run(cli: &Cli) -> Result<String, Failure> {
-    let mut redis = connection::connect(&cli.url, cli.connect_timeout, cli.response_timeout)?;
+    let deployment = Deployment::from_cli(cli)?;
     match &cli.command {
         Command::Inspect { name } => {
+            let mut redis = deployment.connect_for(name)?;
             let report = probe::probe(&mut redis, name)?;
             output(cli.json, &report, render::report)
+        }
+        Command::Watch { name, interval } => {
+            let mut redis = deployment.connect_for(name)?;
+            let mut stdout = std::io::stdout().lock();
+            watch::watch(&mut redis, name, *interval, cli.json, &mut stdout)?;
+            Ok(String::new())
         }
         Command::List {
             pattern,
             limit,
             scan_count,
         } => {
-            let listing = scan::list(&mut redis, pattern, *limit, *scan_count)?;
+            let mut masters = deployment.connect_masters()?;
+            let listing = scan::list(&mut masters, pattern, *limit, *scan_count)?;
             output(cli.json, &listing, render::listing)
         }
         Command::ForceUnlock { name, yes } => {
+            let mut redis = deployment.connect_for(name)?;
             let settings = force::Settings {
-                url: &cli.url,
-                connect_timeout: cli.connect_timeout,
-                response_timeout: cli.response_timeout,
+                deployment: &deployment,
                 yes: *yes,
             };
             let freed = force::force_unlock(&mut redis, name, &settings)?;

@@ -4,7 +4,8 @@
 //! lock when every field but a read-write lock's `mode` holds a count and is named like a
 //! holder id (`<client id>:<number>`, a writer's with `:write` after it): an application's
 //! hash of counters is left out. Each SCAN call and each batch of reads is one bounded call;
-//! the listing stops at a limit of locks.
+//! the listing stops at a limit of locks. On a cluster every master is scanned in turn (each
+//! keeps only its own slots' keys), and the locks of all are listed by name.
 
 use redlease::redis::{self, Connection};
 use serde::Serialize;
@@ -33,18 +34,42 @@ pub struct ListedLock {
     pub holders: Vec<Holder>,
 }
 
-/// Scans for held locks named like `pattern`, at most `limit` of them, looking at about
-/// `scan_count` keys per SCAN call.
+/// Scans the `masters` for held locks named like `pattern`, at most `limit` of them, looking
+/// at about `scan_count` keys per SCAN call.
 pub fn list(
-    redis: &mut Connection,
+    masters: &mut [Connection],
     pattern: &str,
     limit: u64,
     scan_count: u64,
 ) -> Result<Listing, Failure> {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let mut locks = Vec::new();
-    let mut cursor: u64 = 0;
     let mut complete = true;
+    for master in masters {
+        if locks.len() >= limit {
+            complete = false;
+            break;
+        }
+        complete = scan_master(master, pattern, limit, scan_count, &mut locks)?;
+    }
+    locks.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Listing {
+        pattern: pattern.to_owned(),
+        locks,
+        complete,
+    })
+}
+
+/// Scans one master, adding its locks to `locks` up to `limit` in all; answers whether its
+/// scan ended before the limit cut it short.
+fn scan_master(
+    redis: &mut Connection,
+    pattern: &str,
+    limit: usize,
+    scan_count: u64,
+    locks: &mut Vec<ListedLock>,
+) -> Result<bool, Failure> {
+    let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
@@ -57,21 +82,15 @@ pub fn list(
             .query(redis)?;
         locks.extend(read_locks(redis, &keys)?);
         if locks.len() >= limit {
-            complete = next == 0 && locks.len() == limit;
+            let complete = next == 0 && locks.len() == limit;
             locks.truncate(limit);
-            break;
+            return Ok(complete);
         }
         if next == 0 {
-            break;
+            return Ok(true);
         }
         cursor = next;
     }
-    locks.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Listing {
-        pattern: pattern.to_owned(),
-        locks,
-        complete,
-    })
 }
 
 /// A hash's fields and values as HGETALL answers them.
