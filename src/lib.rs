@@ -79,6 +79,10 @@
 //! # }
 //! ```
 //!
+//! The manual is the [`guide`]: each primitive and its layout in Redis, the deployments and
+//! what each gives a held lock, the guarantees and their limits, monitoring, permissions, how
+//! it works, and performance.
+//!
 //! # On a bad day
 //!
 //! A call sent to Redis whose answer does not come (the connection reset, the server paused,
@@ -177,6 +181,8 @@
 //!   |             map, one pool per node), tls (options and rustls set-up), deadline
 //! protocol/       the keys of a handle, cluster key slots, holder ids, every Lua script
 //!   |             (plain and sharded dialect) with its arguments and replies; no I/O
+//! guide/          (public, pages only) the manual: the README's topics, with examples that
+//!                 run as doc tests
 //! layout          (public) the name of every key and channel: Redisson's naming rules,
 //!   |             also used by the redlease-inspect tool
 //! error/          the one Error enum, used everywhere, and the sorting of Redis's answers
@@ -191,6 +197,7 @@ mod error;
 mod fence;
 mod group;
 mod guarded;
+pub mod guide;
 mod hold;
 mod latch;
 pub mod layout;

@@ -1,4 +1,4 @@
-//! A Redis ACL user with exactly the permissions the README lists can use every primitive:
+//! A Redis ACL user with exactly the permissions the guide lists (`guide::permissions`) can use every primitive:
 //! lock and unlock, wait for a release, force a release, write through a fenced store, keep
 //! a lock by renewal, and take a Redlock over three servers.
 //!
@@ -23,7 +23,7 @@ use redlease::{Error, LockManager, LostReason, Permission, RedLock};
 const USER: &str = "redlease";
 const PASSWORD: &str = "redlease-secret";
 
-/// The commands of the README's list, as `ACL SETUSER` rules.
+/// The commands of the guide's list (`guide::permissions`), as `ACL SETUSER` rules.
 const COMMANDS: &[&str] = &[
     // Sent by the crate itself.
     "+ping",
@@ -412,7 +412,7 @@ fn a_connection_info_with_the_user_passes_through_to_every_connection() {
 }
 
 /// The fair lock (a waiter queued and woken in turn) and the read-write lock (read levels
-/// renewed, a writer woken by the last reader) with the README's additions for them.
+/// renewed, a writer woken by the last reader) with the guide's additions for them.
 #[test]
 fn fair_and_read_write_locks_with_the_listed_additions() {
     let (_server, url) = server_with_user();

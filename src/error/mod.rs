@@ -52,8 +52,9 @@ pub enum Error {
     },
 
     /// The Redis user lacks an ACL permission a call needs (Redis answered `NOPERM`, or
-    /// refused a command inside one of the crate's scripts); see the README for the
-    /// permissions of each primitive. It comes from
+    /// refused a command inside one of the crate's scripts); see
+    /// [the permissions page](crate::guide::permissions) for the permissions of each
+    /// primitive. It comes from
     /// [`build`](crate::LockManagerBuilder::build) when the user may not run `PING` or
     /// `SUBSCRIBE` (which every manager uses), and otherwise from the first call that needs
     /// the permission: an acquisition whose script the user may not run (`EVALSHA`) or
@@ -467,7 +468,7 @@ pub enum Permission {
     /// a command one of the crate's scripts runs: `hset`, `pexpire`...).
     Command(String),
     /// Running a command one of the crate's scripts runs, which Redis 7.0 does not name (the
-    /// README lists them for each primitive).
+    /// [permissions page](crate::guide::permissions) lists them for each primitive).
     ScriptCommand,
     /// Access to a key: the one Redis named (7.2 and later), or `None`, one of the keys of the
     /// call (the primitive's name or one of the keys derived from it, its release channel
