@@ -12,7 +12,6 @@
 
 mod common;
 #[path = "common/sentinel.rs"]
-#[allow(dead_code)] // the tool needs only the sentinel's start and URL
 mod sentinel;
 
 use std::io::{BufReader, Read, Write};

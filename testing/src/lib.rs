@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod proxy;
+pub mod sentinel;
 
 pub use proxy::CuttingProxy;
 
@@ -302,21 +303,17 @@ impl RedisServer {
     /// Sends one command (as words) and reads its whole reply, parsed (over TLS for a
     /// TLS-only server, as [`command`](Self::command)).
     fn call(&self, words: &[&str]) -> io::Result<Reply> {
-        let mut request = format!("*{}\r\n", words.len());
-        for word in words {
-            request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
-        }
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
-        stream.set_read_timeout(Some(STARTUP_DEADLINE))?;
-        stream.set_write_timeout(Some(STARTUP_DEADLINE))?;
+        let request = request_of(words);
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
+            let stream = TcpStream::connect(("127.0.0.1", self.port))?;
+            stream.set_read_timeout(Some(STARTUP_DEADLINE))?;
+            stream.set_write_timeout(Some(STARTUP_DEADLINE))?;
             let mut stream = tls.stream(stream)?;
             stream.write_all(request.as_bytes())?;
             return read_reply(&mut io::BufReader::new(stream));
         }
-        stream.write_all(request.as_bytes())?;
-        read_reply(&mut io::BufReader::new(stream))
+        call_plain(self.port, &request)
     }
 
     /// Like [`call`](Self::call), for a reply of text (a status or a bulk string); an error
@@ -1348,6 +1345,25 @@ enum Reply {
     Bulk(Option<String>),
     /// An array, or nil.
     Array(Option<Vec<Reply>>),
+}
+
+/// Sends `request` (commands in RESP) to the plaintext server on `port` on a new connection
+/// and reads one whole reply.
+fn call_plain(port: u16, request: &str) -> io::Result<Reply> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(STARTUP_DEADLINE))?;
+    stream.set_write_timeout(Some(STARTUP_DEADLINE))?;
+    stream.write_all(request.as_bytes())?;
+    read_reply(&mut io::BufReader::new(stream))
+}
+
+/// One command (as words) in RESP.
+fn request_of(words: &[&str]) -> String {
+    let mut request = format!("*{}\r\n", words.len());
+    for word in words {
+        request.push_str(&format!("${}\r\n{word}\r\n", word.len()));
+    }
+    request
 }
 
 /// Reads one whole reply.
