@@ -11,8 +11,6 @@
 #![cfg(feature = "inspect")]
 
 mod common;
-#[path = "common/sentinel.rs"]
-mod sentinel;
 
 use std::io::{BufReader, Read, Write};
 use std::process::{ChildStdout, Command, Stdio};
@@ -24,6 +22,7 @@ use common::{
 };
 use redis::Commands;
 use redlease::LockManager;
+use redlease_testing::sentinel;
 
 /// The environment variable that tells a holder child which server to use.
 const URL: &str = "REDLEASE_TEST_URL";
