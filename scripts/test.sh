@@ -12,6 +12,8 @@ export REDLEASE_WAITAOF_SERVER="$valkey_server"
 cargo test --lib --tests --examples
 # The doc tests of the library and of its test fixtures (the workspace's `testing` crate).
 cargo test --workspace --doc
+# Every example, run once.
+bash scripts/examples.sh
 # The operator tool, behind its feature, and its tests that run it as a process.
 cargo test --features inspect --bin redlease-inspect --test inspect
 # The figures reported through the `metrics` facade, behind their feature.
