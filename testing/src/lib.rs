@@ -1347,6 +1347,20 @@ enum Reply {
     Array(Option<Vec<Reply>>),
 }
 
+/// Polls `condition` every 10 ms until it holds or `within` passes; answers whether it held.
+pub fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Sends `request` (commands in RESP) to the plaintext server on `port` on a new connection
 /// and reads one whole reply.
 fn call_plain(port: u16, request: &str) -> io::Result<Reply> {

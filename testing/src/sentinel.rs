@@ -22,9 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use std::time::Instant;
-
-use crate::{call_plain, request_of, RedisServer, Reply};
+use crate::{call_plain, eventually as wait_for, request_of, RedisServer, Reply};
 
 /// The sentinels' name of the master.
 pub const MASTER_NAME: &str = "locks";
@@ -271,19 +269,5 @@ fn process_id(port: u16) -> Option<u32> {
             .find_map(|line| line.strip_prefix("process_id:"))
             .and_then(|id| id.trim().parse().ok()),
         _ => None,
-    }
-}
-
-/// Waits until `condition` holds, at most `within`; answers whether it did.
-fn wait_for(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(10));
     }
 }

@@ -56,19 +56,7 @@ pub fn reporting_manager(
     (manager, reports)
 }
 
-/// Polls `condition` until it holds or `within` passes; answers whether it held.
-pub fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+pub use redlease_testing::eventually;
 
 /// How long a child process may run before a test gives up on it.
 pub const CHILD_DEADLINE: Duration = Duration::from_secs(60);
