@@ -12,6 +12,7 @@ use redlease_testing::url_or_throwaway;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (url, _server) = url_or_throwaway(std::env::args().nth(1))?;
     let holder = LockManager::builder(url.as_str()).build()?;
+    let mut redis = redis::Client::open(url.as_str())?.get_connection()?;
     let guard = holder.fair_lock("example:ledger").lock()?;
     println!("holder: took the fair lock");
 
@@ -27,7 +28,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             guard.unlock()
         }));
         // The next one asks only once this one is in line.
-        std::thread::sleep(Duration::from_millis(100));
+        while queue_length(&mut redis)? < waiter + 1 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     guard.unlock()?;
     for waiter in waiters {
@@ -36,5 +39,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(took);
     let order: Vec<usize> = order.iter().collect();
     println!("waiters took it in this order: {order:?} (the order they asked in: [0, 1, 2, 3])");
+    assert_eq!(order, [0, 1, 2, 3]);
     Ok(())
+}
+
+/// How many waiters are in line, in the fair lock's queue (Redisson's layout).
+fn queue_length(redis: &mut redis::Connection) -> redis::RedisResult<usize> {
+    redis::cmd("LLEN")
+        .arg("redisson_lock_queue:{example:ledger}")
+        .query(redis)
 }

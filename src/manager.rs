@@ -344,9 +344,10 @@ impl LockManager {
     /// acquisitions and their wait times, renewals, risks and losses by reason, pub/sub
     /// reconnects. No I/O; cheap enough to read every second.
     ///
-    /// With the `metrics` cargo feature, the same figures are also reported as they happen
+    /// With the `metrics` cargo feature, the same counts are also reported as they happen
     /// through the [`metrics`](https://docs.rs/metrics) facade, to the recorder the
-    /// application installed (counts over every manager of the process):
+    /// application installed (counts over every manager of the process; the figures of
+    /// what is held or waiting now stay with `stats()`):
     ///
     /// | name | kind | labels | what |
     /// | --- | --- | --- | --- |
@@ -354,7 +355,6 @@ impl LockManager {
     /// | `redlease_wait_seconds` | histogram | | how long each of those waited |
     /// | `redlease_renewals_total` | counter | | holds sent for renewal |
     /// | `redlease_renewal_failures_total` | counter | | of those, the ones without a usable answer |
-    /// | `redlease_holds` | gauge | | holds the watchdog keeps now, set with every renewal batch (with several managers, by the one that renewed last) |
     /// | `redlease_at_risk_total` | counter | `reason` | holds raised at risk: `unreachable`, `unanswered`, `failover`, `refused` |
     /// | `redlease_risk_cleared_total` | counter | | holds at risk renewed again |
     /// | `redlease_lost_total` | counter | `reason` | holds lost: `not_held_anymore`, `lease_expired`, `force_released` |

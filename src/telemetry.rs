@@ -22,17 +22,15 @@ pub(crate) fn acquired(waited: Duration) {
     let _ = waited;
 }
 
-/// A renewal batch of `sent` holds, `failed` of them without a usable answer; `held` holds
-/// kept now.
+/// A renewal batch of `sent` holds, `failed` of them without a usable answer.
 #[inline]
-pub(crate) fn renewed(sent: u64, failed: u64, held: usize) {
+pub(crate) fn renewed(sent: u64, failed: u64) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!("redlease_renewals_total").increment(sent);
         metrics::counter!("redlease_renewal_failures_total").increment(failed);
-        metrics::gauge!("redlease_holds").set(held as f64);
     }
-    let _ = (sent, failed, held);
+    let _ = (sent, failed);
 }
 
 /// A hold raised at risk for `reason`.

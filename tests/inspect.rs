@@ -493,24 +493,51 @@ fn watch_sees_a_handoff() {
             .recv_timeout(TOOL_DEADLINE)
             .expect("watch printed a change")
     };
-    assert_eq!(holder_of(&next(&changes)), Some(first_holder));
-    // The second waits, then takes the lock when the first lets go.
+    assert_eq!(holder_of(&next(&changes)), Some(first_holder.clone()));
+    // The second waits, and takes the lock when the first lets go; it holds it until the
+    // watcher has shown it.
+    let (shown, until_shown) = crossbeam_channel::bounded::<()>(0);
+    let (took, second_took) = crossbeam_channel::bounded(1);
     let waiter = std::thread::spawn(move || {
         let guard = second.lock("job").lock().unwrap();
-        let holder = guard.holder_id().to_owned();
-        std::thread::sleep(Duration::from_millis(500));
-        holder
+        took.send(guard.holder_id().to_owned()).unwrap();
+        let _ = until_shown.recv();
     });
-    std::thread::sleep(Duration::from_millis(200));
+    let mut raw = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap();
+    assert!(
+        eventually(TOOL_DEADLINE, || someone_waits(&mut raw)),
+        "the second never waited"
+    );
     drop(release_first);
     first_thread.join().unwrap();
-    let second_holder = waiter.join().unwrap();
-    let mut seen = Vec::new();
-    while !seen.contains(&Some(second_holder.clone())) {
-        seen.push(holder_of(&next(&changes)));
+    let second_holder = second_took.recv_timeout(TOOL_DEADLINE).unwrap();
+    // Every change shown until then names the first holder (its waiters changed), nobody
+    // (between the two holds), or the second: never anyone else, and the second at last.
+    loop {
+        let holder = holder_of(&next(&changes));
+        if holder.as_deref() == Some(second_holder.as_str()) {
+            break;
+        }
+        assert!(
+            holder.is_none() || holder == Some(first_holder.clone()),
+            "{holder:?}"
+        );
     }
-    // Nothing else but, maybe, the free lock between the two holds.
-    assert!(seen.len() <= 2, "{seen:?}");
+    drop(shown);
+    waiter.join().unwrap();
+}
+
+/// Whether a thread waits on the lock "job": its release channel has a listener.
+fn someone_waits(redis: &mut redis::Connection) -> bool {
+    let listeners: Vec<(String, u64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg("redisson_lock__channel:{job}")
+        .query(redis)
+        .unwrap();
+    listeners.iter().any(|(_, count)| *count > 0)
 }
 
 /// The lines a child prints, as they come.

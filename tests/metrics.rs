@@ -18,12 +18,11 @@ use redlease::LockManager;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 /// What the recorder took in so far, by name and labels (`name{label=value,...}`): counters
-/// summed, every value a gauge was set to, every histogram value. (The recorder hands each
+/// summed, every histogram value. (The recorder hands each
 /// figure out once: a snapshot resets it.)
 #[derive(Default)]
 struct Figures {
     counters: HashMap<String, u64>,
-    gauges: HashMap<String, Vec<f64>>,
     histograms: HashMap<String, Vec<f64>>,
 }
 
@@ -42,7 +41,7 @@ impl Figures {
             };
             match value {
                 DebugValue::Counter(count) => *self.counters.entry(name).or_default() += count,
-                DebugValue::Gauge(value) => self.gauges.entry(name).or_default().push(value.0),
+                DebugValue::Gauge(value) => panic!("no gauge is reported: {name} {value}"),
                 DebugValue::Histogram(values) => self
                     .histograms
                     .entry(name)
@@ -91,8 +90,7 @@ fn the_figures_of_stats_move_through_the_metrics_facade() {
     let now = figures.update(&snapshotter);
     assert_eq!(now.counter("redlease_acquisitions_total"), 3);
     let waits = &now.histograms["redlease_wait_seconds"];
-    assert_eq!(waits.len(), 3);
-    assert!(waits.iter().any(|wait| *wait >= 0.04), "{waits:?}");
+    assert_eq!(waits.len(), 3, "one wait time per acquisition: {waits:?}");
 
     // Renewals of the held lock.
     assert!(eventually(PATIENCE, || {
@@ -101,11 +99,6 @@ fn the_figures_of_stats_move_through_the_metrics_facade() {
             .counter("redlease_renewals_total")
             >= 1
     }));
-    assert!(
-        figures.gauges["redlease_holds"].contains(&1.0),
-        "{:?}",
-        figures.gauges
-    );
 
     // Redis paused: the hold is at risk, then renewed again once it answers.
     redis.pause().unwrap();
@@ -121,7 +114,7 @@ fn the_figures_of_stats_move_through_the_metrics_facade() {
         figures
             .update(&snapshotter)
             .counter("redlease_risk_cleared_total")
-            == 1
+            >= 1
     }));
 
     // A loss, by its reason.

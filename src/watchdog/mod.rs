@@ -666,7 +666,7 @@ impl Shared {
                 .count() as u64;
             state.renewals.sent += batch.len() as u64;
             state.renewals.failed += failed;
-            crate::telemetry::renewed(batch.len() as u64, failed, state.registry.len());
+            crate::telemetry::renewed(batch.len() as u64, failed);
         }
         for (renewal, outcome) in batch.iter().zip(outcomes) {
             let State {

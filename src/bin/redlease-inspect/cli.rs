@@ -20,7 +20,6 @@ pub struct Cli {
         env = "REDLEASE_URL",
         // The URL may carry a password: help does not print the variable's value.
         hide_env_values = true,
-        value_delimiter = ',',
         default_value = "redis://127.0.0.1:6379/"
     )]
     pub url: Vec<String>,

@@ -41,17 +41,32 @@ struct TlsFiles {
 
 impl Deployment {
     pub fn from_cli(cli: &Cli) -> Result<Self, Failure> {
-        let shape = if !cli.sentinel.is_empty() {
+        // redis-rs reads `#insecure` at a rediss:// URL's end as --tls-insecure; the library,
+        // which a force release goes through, wants the option: take it as one.
+        let mut insecure = cli.tls_insecure;
+        let mut own = |urls: &[String]| -> Vec<String> {
+            urls.iter()
+                .map(|url| match url.strip_suffix("#insecure") {
+                    Some(url) => {
+                        insecure = true;
+                        url.to_owned()
+                    }
+                    None => url.clone(),
+                })
+                .collect()
+        };
+        let (urls, sentinels) = (own(&cli.url), own(&cli.sentinel));
+        let shape = if !sentinels.is_empty() {
             Shape::Sentinel {
-                sentinels: cli.sentinel.clone(),
+                sentinels,
                 master: cli.master.clone().unwrap_or_default(),
                 user: cli.master_user.clone(),
                 password: cli.master_password.clone(),
             }
         } else if cli.cluster {
-            Shape::Cluster(cli.url.clone())
+            Shape::Cluster(urls)
         } else {
-            match cli.url.as_slice() {
+            match urls.as_slice() {
                 [url] => Shape::Single(url.clone()),
                 _ => return Err(usage("give one --url, or seed nodes with --cluster")),
             }
@@ -66,7 +81,7 @@ impl Deployment {
                 (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
                 _ => None,
             },
-            insecure: cli.tls_insecure,
+            insecure,
         };
         Ok(Deployment {
             shape,
@@ -293,7 +308,10 @@ fn cluster_masters(connection: &mut redis::Connection) -> Result<Vec<Master>, Fa
             let Value::Array(node) = parts.get(2)? else {
                 return None;
             };
-            let host: String = redis::from_redis_value_ref(node.first()?).ok()?;
+            // No address known ("?", empty, or nil with `cluster-preferred-endpoint-type
+            // unknown-endpoint`): the node is reached at the seed's host.
+            let host: Option<String> = redis::from_redis_value_ref(node.first()?).ok()?;
+            let host = host.filter(|host| host != "?").unwrap_or_default();
             Some((start, end, host, number(node.get(1)?)?))
         })();
         let Some((start, end, host, port)) = parsed else {

@@ -508,13 +508,23 @@ fn printable_id(id: &[u8]) -> String {
     }
 }
 
-/// How many connections listen on each of `channels` (`PUBSUB NUMSUB`), in order.
+/// How many connections listen on each of `channels`, in order: subscribers
+/// (`PUBSUB NUMSUB`) and, where the server has shard channels (Redis 7, Valkey), shard
+/// subscribers (`PUBSUB SHARDNUMSUB`: a cluster's waiters listen that way).
 fn subscribers(redis: &mut Connection, channels: &[&str]) -> Result<Vec<u64>, Failure> {
-    let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channels)
-        .query(redis)?;
-    let by_channel: HashMap<String, u64> = counts.into_iter().collect();
+    let mut by_channel: HashMap<String, u64> = HashMap::new();
+    for kind in ["NUMSUB", "SHARDNUMSUB"] {
+        let counts: Vec<(String, u64)> =
+            match redis::cmd("PUBSUB").arg(kind).arg(channels).query(redis) {
+                Ok(counts) => counts,
+                // A server before Redis 7 has no shard channels.
+                Err(_) if kind == "SHARDNUMSUB" => Vec::new(),
+                Err(error) => return Err(error.into()),
+            };
+        for (channel, count) in counts {
+            *by_channel.entry(channel).or_default() += count;
+        }
+    }
     Ok(channels
         .iter()
         .map(|channel| by_channel.get(*channel).copied().unwrap_or(0))
