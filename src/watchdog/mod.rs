@@ -28,9 +28,9 @@
 //!
 //! A failed renewal is retried until the deadline, so an outage shorter than the lease is not
 //! a loss: it raises the chain's risk ([`RiskReason`](crate::RiskReason)), which the next
-//! renewal that succeeds clears. With replica acknowledgements on, a renewal that fewer replicas than asked
-//! acknowledged in time is still a renewal (the master extended the lease): it is counted
-//! and reported in the log, and the lock kept.
+//! renewal that succeeds clears. With replica acknowledgements on, a renewal that fewer
+//! replicas than asked acknowledged in time is still a renewal (the master extended the
+//! lease): it is counted and reported in the log, and the lock kept.
 //!
 //! An entry is removed *before* its last release is sent, and a release waits for a
 //! renewal of its entry that is already in flight, so no renewal is sent after a release.
