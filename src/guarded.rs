@@ -212,9 +212,8 @@ pub(crate) fn run_script(
             "guarded script: a key must not be empty".into(),
         ));
     }
-    let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     let answers = run(holder, keys, |at, request| {
-        guarded::guarded_script(&script.script, keys, &args, at, request)
+        guarded::guarded_script(&script.script, keys, args, at, request)
     })?;
     Ok(answers.into_iter().next().unwrap_or(Value::Nil))
 }

@@ -93,7 +93,7 @@ pub(crate) fn script_around(body: &str) -> Arc<LuaScript> {
 pub(crate) fn guarded_script(
     script: &Arc<LuaScript>,
     keys: &[&str],
-    args: &[&[u8]],
+    args: &[Vec<u8>],
     hold: HoldAt<'_>,
     request: &Request,
 ) -> ScriptCall {
@@ -101,7 +101,7 @@ pub(crate) fn guarded_script(
     all_keys.extend([hold.hash, request.key()]);
     let mut call = ScriptCall::new(ScriptRef::Shared(Arc::clone(script)), &all_keys);
     for arg in args {
-        call = call.arg(*arg);
+        call = call.arg(arg.as_slice());
     }
     call.arg(hold.field).arg(request.keep_ms())
 }

@@ -935,8 +935,8 @@ impl RedisCluster {
 
     /// Runs `redis-cli --cluster create` on every node.
     fn create(&self, replicas_per_master: usize) -> io::Result<()> {
-        let program = redis_cli();
-        let output = Command::new(&program)
+        let mut create = Command::new(redis_cli());
+        create
             .args(["--cluster", "create"])
             .args(
                 self.nodes
@@ -944,24 +944,12 @@ impl RedisCluster {
                     .map(|node| format!("127.0.0.1:{}", node.port)),
             )
             .args(["--cluster-replicas", &replicas_per_master.to_string()])
-            .arg("--cluster-yes")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|err| {
-                io::Error::new(
-                    err.kind(),
-                    format!("cannot run {program:?} (install redis-cli): {err}"),
-                )
-            })?;
-        if !output.status.success() {
-            return Err(io::Error::other(format!(
-                "redis-cli --cluster create failed ({}): {}{}",
-                output.status,
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            )));
-        }
-        Ok(())
+            .arg("--cluster-yes");
+        run_to_success(
+            &mut create,
+            "redis-cli --cluster create",
+            "install redis-cli",
+        )
     }
 
     /// Polls until the cluster is settled and `accept` takes its slot map (first slot, last
@@ -1361,6 +1349,27 @@ pub fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool
     }
 }
 
+/// Runs `command` (`what`, for messages) to its end with no input, and fails with its
+/// output unless it succeeded; `install` says what to do when it cannot be run at all.
+fn run_to_success(command: &mut Command, what: &str, install: &str) -> io::Result<()> {
+    let output = command.stdin(Stdio::null()).output().map_err(|err| {
+        let program = command.get_program();
+        io::Error::new(
+            err.kind(),
+            format!("cannot run {program:?} ({install}): {err}"),
+        )
+    })?;
+    if !output.status.success() {
+        return Err(io::Error::other(format!(
+            "{what} failed ({}): {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    Ok(())
+}
+
 /// Sends `request` (commands in RESP) to the plaintext server on `port` on a new connection
 /// and reads one whole reply.
 fn call_plain(port: u16, request: &str) -> io::Result<Reply> {
@@ -1612,25 +1621,10 @@ impl TlsFiles {
     }
 
     fn openssl(&self, args: &[&str]) -> io::Result<()> {
-        let output = Command::new("openssl")
-            .args(args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|err| {
-                io::Error::new(
-                    err.kind(),
-                    format!("cannot run openssl (install it: scripts/ensure-redis.sh): {err}"),
-                )
-            })?;
-        if !output.status.success() {
-            return Err(io::Error::other(format!(
-                "openssl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr)
-            )));
-        }
-        Ok(())
+        let mut openssl = Command::new("openssl");
+        openssl.args(args).current_dir(&self.dir);
+        let what = format!("openssl {}", args.join(" "));
+        run_to_success(&mut openssl, &what, "install it: scripts/ensure-redis.sh")
     }
 }
 
