@@ -460,10 +460,34 @@ fn on_a_cluster_list_scans_every_master_and_inspect_finds_the_name_slot() {
         ));
         assert_eq!(report["holders"][0]["id"], holder.as_str(), "{name}");
     }
+    // A waiter of a Redis 7 cluster listens on a shard channel (SSUBSCRIBE): it is counted.
+    let waiting = LockManager::builder_cluster(seeds.iter().map(String::as_str))
+        .build()
+        .unwrap();
+    let contended = names[0].clone();
+    let waiter = std::thread::spawn(move || {
+        let lock = waiting.lock(&contended);
+        lock.lock().unwrap().unlock().unwrap();
+    });
+    let args = [
+        "--cluster",
+        "--url",
+        &seeds[0],
+        "--json",
+        "inspect",
+        &names[0],
+    ];
+    assert!(
+        eventually(TOOL_DEADLINE, || {
+            json(&tool_with(&args, ""))["subscribers"].as_u64() >= Some(1)
+        }),
+        "the waiter is not counted"
+    );
     for (_, release, thread) in holds {
         drop(release);
         thread.join().unwrap();
     }
+    waiter.join().unwrap();
 }
 
 #[test]
