@@ -83,6 +83,10 @@ pub fn rwlock_channel(name: &str) -> String {
 /// The field of a read-write lock's hash that says whether it is read or written.
 pub const MODE_FIELD: &str = "mode";
 
+/// The field of a read-write lock's hash that names the holder id of its upgradable reader
+/// (a `redlease` addition; Redisson's scripts pass over it, as its value is not a count).
+pub const UPGRADER_FIELD: &str = "upgrader";
+
 /// The hash field of a read-write lock's writer is its holder id with this suffix.
 pub const WRITER_SUFFIX: &str = ":write";
 

@@ -220,6 +220,7 @@ pub use guarded::{GuardedScript, Writes};
 pub use hold::{Guard, LockHandle};
 pub use latch::CountDownLatch;
 pub use lock::rwlock::ReadWriteLock;
+pub use lock::upgradable::{UpgradableGuard, UpgradableLock};
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};
 /// The Redis client this crate is built on, whose types appear in its errors

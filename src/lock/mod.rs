@@ -13,6 +13,7 @@
 
 mod guard;
 pub(crate) mod rwlock;
+pub(crate) mod upgradable;
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
@@ -25,7 +26,7 @@ use guard::LockHold;
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
-use crate::hold::guard::{Guard, Watched};
+use crate::hold::guard::{Guard, Hold, Watched};
 use crate::hold::handle::{Lease, LockHandle, RawAcquire, Terms};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
@@ -89,7 +90,7 @@ impl RawAcquire for RawLock {
     type Hold = LockHold;
 
     fn acquire(&self, terms: Terms<'_>) -> Result<Option<LockGuard>> {
-        self.acquire_level(terms)
+        self.acquire_level(terms, |hold| hold)
     }
 }
 
@@ -124,6 +125,10 @@ impl Lock {
             }
             LockKind::Read => "read",
             LockKind::Write => "write",
+            LockKind::Upgradable => {
+                let field = crate::layout::UPGRADER_FIELD;
+                return raw.query(redis::cmd("HEXISTS").arg(name).arg(field));
+            }
         };
         let held: Option<String> = raw.query(redis::cmd("HGET").arg(name).arg("mode"))?;
         Ok(held.as_deref() == Some(mode))
@@ -228,11 +233,18 @@ impl RawLock {
         watchdog.chain_of(&self.watch_key(thread), thread)
     }
 
+    /// The holder id of the chain by which the calling thread holds the lock in this
+    /// process, unless it is known to be lost.
+    pub(crate) fn current_chain_holder(&self) -> Option<Arc<str>> {
+        self.current_chain().map(|(holder, _)| holder)
+    }
+
     /// The watchdog's key for `thread`'s chain of this lock (its read levels, for a read
     /// lock).
     pub(crate) fn watch_key(&self, thread: u64) -> String {
         match self.keys.kind {
             LockKind::Read => names::reader_watch_key(&self.keys.name, thread),
+            LockKind::Upgradable => names::upgradable_watch_key(&self.keys.name, thread),
             _ => names::holder_watch_key(&self.keys.name, thread),
         }
     }
@@ -250,7 +262,7 @@ impl RawLock {
     fn hold_kind(&self) -> HoldKind {
         match self.keys.kind {
             LockKind::Plain | LockKind::Fair { .. } => HoldKind::Lock,
-            LockKind::Read => HoldKind::ReadLock,
+            LockKind::Read | LockKind::Upgradable => HoldKind::ReadLock,
             LockKind::Write => HoldKind::WriteLock,
         }
     }
@@ -262,8 +274,13 @@ impl RawLock {
 
     /// Tries until `deadline` (forever with `None`), in the shared wait loop: subscribed to
     /// the release channel after the first failed attempt and before the next, sleeping until
-    /// a release wakes this thread or the holder's lease runs out.
-    fn acquire_level(&self, terms: Terms<'_>) -> Result<Option<LockGuard>> {
+    /// a release wakes this thread or the holder's lease runs out. `hold` makes the guard's
+    /// hold of the level taken (a primitive built on the lock wraps it).
+    pub(crate) fn acquire_level<H: Hold>(
+        &self,
+        terms: Terms<'_>,
+        hold: impl Fn(LockHold) -> H,
+    ) -> Result<Option<Guard<H>>> {
         let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
         self.client.ensure_running()?;
         self.keys()?;
@@ -291,7 +308,7 @@ impl RawLock {
                     Acquired::Taken { token } => {
                         let joins = levels_held > 0;
                         let grant = Granted { token, ..grant };
-                        match self.guard(holder.clone(), joins, lease, grant, cancel) {
+                        match self.guard(holder.clone(), joins, lease, grant, cancel, &hold) {
                             Some(guard) => wait::Attempt::Taken(guard),
                             None => {
                                 // The level joined a chain given up here meanwhile, or came
@@ -353,19 +370,24 @@ impl RawLock {
             return Ok((holder.to_string(), levels));
         }
         let watchdog = self.client.watchdog();
+        let name = &self.keys.name;
         match self.keys.kind {
-            LockKind::Read => {
-                let writer_key = names::holder_watch_key(&self.keys.name, thread);
+            LockKind::Read | LockKind::Upgradable => {
+                let writer_key = names::holder_watch_key(name, thread);
                 if let Some((writer, _)) = watchdog.chain_of(&writer_key, thread) {
                     return Ok((writer.to_string(), 0));
                 }
             }
             LockKind::Write => {
-                let reader_key = names::reader_watch_key(&self.keys.name, thread);
+                let reader_key = names::reader_watch_key(name, thread);
                 if watchdog.chain_of(&reader_key, thread).is_some() {
-                    return Err(Error::WriteWhileReading {
-                        name: self.keys.name.clone(),
-                    });
+                    return Err(Error::WriteWhileReading { name: name.clone() });
+                }
+                // The upgradable reader takes the write lock with the holder id of its
+                // upgradable chain: its upgrade.
+                let upgradable_key = names::upgradable_watch_key(name, thread);
+                if let Some((upgrader, _)) = watchdog.chain_of(&upgradable_key, thread) {
+                    return Ok((upgrader.to_string(), 0));
                 }
             }
             LockKind::Plain | LockKind::Fair { .. } => {}
@@ -449,14 +471,15 @@ impl RawLock {
     /// `None` when that chain was given up meanwhile, or when the grant of a new chain came
     /// so late that its lease had run out by the local clock (a slow network, a frozen
     /// master): such a guard would be lost the moment it is handed out.
-    fn guard(
+    fn guard<H: Hold>(
         &self,
         holder: String,
         joins: bool,
         lease: Lease,
         grant: Granted,
         cancel: Option<&CancelToken>,
-    ) -> Option<LockGuard> {
+        make: impl Fn(LockHold) -> H,
+    ) -> Option<Guard<H>> {
         let Granted {
             token,
             sent_at,
@@ -491,7 +514,7 @@ impl RawLock {
             acknowledged,
             watched: Watched::new(watch_key, &state, fixed_lease),
         };
-        Some(Guard::from_hold(hold, state))
+        Some(Guard::from_hold(make(hold), state))
     }
 
     /// Takes back the hold of a chain this process has given up, and its place in a fair

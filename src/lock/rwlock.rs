@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::client::Client;
+use crate::lock::upgradable::UpgradableLock;
 use crate::lock::Lock;
 use crate::protocol::names::LockKind;
 
@@ -53,13 +54,16 @@ use crate::protocol::names::LockKind;
 pub struct ReadWriteLock {
     read: Lock,
     write: Lock,
+    upgradable: UpgradableLock,
 }
 
 impl ReadWriteLock {
     pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
+        let write = Lock::of_kind(Arc::clone(&client), name, LockKind::Write);
         ReadWriteLock {
             read: Lock::of_kind(Arc::clone(&client), name, LockKind::Read),
-            write: Lock::of_kind(client, name, LockKind::Write),
+            upgradable: UpgradableLock::of(client, name, &write),
+            write,
         }
     }
 
@@ -73,8 +77,19 @@ impl ReadWriteLock {
         &self.read
     }
 
-    /// The write lock: exclusive.
+    /// The write lock: exclusive. Taken by the thread that holds the
+    /// [`upgradable`](Self::upgradable) read, it is that hold's upgrade.
     pub fn write(&self) -> &Lock {
         &self.write
+    }
+
+    /// The upgradable read: shared with plain readers, held by one chain at a time, and
+    /// turned into the write lock by its guard's
+    /// [`upgrade`](crate::UpgradableGuard::upgrade) once the plain readers are gone, with no
+    /// window for another writer. `redlease`'s own: Redisson has no upgrade, but its readers
+    /// and writers on the same name see the upgradable reader as a reader (and, upgraded, as
+    /// a writer).
+    pub fn upgradable(&self) -> &UpgradableLock {
+        &self.upgradable
     }
 }

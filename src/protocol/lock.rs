@@ -26,9 +26,15 @@ lua_script!(FAIR_UNDO = "fair_undo.lua");
 lua_script!(
     FAIR_FORCE_RELEASE = "request_begin.lua" + "fair_force_release.lua" + "request_end.lua"
 );
-lua_script!(READ_ACQUIRE = "acquire_levels.lua" + "read_acquire.lua");
+lua_script!(READ_ACQUIRE = "acquire_levels.lua" + "read_levels.lua" + "read_acquire.lua");
+lua_script!(
+    UPGRADABLE_ACQUIRE = "acquire_levels.lua"
+        + "read_levels.lua"
+        + "rwlock_longest_read.lua"
+        + "upgradable_acquire.lua"
+);
 lua_script!(READ_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "read_release.lua");
-lua_script!(WRITE_ACQUIRE = "acquire_levels.lua" + "write_acquire.lua");
+lua_script!(WRITE_ACQUIRE = "acquire_levels.lua" + "rwlock_longest_read.lua" + "write_acquire.lua");
 lua_script!(WRITE_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "write_release.lua");
 lua_script!(RWLOCK_UNDO = "rwlock_undo.lua");
 lua_script!(
@@ -61,10 +67,18 @@ pub(crate) fn acquire(
             .arg(holder)
             .arg(levels_held)
             .arg(layout::read_level_prefix(&keys.name, holder)),
+        LockKind::Upgradable => ScriptCall::new(&UPGRADABLE_ACQUIRE, &[&keys.name, &keys.token])
+            .arg(lease_ms)
+            .arg(holder)
+            .arg(levels_held)
+            .arg(layout::read_level_prefix(&keys.name, holder))
+            .arg(layout::suffixed(&keys.name, "")),
         LockKind::Write => ScriptCall::new(&WRITE_ACQUIRE, &[&keys.name, &keys.token])
             .arg(lease_ms)
             .arg(layout::writer_field(holder))
-            .arg(levels_held),
+            .arg(levels_held)
+            .arg(holder)
+            .arg(layout::suffixed(&keys.name, "")),
     }
 }
 
@@ -122,13 +136,16 @@ pub(crate) fn release(
         .arg(RELEASE_MESSAGE)
         .arg(levels_left)
         .arg(&keys.channel),
-        LockKind::Read => ScriptCall::new(&READ_RELEASE, &[&keys.name, &keys.channel, receipt])
-            .arg(holder)
-            .arg(lease_ms)
-            .arg(receipt_ms)
-            .arg(RELEASE_MESSAGE)
-            .arg(levels_left)
-            .arg(layout::suffixed(&keys.name, "")),
+        LockKind::Read | LockKind::Upgradable => {
+            ScriptCall::new(&READ_RELEASE, &[&keys.name, &keys.channel, receipt])
+                .arg(holder)
+                .arg(lease_ms)
+                .arg(receipt_ms)
+                .arg(RELEASE_MESSAGE)
+                .arg(levels_left)
+                .arg(layout::suffixed(&keys.name, ""))
+                .arg(WAKE_ALL_MESSAGE)
+        }
         LockKind::Write => ScriptCall::new(&WRITE_RELEASE, &[&keys.name, &keys.channel, receipt])
             .arg(layout::writer_field(holder))
             .arg(lease_ms)
@@ -163,11 +180,13 @@ pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCal
                 .arg(&keys.channel)
                 .arg(place_ms)
         }
-        LockKind::Read => ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
-            .arg(holder)
-            .arg(levels_held)
-            .arg(layout::read_level_prefix(&keys.name, holder))
-            .arg(WAKE_ALL_MESSAGE),
+        LockKind::Read | LockKind::Upgradable => {
+            ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
+                .arg(holder)
+                .arg(levels_held)
+                .arg(layout::read_level_prefix(&keys.name, holder))
+                .arg(WAKE_ALL_MESSAGE)
+        }
         LockKind::Write => ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
             .arg(layout::writer_field(holder))
             .arg(levels_held)
@@ -194,7 +213,7 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
         .arg(RELEASE_MESSAGE)
         .arg(layout::FORCE_RELEASE_CHANNEL)
         .arg(&keys.channel),
-        LockKind::Read | LockKind::Write => ScriptCall::new(
+        LockKind::Read | LockKind::Write | LockKind::Upgradable => ScriptCall::new(
             &RWLOCK_FORCE_RELEASE,
             &[&keys.name, &keys.channel, &keys.token, request.key()],
         )

@@ -25,6 +25,11 @@ pub(crate) fn reader_watch_key(name: &str, thread: u64) -> String {
     format!("{name}\0read\0{thread}")
 }
 
+/// The watchdog's key for the upgradable read `thread` holds of the read-write lock `name`.
+pub(crate) fn upgradable_watch_key(name: &str, thread: u64) -> String {
+    format!("{name}\0upgradable\0{thread}")
+}
+
 /// The watchdog's key for the permit `id` of the permit-expirable semaphore `name`.
 pub(crate) fn permit_watch_key(name: &str, id: &str) -> String {
     format!("{name}\0permit\0{id}")
@@ -43,6 +48,9 @@ pub(crate) enum LockKind {
     Read,
     /// The write lock of a read-write lock.
     Write,
+    /// The upgradable read of a read-write lock: a reader's hold that at most one chain has
+    /// at a time, and that its holder may turn into the write lock.
+    Upgradable,
 }
 
 /// The keys and channel one lock uses, computed once per [`Lock`](crate::Lock) handle.
@@ -66,7 +74,7 @@ impl LockKeys {
             _ => (String::new(), String::new()),
         };
         let channel = match kind {
-            LockKind::Read | LockKind::Write => layout::rwlock_channel(name),
+            LockKind::Read | LockKind::Write | LockKind::Upgradable => layout::rwlock_channel(name),
             LockKind::Plain | LockKind::Fair { .. } => layout::lock_channel(name),
         };
         LockKeys {

@@ -1,19 +1,28 @@
--- A helper of the read-write lock's release scripts.
--- How long the longest read level of the lock KEYS[1] has left, in ms (0 when none): reader
--- r's level n has the timeout key '<prefix><r>:rwlock_timeout:<n>'. Readers whose levels all
--- ran out (they died) count for nothing.
-local function longest_read_level(prefix)
+-- Helpers of the read-write lock's scripts that judge its readers.
+-- Reader r's level n of the lock KEYS[1] has the timeout key
+-- '<prefix><r>:rwlock_timeout:<n>'. Readers whose levels all ran out (they died) count for
+-- nothing.
+
+-- How long the longest level of `reader` has left, in ms (0 when none).
+local function reader_level_left(prefix, reader)
+  local count = tonumber(redis.call('hget', KEYS[1], reader))
   local longest = 0
-  local fields = redis.call('hgetall', KEYS[1])
-  for i = 1, #fields, 2 do
-    local count = tonumber(fields[i + 1])
-    if fields[i] ~= 'mode' and count then
-      for level = 1, count do
-        local key = prefix .. fields[i] .. ':rwlock_timeout:' .. level
-        longest = math.max(longest, redis.call('pttl', key))
-      end
-    end
+  for level = 1, count or 0 do
+    local key = prefix .. reader .. ':rwlock_timeout:' .. level
+    longest = math.max(longest, redis.call('pttl', key))
   end
   return longest
 end
 
+-- How long the longest read level of the lock has left, in ms (0 when none), leaving out
+-- the reader `except` (nil: none).
+local function longest_read_level(prefix, except)
+  local longest = 0
+  local fields = redis.call('hgetall', KEYS[1])
+  for i = 1, #fields, 2 do
+    if fields[i] ~= 'mode' and fields[i] ~= except and tonumber(fields[i + 1]) then
+      longest = math.max(longest, reader_level_left(prefix, fields[i]))
+    end
+  end
+  return longest
+end

@@ -1,4 +1,4 @@
--- Takes back what a read or write acquisition may have added whose answer never reached the
+-- Takes back what a read, upgradable or write acquisition may have added whose answer never reached the
 -- holder: levels beyond those its process knows it holds, with their timeout keys.
 -- KEYS[1]: the read-write lock hash
 -- KEYS[2]: the channel of the read-write lock
@@ -24,6 +24,9 @@ if kept > 0 then
   return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])
+if redis.call('hget', KEYS[1], 'upgrader') == ARGV[1] then
+  redis.call('hdel', KEYS[1], 'upgrader')
+end
 if redis.call('hlen', KEYS[1]) <= 1 then
   redis.call('del', KEYS[1])
   redis.call(publish_command, KEYS[2], ARGV[4])

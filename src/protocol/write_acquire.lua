@@ -1,10 +1,16 @@
--- Takes the write lock of a read-write lock for a new chain, or enters it once more.
+-- Takes the write lock of a read-write lock for a new chain, or enters it once more. The
+-- upgradable reader (the hash's 'upgrader') takes it, with the holder id of its upgradable
+-- chain, once no other reader is left: that is its upgrade, and no other writer can come in
+-- between, as its read hold kept them out.
 -- KEYS[1]: the read-write lock hash (field 'mode' = 'read' | 'write'; readers' fields
 --          '<holder id>' and the writer's '<holder id>:write' = reentrancy counts)
 -- KEYS[2]: the fencing token counter of the lock name
 -- ARGV[1]: the lease in milliseconds
 -- ARGV[2]: the writer's field ('<holder id>:write')
 -- ARGV[3]: how many levels of the chain the holder's process holds ('0': a new chain)
+-- ARGV[4]: the writer's holder id
+-- ARGV[5]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
+--          timeout key '<prefix><r>:rwlock_timeout:<n>'
 -- Answers as the lock's acquire script: {1, token}, {2, token}, {0, PTTL} or {3, 0}.
 local mode = redis.call('hget', KEYS[1], 'mode')
 if ARGV[3] == '0' then
@@ -16,6 +22,16 @@ if ARGV[3] == '0' then
   end
   if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return taken_before(ARGV[2], ARGV[1], KEYS[2])
+  end
+  if mode == 'read' and redis.call('hget', KEYS[1], 'upgrader') == ARGV[4]
+      and reader_level_left(ARGV[5], ARGV[4]) > 0
+      and longest_read_level(ARGV[5], ARGV[4]) <= 0 then
+    local taken = redis.call('incr', KEYS[2])
+    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+      redis.call('pexpire', KEYS[1], ARGV[1])
+    end
+    return {1, taken}
   end
   return {0, redis.call('pttl', KEYS[1])}
 end

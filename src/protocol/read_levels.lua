@@ -1,0 +1,51 @@
+-- Helpers of the acquire scripts of a read-write lock's readers (the read lock, the upgradable
+-- read), whose hash is KEYS[1] and fencing token counter KEYS[2].
+
+-- Sets the lease of the reader level whose timeout key is `level_key`, and makes the hash
+-- live at least as long.
+local function lease_read_level(level_key, lease)
+  redis.call('set', level_key, 1, 'px', lease)
+  if redis.call('pttl', KEYS[1]) < lease then
+    redis.call('pexpire', KEYS[1], lease)
+  end
+end
+
+-- The reader `field` (level n's timeout key '<prefix>:<n>') starts a chain ('0' levels held)
+-- when `may_start`, or enters its chain once more. `mode` is the hash's mode now. Answers as
+-- the lock's acquire script: {1, token}, {2, token}, {0, PTTL} or {3, 0}.
+local function enter_reading(mode, may_start, field, levels_held, prefix, lease)
+  if levels_held == '0' then
+    if not may_start then
+      return {0, redis.call('pttl', KEYS[1])}
+    end
+    local held = tonumber(redis.call('hget', KEYS[1], field))
+    if held then
+      -- An earlier send of this same acquisition ran (its connection broke): it is this one.
+      for level = 2, held do
+        redis.call('del', prefix .. ':' .. level)
+      end
+      redis.call('hset', KEYS[1], field, 1)
+      lease_read_level(prefix .. ':1', lease)
+      return {1, current_token(KEYS[2])}
+    end
+    local taken = redis.call('incr', KEYS[2])
+    if not mode then
+      redis.call('hset', KEYS[1], 'mode', 'read')
+    end
+    lease_read_level(prefix .. ':' .. redis.call('hincrby', KEYS[1], field, 1), lease)
+    return {1, taken}
+  end
+  if redis.call('hexists', KEYS[1], field) == 0 then
+    return {3, 0}
+  end
+  local current = current_token(KEYS[2])
+  lease_read_level(prefix .. ':' .. redis.call('hincrby', KEYS[1], field, 1), lease)
+  return {2, current}
+end
+
+-- Whether a new reader chain of `field` may start in `mode`: readers share the lock, and the
+-- writer may take read levels too (with the holder id of its write chain).
+local function readers_may_enter(mode, field)
+  return not mode or mode == 'read'
+    or redis.call('hexists', KEYS[1], field .. ':write') == 1
+end

@@ -1,0 +1,22 @@
+-- Takes the upgradable read of a read-write lock for a new chain, or enters it once more. It
+-- is a reader's hold (the field '<holder id>' and its levels' timeout keys, as Redisson's
+-- readers have), shared with the other readers and excluding writers as theirs do; the
+-- hash's field 'upgrader' names its holder, and keeps out a second upgradable reader while
+-- that holder lives (some level of it has not run out).
+-- KEYS[1]: the read-write lock hash
+-- KEYS[2]: the fencing token counter of the lock name
+-- ARGV[1]..ARGV[4]: as the read lock's acquire script
+-- ARGV[5]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
+--          timeout key '<prefix><r>:rwlock_timeout:<n>'
+-- Answers as the lock's acquire script: {1, token}, {2, token}, {0, PTTL} or {3, 0}.
+local mode = redis.call('hget', KEYS[1], 'mode')
+local upgrader = redis.call('hget', KEYS[1], 'upgrader')
+local may_start = readers_may_enter(mode, ARGV[2])
+if upgrader and upgrader ~= ARGV[2] and reader_level_left(ARGV[5], upgrader) > 0 then
+  may_start = false
+end
+local answer = enter_reading(mode, may_start, ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[1]))
+if answer[1] == 1 then
+  redis.call('hset', KEYS[1], 'upgrader', ARGV[2])
+end
+return answer
