@@ -233,6 +233,7 @@ impl CountDownLatch {
             cancel: self.cancel.as_ref(),
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
+            nudge: None,
         })
     }
 

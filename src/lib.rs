@@ -230,4 +230,4 @@ pub use semaphore::permit::{PermitGuard, PermitSemaphore};
 pub use semaphore::Semaphore;
 pub use stats::{Stats, WaitTimes};
 pub use wait::cancel::CancelToken;
-pub use watchdog::lease::{LostLock, RiskChange, RiskNotice};
+pub use watchdog::lease::{LostLock, RevocationNotice, RiskChange, RiskNotice};

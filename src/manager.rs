@@ -25,7 +25,7 @@ use crate::semaphore::permit::PermitSemaphore;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
 use crate::topology::tls::{self, TlsOptions};
-use crate::watchdog::lease::{LostLock, RiskNotice};
+use crate::watchdog::lease::{LostLock, RevocationNotice, RiskNotice};
 use crate::watchdog::Callbacks;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -590,6 +590,39 @@ impl LockManagerBuilder {
         callback: impl Fn(&RiskNotice) + Send + Sync + 'static,
     ) -> Self {
         self.callbacks.on_risk = Some(Arc::new(callback));
+        self
+    }
+
+    /// Calls `callback` on the watchdog thread whenever a hold of this manager is asked to
+    /// let go ([`Lock::request_revocation`](crate::LockHandle::request_revocation)), once per
+    /// hold, with its name, holder id and fencing token. Nothing else happens: the holder
+    /// decides whether and when to release. A guard's
+    /// [`is_revocation_requested`](crate::Guard::is_revocation_requested) and
+    /// [`revocation_signal`](crate::Guard::revocation_signal) tell the same, at once, on the
+    /// guard. A callback that panics is logged and does not stop the watchdog.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// let (asked, requests) = crossbeam_channel::unbounded();
+    /// let manager = redlease::LockManager::builder(redis.url())
+    ///     .on_revocation_request(move |notice| {
+    ///         let _ = asked.send(notice.name.clone());
+    ///     })
+    ///     .build()?;
+    /// let guard = manager.lock("migration").lock()?;
+    /// manager.lock("migration").request_revocation()?;
+    /// let name = requests.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+    /// assert_eq!(name, "migration");
+    /// guard.unlock()?; // the holder decides to let go
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn on_revocation_request(
+        mut self,
+        callback: impl Fn(&RevocationNotice) + Send + Sync + 'static,
+    ) -> Self {
+        self.callbacks.on_revocation = Some(Arc::new(callback));
         self
     }
 

@@ -53,6 +53,9 @@ pub struct Stats {
     /// How many times a hold at risk was renewed again (the rest of those raised were lost,
     /// released, or are at risk now).
     pub risks_cleared: u64,
+    /// How many holds of this manager were asked to let go (a revocation request heard for
+    /// them, once per hold).
+    pub revocations_requested: u64,
     /// Undos the manager's cleanup thread is sending now, until Redis answers them: of what
     /// failed or abandoned calls may have left in Redis (a lock level or a fair waiter's
     /// place whose acquisition got no answer, permits a take took, a lock whose dropped

@@ -13,7 +13,7 @@ use crate::call::replication::ShortfallLog;
 use crate::call::route::Router;
 use crate::error::Result;
 use crate::layout::FORCE_RELEASE_CHANNEL;
-use crate::protocol::names::ForceReleaseNotice;
+use crate::protocol::names::Notice;
 use crate::pubsub::{Notices, PubSub};
 use crate::stats::WaitRecorder;
 use crate::topology::cluster::Cluster;
@@ -103,7 +103,7 @@ impl Client {
             replica_acks.clone(),
             callbacks,
         )?;
-        let notices = force_release_notices(starting.watchdog.insert(watchdog));
+        let notices = holder_notices(starting.watchdog.insert(watchdog));
         let pubsub = Arc::new(reached.start_pubsub(timeouts, notices)?);
         let pubsub = starting.pubsub.insert(pubsub);
         starting.switch_watcher = watch_switches(reached.locator, &router, pubsub)?;
@@ -258,15 +258,22 @@ fn locate_master(
     Ok(Some(locator))
 }
 
-/// The notice channel every manager listens to, handled by the watchdog: a force release
-/// reported to the holder's guard at once.
-fn force_release_notices(watchdog: &Watchdog) -> Notices {
+/// The notice channel every manager listens to, handled by the watchdog: a force release or
+/// a revocation request reported to the holder's guard at once.
+fn holder_notices(watchdog: &Watchdog) -> Notices {
     let sink = watchdog.notice_sink();
     Notices {
         channel: FORCE_RELEASE_CHANNEL.to_owned(),
-        handler: Box::new(move |message| match ForceReleaseNotice::parse(message) {
-            Some(notice) => sink.force_released(notice.name, notice.holder, notice.token),
-            None => log::debug!("ignoring a malformed force-release notice"),
+        handler: Box::new(move |message| match Notice::parse(message) {
+            Some(Notice::ForceReleased {
+                token,
+                holder,
+                name,
+            }) => sink.force_released(name, holder, token),
+            Some(Notice::RevocationRequested { holder, name }) => {
+                sink.revocation_requested(name, holder)
+            }
+            None => log::debug!("ignoring a malformed notice"),
         }),
     }
 }

@@ -229,6 +229,7 @@ impl Client {
             at_risk: watchdog.at_risk,
             risks_raised: watchdog.risks.raised,
             risks_cleared: watchdog.risks.cleared,
+            revocations_requested: watchdog.revocations_requested,
             cleanup_pending: self.cleanup.counts().pending(),
             cleanup_done: self.cleanup.counts().done(),
             cleanup_abandoned: self.cleanup.counts().abandoned(),

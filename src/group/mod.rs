@@ -461,6 +461,7 @@ impl Group {
             // Independent masters: an outage of some is what the quorum is for.
             outage_grace: Duration::ZERO,
             recorder: self.members[0].raw().client().wait_recorder(),
+            nudge: None,
         })
     }
 

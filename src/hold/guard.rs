@@ -292,6 +292,49 @@ impl<H: Hold> Guard<H> {
         self.lease.risk_signal()
     }
 
+    /// Whether someone asked the holder to let go
+    /// ([`request_revocation`](crate::LockHandle::request_revocation), or a waiter's
+    /// [`revoking_after`](crate::LockHandle::revoking_after)) since this hold's chain began.
+    /// Revocation is cooperative: nothing is released unless the holder releases; the
+    /// request only says that someone waits and would like the lock. Cheap: no I/O. A group
+    /// lock's guard is never asked (ask its members' names).
+    pub fn is_revocation_requested(&self) -> bool {
+        self.lease.is_revocation_requested()
+    }
+
+    /// A receiver that gets one message once someone asks the holder to let go (at once if
+    /// someone has), for `select!` beside [`lost_signal`](Guard::lost_signal); disconnected
+    /// once the hold is found lost. Every call registers a new receiver; take one and keep
+    /// it. The request reaches a holder in another process as a pub/sub notice, within a
+    /// network round trip or so.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use std::time::Duration;
+    ///
+    /// let migration = manager.lock("schema-migration");
+    /// let guard = migration.lock()?;
+    /// let asked = guard.revocation_signal();
+    /// // Elsewhere, someone who needs the lock asks for it:
+    /// assert_eq!(migration.request_revocation()?, 1);
+    /// // The holder hears it between steps, and decides to stop at a safe point.
+    /// for step in 0..1000 {
+    ///     if asked.recv_timeout(Duration::from_millis(1)).is_ok() {
+    ///         println!("asked to let go after step {step}");
+    ///         break;
+    ///     }
+    /// }
+    /// assert!(guard.is_revocation_requested());
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn revocation_signal(&self) -> Receiver<()> {
+        self.lease.revocation_signal()
+    }
+
     /// Releases this level now and reports the outcome:
     /// [`Error::NotHeld`](crate::Error::NotHeld) when it was lost (expired, force-released,
     /// given back by id) before; for a group lock, [`Error::NoQuorum`](crate::Error::NoQuorum)

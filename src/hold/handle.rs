@@ -17,7 +17,7 @@ use crate::protocol::names;
 use crate::wait;
 use crate::wait::cancel::CancelToken;
 
-pub(crate) use raw::{Lease, RawAcquire, Terms};
+pub(crate) use raw::{Lease, RawAcquire, RawRevocable, Terms};
 
 mod raw {
     use super::*;
@@ -43,6 +43,14 @@ mod raw {
         fn acquire(&self, terms: Terms<'_>) -> Result<Option<Guard<Self::Hold>>>;
     }
 
+    /// What a primitive whose holders can be asked to let go implements (the locks, the
+    /// upgradable read, a leadership); [`LockHandle`] provides `request_revocation` and
+    /// `revoking_after` over it. Its `acquire` honours [`Terms::revoke_after`].
+    pub trait RawRevocable: RawAcquire {
+        /// Asks every holder to let go; answers how many holds were asked.
+        fn request_revocation(&self) -> Result<usize>;
+    }
+
     /// The terms of one acquisition: try until `deadline` (with `None`, until taken or
     /// failed; `Ok(None)` then means "try again"), keep it for `lease`, give up when `cancel`
     /// is cancelled.
@@ -51,6 +59,9 @@ mod raw {
         pub deadline: Option<Instant>,
         pub lease: Lease,
         pub cancel: Option<&'a CancelToken>,
+        /// Ask the holders to let go once the wait has lasted this long (only ever set for a
+        /// [`RawRevocable`] primitive).
+        pub revoke_after: Option<Duration>,
     }
 }
 
@@ -105,11 +116,17 @@ pub struct LockHandle<R> {
     raw: R,
     /// Ends this handle's waits when cancelled.
     cancel: Option<CancelToken>,
+    /// This handle's waits ask the holders to let go once they have lasted this long.
+    revoke_after: Option<Duration>,
 }
 
 impl<R> LockHandle<R> {
     pub(crate) fn from_raw(raw: R, cancel: Option<CancelToken>) -> Self {
-        LockHandle { raw, cancel }
+        LockHandle {
+            raw,
+            cancel,
+            revoke_after: None,
+        }
     }
 
     /// The primitive behind the handle.
@@ -124,6 +141,7 @@ impl<R: RawAcquire> LockHandle<R> {
             deadline,
             lease,
             cancel: self.cancel.as_ref(),
+            revoke_after: self.revoke_after,
         }
     }
 
@@ -262,6 +280,61 @@ impl<R: RawAcquire> LockHandle<R> {
         LockHandle {
             raw: self.raw.clone(),
             cancel: Some(token.clone()),
+            revoke_after: self.revoke_after,
+        }
+    }
+}
+
+impl<R: RawRevocable> LockHandle<R> {
+    /// Asks every current holder of the lock (every reader and the writer of a read-write
+    /// lock; the leader of an election) to let go: each holder's guard, in any process,
+    /// gets a revocation request ([`Guard::is_revocation_requested`],
+    /// [`Guard::revocation_signal`], the manager's
+    /// [`on_revocation_request`](crate::LockManagerBuilder::on_revocation_request) callback).
+    /// Answers how many holds were asked (0 when the lock is free).
+    ///
+    /// Cooperative, as Curator's revocable locks are: nothing is released unless the holder
+    /// releases, and a holder that does not listen is not affected. The request goes out as
+    /// a pub/sub notice: a holder whose pub/sub connection is down at that moment does not
+    /// hear it (ask again). To free a lock whatever its holder does, see
+    /// [`Lock::force_unlock`](crate::Lock::force_unlock).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name; the
+    /// errors of a call to Redis.
+    pub fn request_revocation(&self) -> Result<usize> {
+        self.raw.request_revocation()
+    }
+
+    /// This handle, with its waits (and those of its clones) asking the holders to let go
+    /// ([`request_revocation`](Self::request_revocation)) once they have waited `delay`,
+    /// once per wait: a waiter that needs the lock soon, or whose work outranks the
+    /// holder's.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use std::time::Duration;
+    ///
+    /// let report = manager.lock("monthly-report");
+    /// let guard = report.lock()?;
+    /// let holder = std::thread::spawn(move || {
+    ///     // The holder works until someone asks, then lets go.
+    ///     let _ = guard.revocation_signal().recv();
+    ///     guard.unlock()
+    /// });
+    /// let urgent = report.revoking_after(Duration::from_millis(50));
+    /// let _mine = urgent.lock()?; // asks after 50 ms, and gets it once the holder lets go
+    /// holder.join().unwrap()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn revoking_after(&self, delay: Duration) -> Self {
+        LockHandle {
+            raw: self.raw.clone(),
+            cancel: self.cancel.clone(),
+            revoke_after: Some(delay),
         }
     }
 }

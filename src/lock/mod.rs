@@ -27,7 +27,7 @@ use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
 use crate::hold::guard::{Guard, Hold, Watched};
-use crate::hold::handle::{Lease, LockHandle, RawAcquire, Terms};
+use crate::hold::handle::{Lease, LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
@@ -91,6 +91,13 @@ impl RawAcquire for RawLock {
 
     fn acquire(&self, terms: Terms<'_>) -> Result<Option<LockGuard>> {
         self.acquire_level(terms, |hold| hold)
+    }
+}
+
+impl RawRevocable for RawLock {
+    fn request_revocation(&self) -> Result<usize> {
+        let call = protocol::request_revocation(self.keys()?);
+        self.client.run_script(&call)
     }
 }
 
@@ -282,6 +289,13 @@ impl RawLock {
         hold: impl Fn(LockHold) -> H,
     ) -> Result<Option<Guard<H>>> {
         let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
+        let ask_holders = || match self.request_revocation() {
+            Ok(_) => true,
+            Err(err) => {
+                log::debug!("lock {:?}: asking the holders failed: {err}", self.name());
+                false
+            }
+        };
         self.client.ensure_running()?;
         self.keys()?;
         let thread = names::thread_number();
@@ -336,6 +350,10 @@ impl RawLock {
             cancel,
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
+            nudge: terms.revoke_after.map(|after| wait::Nudge {
+                after,
+                ask: &ask_holders,
+            }),
         });
         if queued.get() && !matches!(outcome, Ok(Some(_))) {
             if let LockKind::Fair { .. } = self.keys.kind {

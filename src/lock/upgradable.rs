@@ -14,7 +14,7 @@ use super::{Lock, LockGuard, RawLock};
 use crate::client::{Client, Release};
 use crate::error::{Error, Result};
 use crate::hold::guard::{Guard, Hold};
-use crate::hold::handle::{LockHandle, RawAcquire, Terms};
+use crate::hold::handle::{LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::protocol::names::LockKind;
 
 /// The upgradable read of a [`ReadWriteLock`](crate::ReadWriteLock), from
@@ -45,6 +45,12 @@ impl RawAcquire for RawUpgradable {
             read,
             write: LockHandle::from_raw(self.write.clone(), cancel.clone()),
         })
+    }
+}
+
+impl RawRevocable for RawUpgradable {
+    fn request_revocation(&self) -> Result<usize> {
+        self.read.request_revocation()
     }
 }
 

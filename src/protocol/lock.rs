@@ -37,6 +37,7 @@ lua_script!(READ_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "r
 lua_script!(WRITE_ACQUIRE = "acquire_levels.lua" + "rwlock_longest_read.lua" + "write_acquire.lua");
 lua_script!(WRITE_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "write_release.lua");
 lua_script!(RWLOCK_UNDO = "rwlock_undo.lua");
+lua_script!(REQUEST_REVOCATION = "revoke.lua");
 lua_script!(
     RWLOCK_FORCE_RELEASE = "request_begin.lua" + "rwlock_force_release.lua" + "request_end.lua"
 );
@@ -221,6 +222,12 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
         .arg(layout::FORCE_RELEASE_CHANNEL),
     };
     call.arg(request.keep_ms())
+}
+
+/// Asks every holder of the lock (any kind) to let go, on the notice channel. Answers how
+/// many holds were asked.
+pub(crate) fn request_revocation(keys: &LockKeys) -> ScriptCall {
+    ScriptCall::new(&REQUEST_REVOCATION, &[&keys.name]).arg(layout::FORCE_RELEASE_CHANNEL)
 }
 
 /// The hash field that counts `holder`'s levels in a lock of this kind.

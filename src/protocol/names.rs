@@ -115,30 +115,45 @@ pub(crate) const RELEASE_MESSAGE: &str = "0";
 /// published when a write lock is released: all waiting readers may enter.
 pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
 
-/// One force-release notice, as published by `force_release.lua`.
+/// One message of the notice channel: a force release, as published by
+/// `force_release.lua` (`<token> <holder> <name>`), or a revocation request, as published by
+/// `revoke.lua` (`revoke <holder> <name>`).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct ForceReleaseNotice<'a> {
-    pub(crate) token: u64,
-    pub(crate) holder: &'a str,
-    pub(crate) name: &'a str,
+pub(crate) enum Notice<'a> {
+    /// `name` was freed by force while `holder` held it and its token counter stood at
+    /// `token`.
+    ForceReleased {
+        token: u64,
+        holder: &'a str,
+        name: &'a str,
+    },
+    /// Someone asks `holder` to let go of `name`.
+    RevocationRequested { holder: &'a str, name: &'a str },
 }
 
-impl<'a> ForceReleaseNotice<'a> {
-    /// Reads a notice; `None` for a message that is not one. Token and holder id hold no
-    /// spaces; the name, last, may.
+impl<'a> Notice<'a> {
+    /// Reads a notice; `None` for a message that is not one. The first word and the holder
+    /// id hold no spaces; the name, last, may.
     pub(crate) fn parse(message: &'a [u8]) -> Option<Self> {
         let message = std::str::from_utf8(message).ok()?;
         let mut parts = message.splitn(3, ' ');
-        let token = parts.next()?.parse().ok()?;
-        let holder = parts.next()?;
-        let name = parts.next()?;
-        (!holder.is_empty() && !name.is_empty()).then_some(ForceReleaseNotice {
+        let first = parts.next()?;
+        let holder = parts.next().filter(|holder| !holder.is_empty())?;
+        let name = parts.next().filter(|name| !name.is_empty())?;
+        if first == REVOKE_WORD {
+            return Some(Notice::RevocationRequested { holder, name });
+        }
+        let token = first.parse().ok()?;
+        Some(Notice::ForceReleased {
             token,
             holder,
             name,
         })
     }
 }
+
+/// The first word of a revocation request's notice.
+const REVOKE_WORD: &str = "revoke";
 
 static NEXT_THREAD_NUMBER: AtomicU64 = AtomicU64::new(1);
 static NEXT_CHAIN_NUMBER: AtomicU64 = AtomicU64::new(1);
@@ -194,18 +209,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn force_release_notices_are_read_with_names_that_hold_spaces() {
-        let notice = ForceReleaseNotice::parse(b"42 0c1f:7 nightly report {eu}");
+    fn notices_are_read_with_names_that_hold_spaces() {
+        let notice = Notice::parse(b"42 0c1f:7 nightly report {eu}");
         assert_eq!(
             notice,
-            Some(ForceReleaseNotice {
+            Some(Notice::ForceReleased {
                 token: 42,
                 holder: "0c1f:7",
                 name: "nightly report {eu}",
             })
         );
-        for junk in [&b""[..], b"0", b"x h n", b"1 h", b"1  n", b"\xff h n"] {
-            assert_eq!(ForceReleaseNotice::parse(junk), None, "{junk:?}");
+        let notice = Notice::parse(b"revoke 0c1f:7 nightly report");
+        assert_eq!(
+            notice,
+            Some(Notice::RevocationRequested {
+                holder: "0c1f:7",
+                name: "nightly report",
+            })
+        );
+        for junk in [
+            &b""[..],
+            b"0",
+            b"x h n",
+            b"1 h",
+            b"1  n",
+            b"\xff h n",
+            b"revoke h",
+        ] {
+            assert_eq!(Notice::parse(junk), None, "{junk:?}");
         }
     }
 

@@ -268,6 +268,7 @@ impl Semaphore {
             cancel,
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
+            nudge: None,
         })
     }
 

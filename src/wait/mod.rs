@@ -18,6 +18,8 @@
 //! grace, before the error ends the wait; the same for every primitive on every deployment.
 //! The other transient errors end the wait at once: a grant short of replica
 //! acknowledgements ([`Error::NotReplicated`]), a group lock without quorum.
+//! A wait may carry a [`Nudge`]: something it does once after it has waited a while (a
+//! waiter that asks the holders to let go), whose time also ends a sleep.
 //! It does no I/O of its own beyond the subscriptions it is handed.
 
 pub(crate) mod cancel;
@@ -58,6 +60,14 @@ enum Pause {
     BackOff { delay: Duration },
 }
 
+/// Something a wait does once, after it has waited `after` (asking the holders to let go):
+/// `ask` answers whether it was done, and is tried again after [`RETRY_DURING_OUTAGE`] when
+/// not.
+pub(crate) struct Nudge<'a> {
+    pub(crate) after: Duration,
+    pub(crate) ask: &'a dyn Fn() -> bool,
+}
+
 /// The loop's settings.
 pub(crate) struct WaitFor<'a, S, A, R> {
     /// When to give up (`None`: never).
@@ -77,6 +87,8 @@ pub(crate) struct WaitFor<'a, S, A, R> {
     pub(crate) outage_grace: Duration,
     /// Counts the waiting threads, the acquisitions and their wait times.
     pub(crate) recorder: &'a WaitRecorder,
+    /// Done once the wait has lasted this long, if it is still waiting.
+    pub(crate) nudge: Option<Nudge<'a>>,
 }
 
 /// Runs the loop; `Ok(None)` when the deadline passed.
@@ -95,8 +107,10 @@ where
         cancel,
         outage_grace,
         recorder,
+        nudge,
     } = settings;
     let started = Instant::now();
+    let mut nudge = nudge.map(|nudge| (started + nudge.after, nudge.ask));
     // Set once the thread first sleeps: a try that succeeds at once never waited.
     let mut waiting = None;
     let mut subscribe = Some(subscribe);
@@ -108,6 +122,7 @@ where
         subscriptions: Vec::new(),
         woken: Vec::new(),
         outage_since: None,
+        wake_by: None,
     };
     loop {
         if cancel.is_some_and(CancelToken::is_cancelled) {
@@ -142,6 +157,14 @@ where
             continue;
         }
         waiting.get_or_insert_with(|| recorder.start_waiting());
+        if let Some((at, ask)) = nudge {
+            nudge = match now < at {
+                true => Some((at, ask)),
+                false if ask() => None,
+                false => Some((now + RETRY_DURING_OUTAGE, ask)),
+            };
+        }
+        state.wake_by = nudge.map(|(at, _)| at);
         state.pause(pause, now);
         ensure_running()?;
     }
@@ -170,6 +193,8 @@ struct Waiting<'a> {
     woken: Vec<usize>,
     /// Since when the tries fail with transient errors, if the last one did.
     outage_since: Option<Instant>,
+    /// When the next sleep must end at the latest besides the deadline (a nudge is due).
+    wake_by: Option<Instant>,
 }
 
 impl Waiting<'_> {
@@ -213,8 +238,12 @@ impl Waiting<'_> {
 
     /// Sleeps as `pause` says, at most until the deadline (`now` is when the pause began).
     fn pause(&mut self, pause: Pause, now: Instant) {
-        let until_deadline = |sleep: Duration| match self.deadline {
-            Some(deadline) => sleep.min(deadline.saturating_duration_since(now)),
+        let wake_by = match (self.deadline, self.wake_by) {
+            (Some(deadline), Some(nudge)) => Some(deadline.min(nudge)),
+            (one, other) => one.or(other),
+        };
+        let until_deadline = |sleep: Duration| match wake_by {
+            Some(wake_by) => sleep.min(wake_by.saturating_duration_since(now)),
             None => sleep,
         };
         match pause {

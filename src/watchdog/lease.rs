@@ -43,6 +43,10 @@ struct Inner {
     /// Dropped with the loss, which disconnects their receivers.
     risk_signals: Vec<Sender<RiskChange>>,
     risk_observers: Vec<RiskObserver>,
+    /// Someone asked the holder to let go.
+    revocation_requested: bool,
+    /// Fired once at the request; dropped with the loss.
+    revocation_signals: Vec<Sender<()>>,
 }
 
 impl std::fmt::Debug for LeaseState {
@@ -69,6 +73,8 @@ impl LeaseState {
                 observers: Vec::new(),
                 risk_signals: Vec::new(),
                 risk_observers: Vec::new(),
+                revocation_requested: false,
+                revocation_signals: Vec::new(),
             }),
         }
     }
@@ -105,6 +111,7 @@ impl LeaseState {
         }
         inner.risk_signals.clear();
         inner.risk_observers.clear();
+        inner.revocation_signals.clear();
         let observers = std::mem::take(&mut inner.observers);
         drop(inner);
         for observer in observers {
@@ -173,6 +180,38 @@ impl LeaseState {
         if self.lost.get().is_none() {
             inner.risk_observers.push(observer);
         }
+    }
+
+    /// Records that someone asked the holder to let go, and fires the revocation signals.
+    /// Answers whether this call was the first (not once lost).
+    pub(crate) fn request_revocation(&self) -> bool {
+        let mut inner = self.inner.lock();
+        if self.lost.get().is_some() || inner.revocation_requested {
+            return false;
+        }
+        inner.revocation_requested = true;
+        for signal in inner.revocation_signals.drain(..) {
+            let _ = signal.try_send(());
+        }
+        true
+    }
+
+    /// Whether someone asked the holder to let go.
+    pub(crate) fn is_revocation_requested(&self) -> bool {
+        self.inner.lock().revocation_requested
+    }
+
+    /// A receiver that gets one message once someone asks the holder to let go (at once if
+    /// someone has), and is disconnected once the loss is recorded.
+    pub(crate) fn revocation_signal(&self) -> Receiver<()> {
+        let (sender, receiver) = crossbeam_channel::bounded(1);
+        let mut inner = self.inner.lock();
+        if inner.revocation_requested {
+            let _ = sender.try_send(());
+        } else if self.lost.get().is_none() {
+            inner.revocation_signals.push(sender);
+        }
+        receiver
     }
 
     /// Has `observer` told of the loss once it is recorded (at once if it already is).
@@ -258,6 +297,19 @@ pub struct RiskNotice {
     pub fencing_token: u64,
     /// What changed.
     pub change: RiskChange,
+}
+
+/// A hold whose holder was asked to let go, as told to the manager's
+/// [`on_revocation_request`](crate::LockManagerBuilder::on_revocation_request) callback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RevocationNotice {
+    /// The lock name (an election's name for a leadership).
+    pub name: String,
+    /// The holder id of the chain asked.
+    pub holder: String,
+    /// The fencing token of the chain.
+    pub fencing_token: u64,
 }
 
 /// A lock found lost, as told to the manager's lost-lock callback.

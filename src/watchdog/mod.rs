@@ -14,7 +14,9 @@
 //! - [`receipts`]: the release receipts queued for deletion;
 //! - [`risk`]: raising and clearing a chain's risk as its renewals fail and succeed, and
 //!   telling the log and the risk callback;
-//! - [`loss`]: marking chains lost and telling the log and the lost-lock callback.
+//! - [`loss`]: marking chains lost and telling the log and the lost-lock callback;
+//! - [`revocation`]: marking chains asked to let go (a revocation request heard by the
+//!   pub/sub listener) and telling the log and the revocation callback.
 //!
 //! This file holds the [`Watchdog`] facade the rest of the crate calls, and the thread loop
 //! that ties the parts together under one state lock (the receipt queue has its own).
@@ -45,6 +47,7 @@ mod loss;
 mod receipts;
 mod registry;
 mod renewal;
+mod revocation;
 mod risk;
 mod schedule;
 mod wheel;
@@ -59,11 +62,12 @@ use crate::call::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
 use crate::call::route::Router;
 use crate::error::{Error, LostReason, Result};
 use crate::protocol::renew::HoldKind;
-use crate::watchdog::lease::{LeaseState, LostLock, RiskNotice};
+use crate::watchdog::lease::{LeaseState, LostLock, RevocationNotice, RiskNotice};
 use loss::{LossReports, LostCounts};
 use receipts::{Queued, ReceiptQueue};
 use registry::{Entry, Registry};
 use renewal::{AckWait, Outcome, Renewal};
+use revocation::RevocationReports;
 use risk::{RiskCounts, RiskReports};
 use schedule::{earliest, DueNow, Schedule};
 
@@ -98,6 +102,9 @@ pub(crate) type LostCallback = Arc<dyn Fn(&LostLock) + Send + Sync>;
 /// Called with every hold raised at risk or cleared.
 pub(crate) type RiskCallback = Arc<dyn Fn(&RiskNotice) + Send + Sync>;
 
+/// Called with every hold whose holder was asked to let go.
+pub(crate) type RevocationCallback = Arc<dyn Fn(&RevocationNotice) + Send + Sync>;
+
 /// Runs the manager's `what` callback about the lock `name`: a panic in it is logged, and must
 /// not take the renewal of every other lock down.
 fn call_contained(what: &str, name: &str, callback: impl FnOnce()) {
@@ -112,6 +119,7 @@ fn call_contained(what: &str, name: &str, callback: impl FnOnce()) {
 pub(crate) struct Callbacks {
     pub(crate) on_lost: Option<LostCallback>,
     pub(crate) on_risk: Option<RiskCallback>,
+    pub(crate) on_revocation: Option<RevocationCallback>,
 }
 
 pub(crate) struct Watchdog {
@@ -147,6 +155,7 @@ struct State {
     schedule: Schedule,
     losses: LossReports,
     risks: RiskReports,
+    revocations: RevocationReports,
     renewals: RenewalCounts,
     stopping: bool,
 }
@@ -175,12 +184,15 @@ pub(crate) struct WatchdogCounts {
     pub(crate) at_risk: usize,
     /// Risks raised and cleared so far.
     pub(crate) risks: RiskCounts,
+    /// Chains asked to let go so far.
+    pub(crate) revocations_requested: u64,
 }
 
 /// What the watchdog thread does next.
 enum Work {
-    /// Tell these risk changes, then these losses, to the log and the callbacks.
-    Tell(Vec<RiskNotice>, Vec<LostLock>),
+    /// Tell these risk changes, revocation requests, then losses, to the log and the
+    /// callbacks.
+    Tell(Vec<RiskNotice>, Vec<RevocationNotice>, Vec<LostLock>),
     /// Renew these locks (possibly none) and delete these receipts, first sent at `sent_at`,
     /// with answers read no later than `answer_by`, and the answer of the `WAIT` for replica
     /// acknowledgements (when on) no later than `acks_by`.
@@ -228,6 +240,7 @@ impl Watchdog {
                 schedule: Schedule::new(Instant::now(), interval),
                 losses: LossReports::default(),
                 risks: RiskReports::default(),
+                revocations: RevocationReports::default(),
                 renewals: RenewalCounts::default(),
                 stopping: false,
             }),
@@ -492,6 +505,7 @@ impl Watchdog {
             lost: state.losses.counts(),
             at_risk: state.registry.at_risk(),
             risks: state.risks.counts(),
+            revocations_requested: state.revocations.count(),
         }
     }
 
@@ -538,14 +552,38 @@ impl NoticeSink {
     }
 }
 
+impl NoticeSink {
+    /// Someone asked `holder` to let go of `name`: if that is a chain in this process, its
+    /// guard is told, and the revocation callback.
+    pub(crate) fn revocation_requested(&self, name: &str, holder: &str) {
+        let shared = &*self.0;
+        let mut state = shared.state.lock();
+        let State {
+            registry,
+            revocations,
+            ..
+        } = &mut *state;
+        let mut asked_any = false;
+        for key in registry.find_all(name, holder) {
+            if let Some(entry) = registry.get(&key) {
+                asked_any |= revocations.requested(entry);
+            }
+        }
+        if asked_any {
+            shared.work_arrived.notify_one();
+        }
+    }
+}
+
 impl Shared {
     fn run(&self) {
         let mut due_now = DueNow::default();
         loop {
             match self.next_work(&mut due_now) {
                 None => return,
-                Some(Work::Tell(risks, losses)) => {
+                Some(Work::Tell(risks, revocations, losses)) => {
                     risk::tell(risks, self.callbacks.on_risk.as_ref());
+                    revocation::tell(revocations, self.callbacks.on_revocation.as_ref());
                     loss::tell(losses, self.callbacks.on_lost.as_ref());
                 }
                 Some(Work::Renew {
@@ -582,8 +620,14 @@ impl Shared {
             if state.stopping {
                 return None;
             }
-            if !state.losses.is_empty() || !state.risks.is_empty() {
-                return Some(Work::Tell(state.risks.take(), state.losses.take()));
+            if state.has_reports() {
+                let State {
+                    risks,
+                    revocations,
+                    losses,
+                    ..
+                } = &mut *state;
+                return Some(Work::Tell(risks.take(), revocations.take(), losses.take()));
             }
             let now = Instant::now();
             let State {
@@ -632,7 +676,7 @@ impl Shared {
                     acks_by,
                 });
             }
-            if !state.losses.is_empty() || !state.risks.is_empty() {
+            if state.has_reports() {
                 continue;
             }
             let next_due = earliest(state.schedule.next_due(), self.receipts.lock().flush_by());
@@ -729,6 +773,11 @@ impl Shared {
 }
 
 impl State {
+    /// Whether risks, revocation requests or losses wait to be told.
+    fn has_reports(&self) -> bool {
+        !self.losses.is_empty() || !self.risks.is_empty() || !self.revocations.is_empty()
+    }
+
     fn lose(&mut self, name: &str, reason: LostReason) {
         self.losses.lose(&mut self.registry, name, reason);
     }
