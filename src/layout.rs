@@ -107,6 +107,24 @@ pub fn read_level_key(name: &str, holder: &str, level: u64) -> String {
     format!("{}:{level}", read_level_prefix(name, holder))
 }
 
+/// The record of an election's leader (`redlease_leader:{name}`): a hash of its holder id,
+/// value, term (its fencing token) and since when it leads (ms since the epoch, by the
+/// server's clock). A `redlease` addition, like the two below.
+pub fn leader_record(name: &str) -> String {
+    derived("redlease_leader", name)
+}
+
+/// The log of an election's changes (`redlease_leader_log:{name}`): a stream with one entry
+/// per election and resignation (`change`, `holder`, `value`, `term`, `since`).
+pub fn leader_log(name: &str) -> String {
+    derived("redlease_leader_log", name)
+}
+
+/// The channel on which an election announces its changes (`redlease_leader__channel:{name}`).
+pub fn leader_channel(name: &str) -> String {
+    derived("redlease_leader__channel", name)
+}
+
 /// The channel of a semaphore, either kind (`redisson_sc:{name}`).
 pub fn semaphore_channel(name: &str) -> String {
     derived("redisson_sc", name)

@@ -192,6 +192,7 @@
 
 mod call;
 mod client;
+mod election;
 mod error;
 mod fence;
 mod group;
@@ -213,6 +214,7 @@ mod watchdog;
 
 /// The channels whose receivers [`Guard::lost_signal`] hands out (for `select!`).
 pub use crossbeam_channel;
+pub use election::{Candidate, Leader, LeaderChange, LeaderElection, LeaderGuard, LeaderObserver};
 pub use error::{Error, LostReason, Permission, Result, RiskReason, TlsFailure};
 pub use fence::FencedStore;
 pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};

@@ -15,6 +15,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::call::replication::ReplicaAcks;
 use crate::client::{Client, SentinelSettings, Settings};
+use crate::election::LeaderElection;
 use crate::error::{Error, Result};
 use crate::fence::FencedStore;
 use crate::latch::CountDownLatch;
@@ -283,6 +284,22 @@ impl LockManager {
             place_ms: self.fair_place_ms,
         };
         Lock::of_kind(Arc::clone(&self.client), name, kind)
+    }
+
+    /// The leader election called `name` (see [`LeaderElection`]): its candidates campaign
+    /// for a lock on the name, and anyone may read or follow who leads.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let leading = manager.leader_election("billing-cron").candidate("worker-3").lock()?;
+    /// println!("leading in term {}", leading.term());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn leader_election(&self, name: &str) -> LeaderElection {
+        LeaderElection::new(Arc::clone(&self.client), name)
     }
 
     /// A handle to the read-write lock called `name` (see [`ReadWriteLock`]).

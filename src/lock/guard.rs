@@ -208,6 +208,16 @@ impl Guard<LockHold> {
 }
 
 impl LockHold {
+    /// The holder id of the acquisition chain.
+    pub(crate) fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The fencing token of the acquisition chain.
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
     /// Where Redis records this hold, for a guarded write.
     fn guarded_holder(&self) -> guarded::Holder<'_> {
         let lock = self.lock.raw();

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
-use guard::LockHold;
+pub(crate) use guard::LockHold;
 
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
@@ -109,9 +109,14 @@ impl Lock {
     /// A handle to the lock `name` of the given kind: a fair lock, or the read or write lock
     /// of a read-write lock.
     pub(crate) fn of_kind(client: Arc<Client>, name: &str, kind: LockKind) -> Self {
+        Lock::of_keys(client, LockKeys::of_kind(name, kind))
+    }
+
+    /// A handle to the lock these keys name (an election's lock, whose keys carry more).
+    pub(crate) fn of_keys(client: Arc<Client>, keys: LockKeys) -> Self {
         let raw = RawLock {
             client,
-            keys: Arc::new(LockKeys::of_kind(name, kind)),
+            keys: Arc::new(keys),
         };
         LockHandle::from_raw(raw, None)
     }
@@ -127,7 +132,7 @@ impl Lock {
         let raw = self.raw();
         let name = &raw.keys()?.name;
         let mode = match raw.keys.kind {
-            LockKind::Plain | LockKind::Fair { .. } => {
+            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => {
                 return raw.query(redis::cmd("EXISTS").arg(name));
             }
             LockKind::Read => "read",
@@ -268,7 +273,7 @@ impl RawLock {
     /// How the watchdog renews a hold of this lock.
     fn hold_kind(&self) -> HoldKind {
         match self.keys.kind {
-            LockKind::Plain | LockKind::Fair { .. } => HoldKind::Lock,
+            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => HoldKind::Lock,
             LockKind::Read | LockKind::Upgradable => HoldKind::ReadLock,
             LockKind::Write => HoldKind::WriteLock,
         }
@@ -408,7 +413,7 @@ impl RawLock {
                     return Ok((upgrader.to_string(), 0));
                 }
             }
-            LockKind::Plain | LockKind::Fair { .. } => {}
+            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => {}
         }
         Ok((self.client.new_holder_id(), 0))
     }

@@ -16,8 +16,8 @@ use super::names::{LockKeys, LockKind, RELEASE_MESSAGE, WAKE_ALL_MESSAGE};
 use super::script::{lua_script, ScriptCall};
 use super::Request;
 
-lua_script!(ACQUIRE = "acquire_levels.lua" + "acquire.lua");
-lua_script!(RELEASE = "release_levels.lua" + "release.lua");
+lua_script!(ACQUIRE = "acquire_levels.lua" + "lock_take.lua" + "acquire.lua");
+lua_script!(RELEASE = "release_levels.lua" + "lock_give.lua" + "release.lua");
 lua_script!(UNDO = "undo.lua");
 lua_script!(FORCE_RELEASE = "request_begin.lua" + "force_release.lua" + "request_end.lua");
 lua_script!(FAIR_ACQUIRE = "fair_queue.lua" + "acquire_levels.lua" + "fair_acquire.lua");
@@ -50,8 +50,11 @@ pub(crate) fn acquire(
     levels_held: u32,
     lease_ms: u64,
 ) -> ScriptCall {
+    if let (LockKind::Leader, Some(election)) = (keys.kind, &keys.election) {
+        return super::election::campaign(keys, election, holder, levels_held, lease_ms);
+    }
     match keys.kind {
-        LockKind::Plain => ScriptCall::new(&ACQUIRE, &[&keys.name, &keys.token])
+        LockKind::Plain | LockKind::Leader => ScriptCall::new(&ACQUIRE, &[&keys.name, &keys.token])
             .arg(lease_ms)
             .arg(holder)
             .arg(levels_held),
@@ -120,13 +123,19 @@ pub(crate) fn release(
     receipt_ms: u64,
     levels_left: u32,
 ) -> ScriptCall {
+    if let (LockKind::Leader, Some(election)) = (keys.kind, &keys.election) {
+        let release = (holder, lease_ms, receipt_ms, levels_left);
+        return super::election::resign(keys, election, receipt, release);
+    }
     match keys.kind {
-        LockKind::Plain => ScriptCall::new(&RELEASE, &[&keys.name, &keys.channel, receipt])
-            .arg(holder)
-            .arg(lease_ms)
-            .arg(receipt_ms)
-            .arg(RELEASE_MESSAGE)
-            .arg(levels_left),
+        LockKind::Plain | LockKind::Leader => {
+            ScriptCall::new(&RELEASE, &[&keys.name, &keys.channel, receipt])
+                .arg(holder)
+                .arg(lease_ms)
+                .arg(receipt_ms)
+                .arg(RELEASE_MESSAGE)
+                .arg(levels_left)
+        }
         LockKind::Fair { .. } => ScriptCall::new(
             &FAIR_RELEASE,
             &[&keys.name, &keys.queue, &keys.queue_timeouts, receipt],
@@ -169,7 +178,7 @@ pub(crate) fn released(answer: &Value) -> bool {
 /// waiter that gives up.
 pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCall {
     match keys.kind {
-        LockKind::Plain => ScriptCall::new(&UNDO, &[&keys.name, &keys.channel])
+        LockKind::Plain | LockKind::Leader => ScriptCall::new(&UNDO, &[&keys.name, &keys.channel])
             .arg(holder)
             .arg(levels_held)
             .arg(RELEASE_MESSAGE),
@@ -201,7 +210,7 @@ pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCal
 /// free it whole: readers and writer.
 pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
     let call = match keys.kind {
-        LockKind::Plain => ScriptCall::new(
+        LockKind::Plain | LockKind::Leader => ScriptCall::new(
             &FORCE_RELEASE,
             &[&keys.name, &keys.channel, &keys.token, request.key()],
         )

@@ -6,6 +6,7 @@
 //! commands and reads replies; the runner in `crate::call::runner` sends them. It may use nothing
 //! of the crate but the error type.
 
+pub(crate) mod election;
 pub(crate) mod fence;
 pub(crate) mod group;
 pub(crate) mod guarded;

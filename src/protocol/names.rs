@@ -51,6 +51,30 @@ pub(crate) enum LockKind {
     /// The upgradable read of a read-write lock: a reader's hold that at most one chain has
     /// at a time, and that its holder may turn into the write lock.
     Upgradable,
+    /// The lock of an election: a plain lock whose holder is the leader, recorded, logged
+    /// and announced (see [`ElectionKeys`]).
+    Leader,
+}
+
+/// What an election's lock adds to a plain lock's keys: the leader record, the change log
+/// and the election's channel, and the value the candidate campaigns with.
+#[derive(Debug)]
+pub(crate) struct ElectionKeys {
+    pub(crate) record: String,
+    pub(crate) log: String,
+    pub(crate) channel: String,
+    pub(crate) value: String,
+}
+
+impl ElectionKeys {
+    pub(crate) fn new(name: &str, value: &str) -> Self {
+        ElectionKeys {
+            record: layout::leader_record(name),
+            log: layout::leader_log(name),
+            channel: layout::leader_channel(name),
+            value: value.to_owned(),
+        }
+    }
 }
 
 /// The keys and channel one lock uses, computed once per [`Lock`](crate::Lock) handle.
@@ -65,6 +89,8 @@ pub(crate) struct LockKeys {
     /// A fair lock's queue and the expiries of its places (empty for other kinds).
     pub(crate) queue: String,
     pub(crate) queue_timeouts: String,
+    /// An election's keys and the candidate's value (for [`LockKind::Leader`] only).
+    pub(crate) election: Option<ElectionKeys>,
 }
 
 impl LockKeys {
@@ -75,7 +101,9 @@ impl LockKeys {
         };
         let channel = match kind {
             LockKind::Read | LockKind::Write | LockKind::Upgradable => layout::rwlock_channel(name),
-            LockKind::Plain | LockKind::Fair { .. } => layout::lock_channel(name),
+            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => {
+                layout::lock_channel(name)
+            }
         };
         LockKeys {
             name: name.to_owned(),
@@ -84,6 +112,15 @@ impl LockKeys {
             token: layout::token_counter(name),
             queue,
             queue_timeouts,
+            election: None,
+        }
+    }
+
+    /// The keys of the election `name`'s lock, for a candidate with `value`.
+    pub(crate) fn candidate(name: &str, value: &str) -> Self {
+        LockKeys {
+            election: Some(ElectionKeys::new(name, value)),
+            ..LockKeys::of_kind(name, LockKind::Leader)
         }
     }
 

@@ -1,0 +1,240 @@
+//! Leader election: [`LeaderElection`] (who leads, and how to follow it), its
+//! [`Candidate`]s and the [`LeaderGuard`] of the one that leads.
+//!
+//! The leader holds a plain lock on the election's name (Redisson's lock layout: renewed by
+//! the watchdog, expiring when its holder dies, freed by `force_unlock`, asked to let go by
+//! `request_revocation`); the election's scripts (`crate::protocol::election`) add, in the
+//! same step as the grant and the last release, a leader record (value, term, since when),
+//! a change log and an announcement on the election's channel. A candidate is a lock handle
+//! over the lock's own acquisition code, with its value in its keys; [`observe`] follows the
+//! log. It talks to Redis only through the client.
+
+mod observe;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::client::{Client, Release};
+use crate::error::Result;
+use crate::hold::guard::{Guard, Hold};
+use crate::hold::handle::{LockHandle, RawAcquire, RawRevocable, Terms};
+use crate::lock::{Lock, LockHold, RawLock};
+use crate::protocol::election::{self as protocol, LeaderRecord};
+use crate::protocol::names::{ElectionKeys, LockKeys};
+
+pub use observe::{LeaderChange, LeaderObserver};
+
+/// An election among any number of candidates in any processes: at most one leads at a
+/// time, by holding a lock on the election's name that the watchdog keeps alive. Cheap to
+/// clone; `Send` and `Sync`.
+///
+/// - **Campaign**: [`candidate`](Self::candidate) with a value (an address, an instance id)
+///   and take it like a lock: [`lock`](LockHandle::lock) blocks until this candidate leads,
+///   [`try_lock_for`](LockHandle::try_lock_for) and the rest wait less,
+///   [`with_cancel`](LockHandle::with_cancel) ends the wait. The answer is a [`LeaderGuard`],
+///   with the lost and at-risk signals of a lock guard.
+/// - **Resign** by dropping the guard or with [`LeaderGuard::resign`]; a leader that dies is
+///   replaced within its lease (the watchdog timeout); one whose process pauses past its
+///   lease finds its guard lost when it resumes ([`Guard::is_lost`]), before anything else
+///   it checks.
+/// - **Follow**: [`leader`](Self::leader) reads the leader now, without campaigning;
+///   [`observe`](Self::observe) hands out a [`LeaderObserver`] whose
+///   [`next_change`](LeaderObserver::next_change) waits (woken by pub/sub) for the next
+///   election or resignation, in order, from a log in Redis.
+///
+/// ```
+/// # fn main() -> redlease::Result<()> {
+/// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+/// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+/// let election = manager.leader_election("scheduler");
+/// let mut observer = election.observe()?;
+///
+/// let leading = election.candidate("host-a:8080").lock()?; // blocks until it leads
+/// assert_eq!(election.leader()?.unwrap().value, "host-a:8080");
+///
+/// // ... run the scheduler while `leading` lives; check leading.is_lost() between steps ...
+/// leading.resign()?;
+///
+/// use redlease::LeaderChange;
+/// assert!(matches!(observer.next_change()?, LeaderChange::Elected(leader) if leader.value == "host-a:8080"));
+/// assert!(matches!(observer.next_change()?, LeaderChange::Resigned(_)));
+/// assert_eq!(election.leader()?, None);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LeaderElection {
+    client: Arc<Client>,
+    /// The election's lock, for what needs no candidate (reading, asking the leader).
+    lock: Lock,
+    keys: Arc<ElectionKeys>,
+}
+
+/// A candidate of a [`LeaderElection`], with its value: take it with the acquisition calls
+/// of [`LockHandle`] (`lock` to campaign until it leads, `try_lock_for`, `with_cancel`,
+/// `revoking_after`...). Cheap to clone; `Send` and `Sync`.
+pub type Candidate = LockHandle<RawCandidate>;
+
+/// The raw candidate behind a [`Candidate`] (`pub` in a private module: it names the
+/// handle's type).
+#[derive(Clone, Debug)]
+pub struct RawCandidate {
+    lock: RawLock,
+}
+
+impl RawAcquire for RawCandidate {
+    type Hold = LeaderHold;
+
+    fn acquire(&self, terms: Terms<'_>) -> Result<Option<LeaderGuard>> {
+        self.lock.acquire_level(terms, |hold| LeaderHold { hold })
+    }
+}
+
+impl RawRevocable for RawCandidate {
+    fn request_revocation(&self) -> Result<usize> {
+        self.lock.request_revocation()
+    }
+}
+
+/// The leader of an election, as its record says.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The value it campaigned with.
+    pub value: String,
+    /// The holder id of its lock (a [`LeaderGuard::holder_id`]).
+    pub holder_id: String,
+    /// Its term: the fencing token of its lock, greater than every earlier leader's.
+    pub term: u64,
+    /// Since when it leads, by the Redis server's clock.
+    pub since: SystemTime,
+}
+
+impl From<LeaderRecord> for Leader {
+    fn from(record: LeaderRecord) -> Self {
+        Leader {
+            value: record.value,
+            holder_id: record.holder,
+            term: record.term,
+            since: record.since,
+        }
+    }
+}
+
+impl LeaderElection {
+    pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
+        LeaderElection {
+            lock: Lock::plain(Arc::clone(&client), name),
+            keys: Arc::new(ElectionKeys::new(name, "")),
+            client,
+        }
+    }
+
+    /// The election's name: the Redis key of its lock.
+    pub fn name(&self) -> &str {
+        self.lock.name()
+    }
+
+    /// A candidate that campaigns with `value` (what the others read as the leader's value
+    /// while it leads: an address, an instance id). Taking it is campaigning; the guard is
+    /// the leadership.
+    pub fn candidate(&self, value: &str) -> Candidate {
+        let keys = LockKeys::candidate(self.name(), value);
+        let lock = Lock::of_keys(Arc::clone(&self.client), keys);
+        LockHandle::from_raw(
+            RawCandidate {
+                lock: lock.raw().clone(),
+            },
+            None,
+        )
+    }
+
+    /// The leader now, read from Redis without campaigning: `None` when nobody leads (never
+    /// elected, resigned, or a leader whose lock ran out or was freed by force).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name; the
+    /// errors of a call to Redis.
+    pub fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self.read()?.leader.map(Leader::from))
+    }
+
+    /// A [`LeaderObserver`] that tells every change from now on, in order.
+    ///
+    /// # Errors
+    /// As [`leader`](Self::leader).
+    pub fn observe(&self) -> Result<LeaderObserver> {
+        let now = self.read()?;
+        Ok(LeaderObserver::new(
+            self.clone(),
+            now.leader.map(Leader::from),
+            now.last_change,
+        ))
+    }
+
+    /// Asks the leader to let go (see [`LockHandle::request_revocation`]): its guard is told,
+    /// and nothing else happens unless it resigns. Answers whether there was a leader to ask.
+    pub fn request_revocation(&self) -> Result<bool> {
+        Ok(self.lock.request_revocation()? > 0)
+    }
+
+    fn read(&self) -> Result<protocol::LeaderNow> {
+        let name = self.lock.raw().keys()?.name.as_str();
+        self.client
+            .run_script(&protocol::read_leader(name, &self.keys))
+    }
+}
+
+impl std::fmt::Debug for LeaderElection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElection")
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+/// What a [`LeaderGuard`] holds (`pub` in a private module: it names the guard's type).
+pub struct LeaderHold {
+    hold: LockHold,
+}
+
+impl Hold for LeaderHold {
+    const GUARD: &'static str = "LeaderGuard";
+
+    fn release(&self, how: Release) -> Result<()> {
+        self.hold.release(how)
+    }
+
+    fn label(&self) -> String {
+        self.hold.label()
+    }
+
+    fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>) {
+        self.hold.debug_fields(guard);
+    }
+}
+
+/// The leadership of an election, held by the current thread: a [`Guard`] (lost and
+/// at-risk signals, `valid_for`, revocation requests) whose drop resigns.
+pub type LeaderGuard = Guard<LeaderHold>;
+
+impl Guard<LeaderHold> {
+    /// This leader's term: the fencing token of its lock, greater than every earlier
+    /// leader's (a [`FencedStore`](crate::FencedStore) accepts it as a token).
+    pub fn term(&self) -> u64 {
+        self.hold().hold.token()
+    }
+
+    /// The holder id of the leadership's lock, as [`Leader::holder_id`] shows it.
+    pub fn holder_id(&self) -> &str {
+        self.hold().hold.holder()
+    }
+
+    /// Steps down now: the election is told (its log and channel) in the same step as the
+    /// lock is freed, and the next candidate is woken. The same as dropping the guard, with
+    /// its outcome ([`Error::NotHeld`](crate::Error::NotHeld) when the leadership was lost
+    /// before).
+    pub fn resign(self) -> Result<()> {
+        self.unlock()
+    }
+}

@@ -1,0 +1,220 @@
+//! The scripts of an election (a plain lock whose holder is the leader, with a leader
+//! record, a change log and a channel of its own; see [`ElectionKeys`]), with their
+//! arguments and the meaning of their replies.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{FromRedisValue, Value};
+
+use super::names::{ElectionKeys, LockKeys, RELEASE_MESSAGE};
+use super::script::{lua_script, ScriptCall};
+
+lua_script!(CAMPAIGN = "acquire_levels.lua" + "lock_take.lua" + "campaign.lua");
+lua_script!(RESIGN = "release_levels.lua" + "lock_give.lua" + "resign.lua");
+lua_script!(READ_LEADER = "leader_read.lua");
+
+/// About how many changes an election's log keeps.
+const LOG_LENGTH: u32 = 1000;
+
+/// The candidate `holder`'s campaign (a new chain, or a level of the chain that leads), with
+/// a lease of `lease_ms`: answers as the lock's acquisition.
+pub(crate) fn campaign(
+    keys: &LockKeys,
+    election: &ElectionKeys,
+    holder: &str,
+    levels_held: u32,
+    lease_ms: u64,
+) -> ScriptCall {
+    let keys = [
+        &*keys.name,
+        &keys.token,
+        &election.record,
+        &election.log,
+        &election.channel,
+    ];
+    ScriptCall::new(&CAMPAIGN, &keys)
+        .arg(lease_ms)
+        .arg(holder)
+        .arg(levels_held)
+        .arg(&election.value)
+        .arg(LOG_LENGTH)
+}
+
+/// Releases one level of the leader `holder`, as the lock's release does; its last level is
+/// its resignation.
+pub(crate) fn resign(
+    keys: &LockKeys,
+    election: &ElectionKeys,
+    receipt: &str,
+    release: (&str, u64, u64, u32),
+) -> ScriptCall {
+    let (holder, lease_ms, receipt_ms, levels_left) = release;
+    let keys = [
+        &*keys.name,
+        &keys.channel,
+        receipt,
+        &election.record,
+        &election.log,
+        &election.channel,
+    ];
+    ScriptCall::new(&RESIGN, &keys)
+        .arg(holder)
+        .arg(lease_ms)
+        .arg(receipt_ms)
+        .arg(RELEASE_MESSAGE)
+        .arg(levels_left)
+        .arg(LOG_LENGTH)
+}
+
+/// Reads the leader of the election `name` and where its log ends.
+pub(crate) fn read_leader(name: &str, election: &ElectionKeys) -> ScriptCall {
+    ScriptCall::new(&READ_LEADER, &[name, &election.record, &election.log])
+}
+
+/// An election's leader, as its record or a log entry says.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct LeaderRecord {
+    pub(crate) holder: String,
+    pub(crate) value: String,
+    pub(crate) term: u64,
+    pub(crate) since: SystemTime,
+}
+
+impl LeaderRecord {
+    fn from_fields(holder: String, value: String, term: &str, since: &str) -> Option<Self> {
+        let since = UNIX_EPOCH + Duration::from_millis(since.parse().ok()?);
+        Some(LeaderRecord {
+            holder,
+            value,
+            term: term.parse().ok()?,
+            since,
+        })
+    }
+}
+
+/// What [`read_leader`] answered: the leader, if any, and the id of the log's last entry
+/// (empty when the log is empty).
+#[derive(Debug)]
+pub(crate) struct LeaderNow {
+    pub(crate) leader: Option<LeaderRecord>,
+    pub(crate) last_change: String,
+}
+
+impl FromRedisValue for LeaderNow {
+    fn from_redis_value(value: Value) -> Result<Self, redis::ParsingError> {
+        let mut fields: Vec<String> = FromRedisValue::from_redis_value(value)?;
+        let last_change = std::mem::take(fields.first_mut().ok_or("empty answer")?);
+        let leader = match &mut fields[1..] {
+            [holder, value, term, since] => Some(
+                LeaderRecord::from_fields(
+                    std::mem::take(holder),
+                    std::mem::take(value),
+                    term,
+                    since,
+                )
+                .ok_or("a malformed leader record")?,
+            ),
+            _ => None,
+        };
+        Ok(LeaderNow {
+            leader,
+            last_change,
+        })
+    }
+}
+
+/// One entry of an election's change log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LoggedChange {
+    pub(crate) id: String,
+    /// Elected (`true`) or resigned.
+    pub(crate) elected: bool,
+    pub(crate) leader: LeaderRecord,
+}
+
+/// The arguments of `XRANGE` that read the entries of `log` after the entry `after` (from the
+/// start when empty), `count` at most.
+pub(crate) fn changes_after(log: &str, after: &str, count: usize) -> redis::Cmd {
+    let start = next_id(after);
+    let mut command = redis::cmd("XRANGE");
+    command.arg(log).arg(start).arg("+").arg("COUNT").arg(count);
+    command
+}
+
+/// The smallest stream id after `id` (`-` for the start when `id` is empty): exclusive ranges
+/// need Redis 6.2, this works everywhere streams do.
+fn next_id(id: &str) -> String {
+    match id.split_once('-') {
+        Some((millis, sequence)) => match sequence.parse::<u64>() {
+            Ok(sequence) => format!("{millis}-{}", sequence + 1),
+            Err(_) => id.to_owned(),
+        },
+        None => "-".to_owned(),
+    }
+}
+
+/// Reads what [`changes_after`] answered; entries that are not changes are skipped.
+pub(crate) fn logged_changes(value: Value) -> Result<Vec<LoggedChange>, redis::ParsingError> {
+    let entries: Vec<(String, HashMap<String, String>)> = FromRedisValue::from_redis_value(value)?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(id, mut fields)| {
+            let elected = match fields.get("change")?.as_str() {
+                "elected" => true,
+                "resigned" => false,
+                _ => return None,
+            };
+            let leader = LeaderRecord::from_fields(
+                fields.remove("holder")?,
+                fields.remove("value")?,
+                fields.get("term")?,
+                fields.get("since")?,
+            )?;
+            Some(LoggedChange {
+                id,
+                elected,
+                leader,
+            })
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_stream_id_follows_the_last() {
+        assert_eq!(next_id(""), "-");
+        assert_eq!(next_id("1700000000000-0"), "1700000000000-1");
+        assert_eq!(next_id("1700000000000-41"), "1700000000000-42");
+    }
+
+    #[test]
+    fn a_log_entry_reads_as_a_change() {
+        let entry = |change: &str| {
+            Value::Array(vec![Value::Array(vec![
+                Value::BulkString(b"5-0".to_vec()),
+                Value::Array(
+                    [
+                        "change", change, "holder", "c:1", "value", "host-a", "term", "7", "since",
+                        "1500",
+                    ]
+                    .iter()
+                    .map(|field| Value::BulkString(field.as_bytes().to_vec()))
+                    .collect(),
+                ),
+            ])])
+        };
+        let changes = logged_changes(entry("elected")).unwrap();
+        assert_eq!(changes.len(), 1);
+        assert!(changes[0].elected);
+        assert_eq!(changes[0].leader.term, 7);
+        assert_eq!(
+            changes[0].leader.since,
+            UNIX_EPOCH + Duration::from_millis(1500)
+        );
+        assert!(logged_changes(entry("other")).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,408 @@
+//! Leader election across processes: a killed leader is replaced within its lease, a paused
+//! one is replaced and finds its leadership lost before its next step, observers in other
+//! processes see every change in order, and under random kills and pauses there is never
+//! more than one leader (checked from the intervals each leader recorded).
+//!
+//! Every candidate and observer is a child process writing its events, stamped with the
+//! host's monotonic clock, to a file of its own. A leader stamps each step *before* it
+//! checks that it still leads: a step counts for the interval it claims only if the check
+//! after the stamp passed.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{
+    child_role, env, events_path, eventually, manager, now_ns, server, signal, spawn_child,
+    KillOnDrop, Random,
+};
+use redlease::{LeaderChange, LockManager};
+
+const NAME: &str = "scheduler";
+/// The candidates' watchdog timeout: the lease a dead leader keeps the leadership for.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// One recorded event: what, of which term, when (ns of the monotonic clock).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Event {
+    what: String,
+    term: u64,
+    at: u64,
+}
+
+fn record(file: &mut File, what: &str, term: u64, at: u64) {
+    writeln!(file, "{what} {term} {at}").unwrap();
+    file.flush().unwrap();
+}
+
+fn read_events(path: &Path) -> Vec<Event> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.split(' ');
+            Some(Event {
+                what: parts.next()?.to_owned(),
+                term: parts.next()?.parse().ok()?,
+                at: parts.next()?.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// A throwaway folder for the children's event files.
+struct EventDir(PathBuf);
+
+impl EventDir {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("redlease-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        EventDir(dir)
+    }
+
+    fn events(&self, index: usize) -> Vec<Event> {
+        read_events(&events_path(&self.0, index))
+    }
+}
+
+impl Drop for EventDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn spawn(role: &str, url: &str, dir: &EventDir, index: usize) -> KillOnDrop {
+    let child = spawn_child(
+        if role == "observe" {
+            "observer_process"
+        } else {
+            "candidate_process"
+        },
+        role,
+        &[
+            ("REDLEASE_TEST_URL", url.to_owned()),
+            ("REDLEASE_TEST_DIR", dir.0.display().to_string()),
+            ("REDLEASE_TEST_INDEX", index.to_string()),
+        ],
+    );
+    child
+}
+
+fn child_manager(url: &str) -> LockManager {
+    LockManager::builder(url)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(LEASE)
+        .outage_grace(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// Child: a candidate that campaigns, works in steps while it leads (stamping each step
+/// before it checks that it still leads), records the loss when it finds it, and in the
+/// "resign" role resigns after a random while; then campaigns again.
+#[test]
+#[ignore = "a child process of the tests of this file"]
+fn candidate_process() {
+    let Some(role) = child_role() else { return };
+    let index: usize = env("REDLEASE_TEST_INDEX").parse().unwrap();
+    let mut events = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(events_path(Path::new(&env("REDLEASE_TEST_DIR")), index))
+        .unwrap();
+    let manager = child_manager(&env("REDLEASE_TEST_URL"));
+    let election = manager.leader_election(NAME);
+    let candidate = election.candidate(&format!("candidate-{index}"));
+    let mut random = Random(0x9e37_79b9 + index as u64);
+    loop {
+        let leading = candidate.lock().unwrap();
+        let term = leading.term();
+        record(&mut events, "elected", term, now_ns());
+        let resign_at = match role.as_str() {
+            "resign" => Some(Instant::now() + random.millis(200, 1500)),
+            _ => None,
+        };
+        loop {
+            let at = now_ns();
+            if leading.is_lost() {
+                record(&mut events, "lost", term, now_ns());
+                break;
+            }
+            record(&mut events, "working", term, at);
+            if resign_at.is_some_and(|resign_at| Instant::now() >= resign_at) {
+                let at = now_ns();
+                if !leading.is_lost() {
+                    record(&mut events, "resigned", term, at);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = leading.resign();
+    }
+}
+
+/// Child: an observer that records every change it is told.
+#[test]
+#[ignore = "a child process of the tests of this file"]
+fn observer_process() {
+    if child_role().as_deref() != Some("observe") {
+        return;
+    }
+    let index: usize = env("REDLEASE_TEST_INDEX").parse().unwrap();
+    let mut events =
+        File::create(events_path(Path::new(&env("REDLEASE_TEST_DIR")), index)).unwrap();
+    let manager = child_manager(&env("REDLEASE_TEST_URL"));
+    let mut observer = manager.leader_election(NAME).observe().unwrap();
+    record(&mut events, "observing", 0, now_ns());
+    loop {
+        match observer.next_change_for(Duration::from_secs(1)).unwrap() {
+            Some(LeaderChange::Elected(leader)) => {
+                record(&mut events, "elected", leader.term, now_ns())
+            }
+            Some(LeaderChange::Resigned(leader)) => {
+                record(&mut events, "resigned", leader.term, now_ns())
+            }
+            Some(_) | None => {}
+        }
+    }
+}
+
+/// The leadership intervals the candidates recorded, by term: from the election to the last
+/// step that was checked (or the resignation).
+fn intervals(dir: &EventDir, candidates: &[usize]) -> BTreeMap<u64, (u64, u64)> {
+    let mut terms: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for &index in candidates {
+        for event in dir.events(index) {
+            let interval = terms.entry(event.term).or_insert((u64::MAX, 0));
+            match event.what.as_str() {
+                "elected" => interval.0 = event.at,
+                "working" | "resigned" => interval.1 = interval.1.max(event.at),
+                _ => {}
+            }
+        }
+    }
+    terms
+}
+
+/// No two leaders at any time: every checked step of a term comes before every later term's
+/// election. (A leader paused between its grant and its first stamp stamps its election
+/// late, which only makes the check more lenient for it, never wrong.)
+fn assert_one_leader_at_a_time(terms: &BTreeMap<u64, (u64, u64)>) {
+    for (&term, &(_, end)) in terms {
+        for (&later, &(start, _)) in terms.range(term + 1..) {
+            assert!(
+                end < start,
+                "term {term} worked until {end}, after term {later} was elected at {start}"
+            );
+        }
+    }
+}
+
+/// The index of the candidate that leads in `term`.
+fn leader_of(dir: &EventDir, candidates: &[usize], term: u64) -> usize {
+    *candidates
+        .iter()
+        .find(|&&index| {
+            dir.events(index)
+                .iter()
+                .any(|event| event.what == "elected" && event.term == term)
+        })
+        .expect("a candidate elected in the term")
+}
+
+/// The latest term any of `candidates` was elected in, if any.
+fn latest_term(dir: &EventDir, candidates: &[usize]) -> Option<u64> {
+    candidates
+        .iter()
+        .flat_map(|&index| dir.events(index))
+        .filter(|event| event.what == "elected")
+        .map(|event| event.term)
+        .max()
+}
+
+#[test]
+fn a_killed_leader_is_replaced_within_its_lease_and_observers_see_it() {
+    let redis = server();
+    let dir = EventDir::new("election-kill");
+    let url = redis.url();
+    let _observer = spawn("observe", &url, &dir, 9);
+    assert!(eventually(Duration::from_secs(10), || !dir
+        .events(9)
+        .is_empty()));
+    let mut candidates: Vec<KillOnDrop> = (0..3).map(|i| spawn("lead", &url, &dir, i)).collect();
+    let all = [0, 1, 2];
+    assert!(eventually(Duration::from_secs(20), || latest_term(
+        &dir, &all
+    )
+    .is_some()));
+    let first = latest_term(&dir, &all).unwrap();
+    let leader = leader_of(&dir, &all, first);
+
+    let killed_at = now_ns();
+    candidates[leader].kill().unwrap();
+    assert!(eventually(Duration::from_secs(20), || latest_term(
+        &dir, &all
+    ) > Some(first)));
+    let second = latest_term(&dir, &all).unwrap();
+    let successor = leader_of(&dir, &all, second);
+    let elected_at = dir
+        .events(successor)
+        .iter()
+        .find(|event| event.what == "elected" && event.term == second)
+        .unwrap()
+        .at;
+    let takeover = Duration::from_nanos(elected_at - killed_at);
+    println!("a killed leader was replaced {takeover:?} after the kill (lease {LEASE:?})");
+    assert!(takeover < LEASE * 2, "{takeover:?}");
+
+    // The observer, in a process of its own, saw both elections, in order.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let seen: Vec<u64> = dir
+                .events(9)
+                .iter()
+                .filter(|event| event.what == "elected")
+                .map(|event| event.term)
+                .collect();
+            seen == [first, second]
+        }),
+        "observer: {:?}",
+        dir.events(9)
+    );
+    // Anyone can read the leader.
+    let manager = manager(&redis, Duration::from_secs(30));
+    let now = manager.leader_election(NAME).leader().unwrap().unwrap();
+    assert_eq!(now.term, second);
+    assert_eq!(now.value, format!("candidate-{successor}"));
+    assert_one_leader_at_a_time(&intervals(&dir, &all));
+}
+
+#[test]
+fn a_paused_leader_is_replaced_and_finds_its_loss_before_its_next_step() {
+    let redis = server();
+    let dir = EventDir::new("election-pause");
+    let url = redis.url();
+    let candidates: Vec<KillOnDrop> = (0..2).map(|i| spawn("lead", &url, &dir, i)).collect();
+    let all = [0, 1];
+    assert!(eventually(Duration::from_secs(20), || latest_term(
+        &dir, &all
+    )
+    .is_some()));
+    let first = latest_term(&dir, &all).unwrap();
+    let paused = leader_of(&dir, &all, first);
+
+    signal(&candidates[paused], libc::SIGSTOP);
+    assert!(
+        eventually(Duration::from_secs(20), || latest_term(&dir, &all)
+            > Some(first)),
+        "nobody replaced the paused leader"
+    );
+    let second = latest_term(&dir, &all).unwrap();
+    assert_ne!(leader_of(&dir, &all, second), paused);
+    signal(&candidates[paused], libc::SIGCONT);
+    assert!(eventually(Duration::from_secs(10), || dir
+        .events(paused)
+        .iter()
+        .any(|event| event.what == "lost" && event.term == first)));
+
+    // No step of the paused leader after its successor's election: the first thing it did
+    // on waking was to find the loss.
+    let terms = intervals(&dir, &all);
+    assert_one_leader_at_a_time(&terms);
+    let events = dir.events(paused);
+    let lost = events
+        .iter()
+        .position(|event| event.what == "lost" && event.term == first)
+        .unwrap();
+    let elected_second = terms[&second].0;
+    assert!(
+        events[..lost]
+            .iter()
+            .all(|event| event.term != first || event.at < elected_second),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn one_leader_at_a_time_through_random_kills_and_pauses() {
+    let seconds: u64 = std::env::var("REDLEASE_ELECTION_SECONDS")
+        .ok()
+        .and_then(|seconds| seconds.parse().ok())
+        .unwrap_or(12);
+    let redis = server();
+    let dir = EventDir::new("election-random");
+    let url = redis.url();
+    let _observer = spawn("observe", &url, &dir, 99);
+    assert!(eventually(Duration::from_secs(10), || !dir
+        .events(99)
+        .is_empty()));
+    // Five candidates, two of which resign now and then; a killed one is replaced by a new
+    // process with a new index.
+    let role = |index: usize| {
+        if index.is_multiple_of(2) {
+            "resign"
+        } else {
+            "lead"
+        }
+    };
+    let mut candidates: Vec<(usize, KillOnDrop)> = (0..5)
+        .map(|index| (index, spawn(role(index), &url, &dir, index)))
+        .collect();
+    let mut next_index = 5;
+    let mut random = Random(0x2545_f491_4f6c_dd1d);
+    let (mut kills, mut pauses) = (0, 0);
+    let end = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        std::thread::sleep(random.millis(300, 1500));
+        let victim = random.below(candidates.len() as u64) as usize;
+        if random.below(2) == 0 {
+            candidates[victim].1.kill().unwrap();
+            candidates[victim] = (next_index, spawn(role(next_index), &url, &dir, next_index));
+            next_index += 1;
+            kills += 1;
+        } else {
+            signal(&candidates[victim].1, libc::SIGSTOP);
+            std::thread::sleep(random.millis(500, 3000));
+            signal(&candidates[victim].1, libc::SIGCONT);
+            pauses += 1;
+        }
+    }
+    let every: Vec<usize> = (0..next_index).collect();
+    let terms = intervals(&dir, &every);
+    let last = *terms.keys().last().unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        dir.events(99)
+            .iter()
+            .any(|event| event.what == "elected" && event.term >= last)
+    }));
+    drop(candidates);
+    let terms = intervals(&dir, &every);
+    println!(
+        "{seconds} s, {kills} kills, {pauses} pauses: {} terms, one leader at a time",
+        terms.len()
+    );
+    assert!(terms.len() >= 3, "{terms:?}");
+    assert_one_leader_at_a_time(&terms);
+    // The observer saw every election, in order (and perhaps one more, of a candidate
+    // killed before it could record its election).
+    let seen: Vec<u64> = dir
+        .events(99)
+        .iter()
+        .filter(|event| event.what == "elected")
+        .map(|event| event.term)
+        .collect();
+    assert!(seen.windows(2).all(|pair| pair[0] < pair[1]), "{seen:?}");
+    let recorded = terms.iter().filter(|(_, (start, _))| *start != u64::MAX);
+    for (term, _) in recorded.filter(|(&term, _)| term <= last) {
+        assert!(
+            seen.contains(term),
+            "the observer missed term {term}: {seen:?}"
+        );
+    }
+}
