@@ -318,12 +318,18 @@ impl<R: RawRevocable> LockHandle<R> {
     /// use std::time::Duration;
     ///
     /// let report = manager.lock("monthly-report");
-    /// let guard = report.lock()?;
-    /// let holder = std::thread::spawn(move || {
-    ///     // The holder works until someone asks, then lets go.
-    ///     let _ = guard.revocation_signal().recv();
-    ///     guard.unlock()
+    /// let (taken, holding) = std::sync::mpsc::channel();
+    /// let holder = std::thread::spawn({
+    ///     let report = report.clone();
+    ///     move || -> redlease::Result<()> {
+    ///         let guard = report.lock()?;
+    ///         taken.send(()).unwrap();
+    ///         // The holder works until someone asks, then lets go.
+    ///         let _ = guard.revocation_signal().recv();
+    ///         guard.unlock()
+    ///     }
     /// });
+    /// holding.recv().unwrap();
     /// let urgent = report.revoking_after(Duration::from_millis(50));
     /// let _mine = urgent.lock()?; // asks after 50 ms, and gets it once the holder lets go
     /// holder.join().unwrap()?;
