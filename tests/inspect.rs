@@ -578,3 +578,37 @@ fn lines_of(stdout: ChildStdout) -> crossbeam_channel::Receiver<String> {
     });
     lines
 }
+
+#[test]
+fn inspect_shows_the_leader_of_an_election_and_the_upgradable_reader() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(30));
+    let leading = manager
+        .leader_election("cron")
+        .candidate("host-a:9000")
+        .lock()
+        .unwrap();
+    let text = tool(&redis.url(), &["inspect", "cron"], "");
+    assert_eq!(text.code, 0, "stderr: {}", text.stderr);
+    let leader_line = format!("host-a:9000  term {}", leading.term());
+    assert!(text.stdout.contains(&leader_line), "{}", text.stdout);
+    let report = json(&tool(&redis.url(), &["--json", "inspect", "cron"], ""));
+    assert_eq!(report["leader"]["value"], "host-a:9000");
+    assert_eq!(report["leader"]["holder_id"], leading.holder_id());
+    drop(leading);
+
+    let rw = manager.read_write_lock("config");
+    let upgradable = rw.upgradable().lock().unwrap();
+    let text = tool(&redis.url(), &["inspect", "config"], "");
+    assert_eq!(text.code, 0, "stderr: {}", text.stderr);
+    assert!(
+        text.stdout.contains("  upgradable reader  "),
+        "{}",
+        text.stdout
+    );
+    let listing = tool(&redis.url(), &["list", "conf*"], "");
+    assert!(listing.stdout.contains(" upgradable"), "{}", listing.stdout);
+    let report = json(&tool(&redis.url(), &["--json", "inspect", "config"], ""));
+    assert_eq!(report["holders"][0]["role"], "upgradable");
+    assert_eq!(report["holders"][0]["id"], upgradable.holder_id());
+}

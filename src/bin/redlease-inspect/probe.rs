@@ -88,6 +88,19 @@ pub struct Report {
     /// A count-down latch's count.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<i64>,
+    /// The leader, when the lock is an election's and its record names a holder of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<Leader>,
+}
+
+/// An election's leader, as its record (`redlease_leader:{name}`) says.
+#[derive(Debug, Serialize)]
+pub struct Leader {
+    pub holder_id: String,
+    pub value: String,
+    pub term: u64,
+    /// Since when it leads, in ms since the epoch by the server's clock.
+    pub since_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -95,6 +108,8 @@ pub struct Report {
 pub enum Role {
     Holder,
     Reader,
+    /// The upgradable reader of a read-write lock (its `upgrader` field names it).
+    Upgradable,
     Writer,
 }
 
@@ -247,6 +262,7 @@ fn lock_report(name: &str, kind: Kind, look: &FirstLook, lease_ms: Option<i64>) 
         permits: None,
         permits_out: None,
         count: None,
+        leader: None,
     }
 }
 
@@ -277,6 +293,7 @@ fn probe_lock(
         _ => {
             report.note = Some("a fair lock that nobody waits for looks the same".into());
             report.subscribers = subscribers(redis, &[&report.channel])?[0];
+            report.leader = election_leader(redis, name, &report.holders)?;
         }
     }
     if report
@@ -293,21 +310,49 @@ fn probe_lock(
     Ok(report)
 }
 
+/// The leader of the election `name`, when its record names one of the lock's `holders`.
+fn election_leader(
+    redis: &mut Connection,
+    name: &str,
+    holders: &[Holder],
+) -> Result<Option<Leader>, Failure> {
+    let record: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(layout::leader_record(name))
+        .query(redis)?;
+    let field = |key: &str| record.get(key).cloned().unwrap_or_default();
+    let holder_id = field("holder");
+    if !holders.iter().any(|holder| holder.id == holder_id) {
+        return Ok(None);
+    }
+    Ok(Some(Leader {
+        value: field("value"),
+        term: field("term").parse().unwrap_or(0),
+        since_ms: field("since").parse().unwrap_or(0),
+        holder_id,
+    }))
+}
+
 /// A lock hash's fields: holders with their counts, and a read-write lock's mode.
 pub struct LockFields {
     pub mode: Option<String>,
     pub holders: Vec<Holder>,
 }
 
-/// Reads a hash as a lock's: every field but `mode` must hold a count.
+/// Reads a hash as a lock's: every field but `mode` (and a read-write lock's `upgrader`)
+/// must hold a count.
 pub fn lock_fields(name: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<LockFields, Failure> {
     let mut mode = None;
+    let mut upgrader = None;
     let mut holders = Vec::new();
     for (field, value) in fields {
         let field = String::from_utf8_lossy(field);
         let value = String::from_utf8_lossy(value);
         if field == layout::MODE_FIELD {
             mode = Some(value.into_owned());
+            continue;
+        }
+        if field == layout::UPGRADER_FIELD {
+            upgrader = Some(value.into_owned());
             continue;
         }
         let count: i64 = value.parse().map_err(|_| {
@@ -322,6 +367,9 @@ pub fn lock_fields(name: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<LockFiel
         .map(
             |(field, count)| match field.strip_suffix(layout::WRITER_SUFFIX) {
                 Some(writer) if mode.is_some() => Holder::new(writer, Role::Writer, count),
+                _ if upgrader.as_deref() == Some(&field) => {
+                    Holder::new(&field, Role::Upgradable, count)
+                }
                 _ if mode.is_some() => Holder::new(&field, Role::Reader, count),
                 _ => Holder::new(&field, Role::Holder, count),
             },
@@ -466,6 +514,7 @@ fn probe_count(
         permits: None,
         permits_out: None,
         count: None,
+        leader: None,
     };
     match kind {
         Kind::CountDownLatch => report.count = Some(number),

@@ -1,6 +1,7 @@
 //! The plain-text output of each command (the JSON output is the reports' serde form).
 
 use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::force::Freed;
 use crate::probe::{Holder, Permit, Queue, Report, Role};
@@ -36,6 +37,7 @@ fn holder_line(holder: &Holder) -> String {
     let role = match holder.role {
         Role::Holder => "holder",
         Role::Reader => "reader",
+        Role::Upgradable => "upgradable reader",
         Role::Writer => "writer",
     };
     let mut line = format!(
@@ -88,6 +90,20 @@ pub fn report(report: &Report) -> String {
         (Some(count), None) => field(&mut out, "count", count.to_string()),
         (None, Some(permits)) => field(&mut out, "permits", format!("{permits} available")),
         (None, None) => {}
+    }
+    if let Some(leader) = &report.leader {
+        let since = UNIX_EPOCH + Duration::from_millis(leader.since_ms);
+        let for_ms = SystemTime::now()
+            .duration_since(since)
+            .map_or(0, |lasted| lasted.as_millis() as i64);
+        let line = format!(
+            "{}  term {}  for {}  (holder {})",
+            leader.value,
+            leader.term,
+            duration(for_ms),
+            leader.holder_id
+        );
+        field(&mut out, "leader", line);
     }
     if report.kind.is_lock() && report.held {
         field(&mut out, "holders", report.holders.len().to_string());
@@ -198,10 +214,10 @@ pub fn listing(listing: &Listing) -> String {
                 .holders
                 .iter()
                 .map(|holder| {
-                    let writer = if holder.role == Role::Writer {
-                        " writer"
-                    } else {
-                        ""
+                    let writer = match holder.role {
+                        Role::Writer => " writer",
+                        Role::Upgradable => " upgradable",
+                        _ => "",
                     };
                     format!("{} x{}{writer}", holder.id, holder.count)
                 })
