@@ -44,6 +44,16 @@
 //!   with a [`PermitGuard`] the watchdog keeps alive like a lock's, so a holder that dies gives
 //!   its permit back; a [`CountDownLatch`] that opens when its count, counted down from any
 //!   thread of any process, reaches zero, and wakes every waiter in every process.
+//! - **Coordination beyond locks.** A [`LeaderElection`]: candidates campaign with a value,
+//!   one leads at a time with a [`LeaderGuard`] (lost and at-risk signals, its term), anyone
+//!   reads who leads and follows every change ([`LeaderObserver`]). An upgradable read
+//!   ([`ReadWriteLock::upgradable`]) that shares with readers and upgrades to the write lock
+//!   with no window for another writer ([`UpgradableGuard::upgrade`]). Cooperative
+//!   revocation: anyone may ask the holders of a lock to let go
+//!   ([`LockHandle::request_revocation`], or a waiter's [`LockHandle::revoking_after`]); the
+//!   holder hears it ([`Guard::is_revocation_requested`], [`Guard::revocation_signal`], the
+//!   [`on_revocation_request`](LockManagerBuilder::on_revocation_request) callback) and
+//!   decides.
 //! - **TLS.** A `rediss://` URL (the `tls` feature, on by default) makes every connection of
 //!   the manager speak TLS and check the server's certificate against the URL's host, with the
 //!   system's roots or a CA of your own, and a client certificate for mutual TLS (see
@@ -126,7 +136,10 @@
 //!
 //! | call | sent again after a lost answer | when no answer comes at all |
 //! | --- | --- | --- |
-//! | lock, fair, read, write: take | finds its own hold (holder id), adds no level | undone (level, place); the next try is a new chain |
+//! | lock, fair, read, write, upgradable, candidate: take | finds its own hold (holder id), adds no level; a campaign records its election once | undone (level, place); the next try is a new chain |
+//! | upgradable: `upgrade` (the write lock) | finds its own write field | undone: back to the upgradable read |
+//! | leader: `resign`, guard drop | answered from its release receipt (the resignation is logged once) | as a lock's release |
+//! | `request_revocation` | sends the notices again: a holder asked twice is told once | the error |
 //! | lock: `unlock`, guard drop | answered from its release receipt | `Indeterminate` (`unlock`), or sent again in the background (drop) |
 //! | `force_unlock` | answered from its request | `Indeterminate` |
 //! | [`Semaphore`]: take | answered from its request | undone: the permits it took are given back |
@@ -156,23 +169,26 @@
 //! manager         LockManager: the public facade; builds the client, hands out handles
 //!   |
 //! lock/           the primitives: thin handles and guards over the layers below.
-//! group/            lock/: the reentrant lock and its kinds (fair, read, write), and the
-//! semaphore/        read-write lock that pairs two; group/: RedLock and MultiLock;
-//! latch, fence      semaphore/: the counting semaphore, and permit/ its permit-expirable
-//! guarded           extension; latch: the count-down latch; fence: the fenced store;
-//!   |               guarded: writes a lock guard applies only while it holds
+//! election/         lock/: the reentrant lock and its kinds (fair, read, write,
+//! group/            upgradable), the read-write lock that pairs them; election/: leader
+//! semaphore/        election (a lock with a record, a log and a channel) and its
+//! latch, fence      observer; group/: RedLock and MultiLock; semaphore/: the counting
+//! guarded           semaphore, and permit/ its permit-expirable extension; latch: the
+//!   |               count-down latch; fence: the fenced store; guarded: writes a lock
+//!   |               guard applies only while it holds
 //! hold/           what every primitive hands out, written once: the acquisition API
-//!   |             (LockHandle over a raw trait) and the guard (Guard over a hold)
+//!   |             (LockHandle over a raw trait; revocation over a second one) and the
+//!   |             guard (Guard over a hold)
 //! client/         the internal client: timeouts, ids, the threads it owns; cleanup (the
 //!   |             undos of failed calls, sent again until Redis answers) and fanout (one
 //!   |             script call to several servers for about one round trip)
 //! wait/           the wait loop every blocking call runs, and its cancel token
 //!   |   stats     the counters of waits, renewals and connections (read by `stats()`)
-//! watchdog/       renews leases in batches, reports risks and losses to the instant, keeps
-//!   |             each chain's lease state, deletes release receipts
-//! pubsub/         wakes waiters and hears force releases: a hub (one subscribed connection
-//!   |             and its thread) per server or cluster master; transport/ its socket, TLS
-//!   |             session and RESP parser
+//! watchdog/       renews leases in batches, reports risks, revocation requests and losses
+//!   |             to the instant, keeps each chain's lease state, deletes release receipts
+//! pubsub/         wakes waiters, hears force releases and revocation requests: a hub (one
+//!   |             subscribed connection and its thread) per server or cluster master;
+//!   |             transport/ its socket, TLS session and RESP parser
 //! call/           how one call reaches Redis: route (the pool, or the cluster node of its
 //!   |             slot, MOVED and ASK followed), runner (scripts by hash, reloaded when
 //!   |             missing), replication (the WAIT a write waits for, and its shortfalls)

@@ -60,9 +60,14 @@ const COMMANDS: &[&str] = &[
     "+zrem",
     "+zrange",
     "+zincrby",
-    // The read-write lock's scripts.
+    // The read-write lock's scripts (and a revocation request's).
     "+hdel",
     "+hgetall",
+    // An election's scripts and its observers.
+    "+hmget",
+    "+xadd",
+    "+xrange",
+    "+xrevrange",
 ];
 
 /// The keys: the lock names and fenced store keys of these tests (all under `acl:`), and the
@@ -79,6 +84,9 @@ const KEYS: &[&str] = &[
     "~redisson_lock_timeout:*",
     "~{acl:*",
     "~redisson_rwlock:*",
+    "~redlease_leader:*",
+    "~redlease_leader_log:*",
+    "~redlease_leader__channel:*",
 ];
 
 /// The release channels and the force-release notice channel.
@@ -86,6 +94,7 @@ const CHANNELS: &[&str] = &[
     "&redisson_lock__channel*",
     "&redlease_lock__force_release",
     "&redisson_rwlock*",
+    "&redlease_leader__channel*",
 ];
 
 /// How long the tests give a "no hang" condition.
@@ -438,6 +447,33 @@ fn fair_and_read_write_locks_with_the_listed_additions() {
     assert!(!read.is_lost());
     read.unlock().unwrap();
     assert!(writer.join().unwrap());
+    assert_eq!(manager.watched_locks(), 0);
+}
+
+#[test]
+fn elections_revocation_and_the_upgradable_read_with_the_listed_additions() {
+    let (_server, url) = server_with_user();
+    let manager = manager_for_url(&url, Duration::from_millis(600));
+    let election = manager.leader_election("acl:leader");
+    let mut observer = election.observe().unwrap();
+    let leading = election.candidate("me").lock().unwrap();
+    assert_eq!(election.leader().unwrap().unwrap().value, "me");
+    assert!(election.request_revocation().unwrap());
+    assert!(eventually(PATIENCE, || leading.is_revocation_requested()));
+    leading.resign().unwrap();
+    let elected = observer.next_change_for(PATIENCE).unwrap();
+    assert!(matches!(elected, Some(redlease::LeaderChange::Elected(_))));
+    let resigned = observer.next_change_for(PATIENCE).unwrap();
+    assert!(matches!(
+        resigned,
+        Some(redlease::LeaderChange::Resigned(_))
+    ));
+
+    let rw = manager.read_write_lock("acl:upgradable");
+    let upgradable = rw.upgradable().lock().unwrap();
+    let writing = upgradable.upgrade().unwrap();
+    upgradable.downgrade(writing).unwrap();
+    upgradable.unlock().unwrap();
     assert_eq!(manager.watched_locks(), 0);
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_no_second_holder, child_role, env, eventually, run_children, BlockedTry};
 use redlease::redis;
-use redlease::{Error, LockManager, MultiLock, RedLock};
+use redlease::{Error, LeaderChange, LockManager, MultiLock, RedLock};
 use redlease_testing::{RedisCluster, RedisServer};
 
 /// Starts a cluster of `masters` masters with `replicas` replicas each.
@@ -1229,4 +1229,51 @@ fn a_connection_to_a_demoted_master_is_never_used_again() {
         "the lock is not on the new master"
     );
     blocked.finish();
+}
+
+#[test]
+fn elections_upgrades_and_revocation_requests_work_on_every_master() {
+    let cluster = start(3, 0);
+    let manager = cluster_manager(&cluster, Duration::from_secs(30));
+    let other = cluster_manager(&cluster, Duration::from_secs(30));
+    // Names over every master: each election's keys and channel live in its name's slot.
+    for index in 0..6 {
+        let name = format!("leader:{index}");
+        let election = manager.leader_election(&name);
+        let mut observer = other.leader_election(&name).observe().unwrap();
+        let leading = election.candidate("here").lock().unwrap();
+        assert_eq!(election.leader().unwrap().unwrap().term, leading.term());
+        let follower = std::thread::spawn({
+            let other = other.clone();
+            let name = name.clone();
+            move || {
+                let candidate = other.leader_election(&name).candidate("there");
+                candidate
+                    .try_lock_for(Duration::from_secs(10))
+                    .unwrap()
+                    .map(|g| g.term())
+            }
+        });
+        // The follower asks through the notice channel; the leader hears it and resigns.
+        assert!(other.leader_election(&name).request_revocation().unwrap());
+        assert!(eventually(Duration::from_secs(5), || leading.is_revocation_requested()));
+        let first = leading.term();
+        leading.resign().unwrap();
+        let second = follower.join().unwrap().expect("the follower was elected");
+        assert!(second > first);
+        let changes: Vec<_> = (0..3)
+            .map(|_| observer.next_change_for(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert!(
+            matches!(&changes[..], [Some(LeaderChange::Elected(a)), Some(LeaderChange::Resigned(_)), Some(LeaderChange::Elected(b))]
+                if a.term == first && b.term == second),
+            "{changes:?}"
+        );
+
+        let rw = manager.read_write_lock(&format!("stock:{index}"));
+        let upgradable = rw.upgradable().lock().unwrap();
+        let writing = upgradable.upgrade().unwrap();
+        upgradable.downgrade(writing).unwrap();
+        upgradable.unlock().unwrap();
+    }
 }
