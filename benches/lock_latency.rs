@@ -6,8 +6,10 @@
 //! latency between 8 contending threads (release started -> next holder has it), each as a
 //! ratio to the round trip; a guarded write of one value by a lock's holder against a plain
 //! `SET` on one connection (`-- --guarded-only` for these alone); the fair lock's handoff and
-//! its contenders' waits, and the read lock's pair; and how the watchdog copes with 100 000
-//! held locks. Then, on five
+//! its contenders' waits, and the read lock's pair; the upgradable read's pair, an upgrade
+//! with its downgrade, an election's campaign with its resignation, and a revocation request
+//! until its holder hears it (`-- --coordination-only` for these alone); and how the
+//! watchdog copes with 100 000 held locks. Then, on five
 //! throwaway servers, a Redlock's uncontended acquire+release against the single-master pair
 //! measured on the first of them in the same run, and how many acquisitions four contending
 //! threads make with every master answering, and with one or two of them frozen (SIGSTOP).
@@ -63,6 +65,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let round_trip = Samples::new(measure_round_trips(&url)?);
     println!("{:<36} {}", "round trip (PING)", round_trip.describe(None));
+    if std::env::args().any(|arg| arg == "--coordination-only") {
+        return measure_coordination(&manager, &round_trip);
+    }
 
     let pair = Samples::new(measure_pairs(&manager)?);
     println!(
@@ -564,13 +569,20 @@ fn measure_pairs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
 
 /// Uncontended take+release pairs of `lock`.
 fn measure_lock_pairs(lock: &Lock) -> redlease::Result<Vec<Duration>> {
+    measure_steps(|| lock.lock()?.unlock())
+}
+
+/// `PAIRS` runs of `step`, timed each, after 1000 untimed ones.
+fn measure_steps(
+    mut step: impl FnMut() -> redlease::Result<()>,
+) -> redlease::Result<Vec<Duration>> {
     for _ in 0..1_000 {
-        lock.lock()?.unlock()?;
+        step()?;
     }
     (0..PAIRS)
         .map(|_| {
             let started = Instant::now();
-            lock.lock()?.unlock()?;
+            step()?;
             Ok(started.elapsed())
         })
         .collect()
@@ -808,6 +820,59 @@ fn measure_other_locks(
         "{:<36} {}",
         "read lock pair, uncontended",
         read_pairs.describe(Some(round_trip))
+    );
+    measure_coordination(manager, round_trip)?;
+    Ok(())
+}
+
+/// The coordination primitives, uncontended: the upgradable read's pair, an upgrade and its
+/// downgrade, an election's campaign and resignation (each two scripts: about two round
+/// trips at best), and a revocation request to a holder of the same process, heard on its
+/// guard (a script and a pub/sub message).
+fn measure_coordination(
+    manager: &LockManager,
+    round_trip: &Samples,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let rw = manager.read_write_lock("bench:upgradable");
+    let upgradable = rw.upgradable();
+    let pairs = Samples::new(measure_steps(|| upgradable.lock()?.unlock())?);
+    println!(
+        "{:<36} {}",
+        "upgradable read pair",
+        pairs.describe(Some(round_trip))
+    );
+    let held = upgradable.lock()?;
+    let upgrades = Samples::new(measure_steps(|| held.downgrade(held.upgrade()?))?);
+    println!(
+        "{:<36} {}",
+        "upgrade+downgrade",
+        upgrades.describe(Some(round_trip))
+    );
+    drop(held);
+    let candidate = manager.leader_election("bench:election").candidate("bench");
+    let terms = Samples::new(measure_steps(|| candidate.lock()?.resign())?);
+    println!(
+        "{:<36} {}",
+        "campaign+resign pair",
+        terms.describe(Some(round_trip))
+    );
+    let lock = manager.lock("bench:revocable");
+    let mut heard = Vec::with_capacity(PAIRS / 10);
+    for _ in 0..PAIRS / 10 {
+        // Each request is heard once per hold: a fresh chain each time.
+        let guard = lock.lock()?;
+        let asked = guard.revocation_signal();
+        let started = Instant::now();
+        lock.request_revocation()?;
+        asked.recv_timeout(Duration::from_secs(5))?;
+        heard.push(started.elapsed());
+        drop(guard);
+    }
+    let heard = Samples::new(heard);
+    println!(
+        "{:<36} {}",
+        "revocation request, heard",
+        heard.describe(Some(round_trip))
     );
     Ok(())
 }

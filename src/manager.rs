@@ -374,6 +374,7 @@ impl LockManager {
     /// | `redlease_renewal_failures_total` | counter | | of those, the ones without a usable answer |
     /// | `redlease_at_risk_total` | counter | `reason` | holds raised at risk: `unreachable`, `unanswered`, `failover`, `refused` |
     /// | `redlease_risk_cleared_total` | counter | | holds at risk renewed again |
+    /// | `redlease_revocations_requested_total` | counter | | holds whose holder was asked to let go |
     /// | `redlease_lost_total` | counter | `reason` | holds lost: `not_held_anymore`, `lease_expired`, `force_released` |
     /// | `redlease_pubsub_reconnects_total` | counter | | pub/sub connections made again after the first |
     /// | `redlease_cleanups_total` | counter | `outcome` | undos of failed calls ended: `done`, `abandoned` |

@@ -56,6 +56,13 @@ pub(crate) fn risk_cleared() {
     metrics::counter!("redlease_risk_cleared_total").increment(1);
 }
 
+/// A hold whose holder was asked to let go.
+#[inline]
+pub(crate) fn revocation_requested() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlease_revocations_requested_total").increment(1);
+}
+
 /// A hold lost for `reason`.
 #[inline]
 pub(crate) fn lost(reason: LostReason) {

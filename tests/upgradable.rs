@@ -78,6 +78,26 @@ fn foreign_read(redis: &mut redis::Connection, name: &str, holder: &str) -> bool
     answer.is_none()
 }
 
+/// A plain reader of `rw` on a thread of its own, in once this returns, that releases when
+/// told on the sender.
+fn plain_reader(
+    rw: &redlease::ReadWriteLock,
+) -> (crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>) {
+    let (release, released) = crossbeam_channel::bounded::<()>(0);
+    let (reading, reader_in) = crossbeam_channel::bounded::<()>(1);
+    let reader = std::thread::spawn({
+        let rw = rw.clone();
+        move || {
+            let guard = rw.read().lock().unwrap();
+            reading.send(()).unwrap();
+            released.recv().unwrap();
+            guard.unlock().unwrap();
+        }
+    });
+    reader_in.recv().unwrap();
+    (release, reader)
+}
+
 #[test]
 fn two_upgradable_readers_never_hold_together() {
     const THREADS: usize = 4;
@@ -129,18 +149,7 @@ fn an_upgrade_waits_for_the_readers_then_comes_before_a_waiting_writer() {
     let upgradable = rw.upgradable().lock().unwrap();
 
     // A plain reader holds the lock beside it.
-    let (reader_release, reader_released) = crossbeam_channel::bounded::<()>(0);
-    let (reading, reader_in) = crossbeam_channel::bounded::<()>(1);
-    let reader = std::thread::spawn({
-        let rw = rw.clone();
-        move || {
-            let guard = rw.read().lock().unwrap();
-            reading.send(()).unwrap();
-            reader_released.recv().unwrap();
-            guard.unlock().unwrap();
-        }
-    });
-    reader_in.recv().unwrap();
+    let (reader_release, reader) = plain_reader(&rw);
 
     // A writer of another thread waits (behind both readers), and is the first to wait.
     let (writer_in, writer_entered) = crossbeam_channel::bounded::<()>(1);
@@ -317,4 +326,31 @@ fn misuse_is_an_error_not_a_deadlock() {
     manager.lock("misuse").force_unlock().ok();
     rw.read().force_unlock().unwrap();
     assert!(matches!(upgradable.upgrade(), Err(Error::LockLost { .. })));
+}
+
+#[test]
+fn an_upgrade_waiting_for_readers_ends_when_its_handle_is_cancelled() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(30));
+    let rw = manager.read_write_lock("cancelled");
+    let token = redlease::CancelToken::new();
+    let upgradable = rw.upgradable().with_cancel(&token).lock().unwrap();
+    let (release, reader) = plain_reader(&rw);
+    let canceller = std::thread::spawn({
+        let token = token.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(200));
+            token.cancel();
+        }
+    });
+    assert!(matches!(upgradable.upgrade(), Err(Error::Cancelled)));
+    canceller.join().unwrap();
+    // The upgradable read stands, and left no write state behind.
+    assert!(!upgradable.is_lost());
+    let mode: String = connection(&redis).hget("cancelled", "mode").unwrap();
+    assert_eq!(mode, "read");
+    release.send(()).unwrap();
+    reader.join().unwrap();
+    upgradable.unlock().unwrap();
+    assert_nothing_left(&manager, &redis);
 }

@@ -14,11 +14,11 @@ mod observe;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::client::{Client, Release};
+use crate::client::Client;
 use crate::error::Result;
-use crate::hold::guard::{Guard, Hold};
+use crate::hold::guard::Guard;
 use crate::hold::handle::{LockHandle, RawAcquire, RawRevocable, Terms};
-use crate::lock::{Lock, LockHold, RawLock};
+use crate::lock::{Lock, LockHold, OverLockHold, RawLock};
 use crate::protocol::election::{self as protocol, LeaderRecord};
 use crate::protocol::names::{ElectionKeys, LockKeys};
 
@@ -198,19 +198,11 @@ pub struct LeaderHold {
     hold: LockHold,
 }
 
-impl Hold for LeaderHold {
+impl OverLockHold for LeaderHold {
     const GUARD: &'static str = "LeaderGuard";
 
-    fn release(&self, how: Release) -> Result<()> {
-        self.hold.release(how)
-    }
-
-    fn label(&self) -> String {
-        self.hold.label()
-    }
-
-    fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>) {
-        self.hold.debug_fields(guard);
+    fn lock_hold(&self) -> &LockHold {
+        &self.hold
     }
 }
 

@@ -70,6 +70,31 @@ impl Hold for LockHold {
     }
 }
 
+/// A hold that is a lock's hold under a name of its own (the upgradable read, a
+/// leadership): its guard's type name and the lock's hold it wraps; the rest of [`Hold`] is
+/// the lock's.
+pub(crate) trait OverLockHold {
+    const GUARD: &'static str;
+
+    fn lock_hold(&self) -> &LockHold;
+}
+
+impl<T: OverLockHold> Hold for T {
+    const GUARD: &'static str = <T as OverLockHold>::GUARD;
+
+    fn release(&self, how: Release) -> Result<()> {
+        self.lock_hold().release(how)
+    }
+
+    fn label(&self) -> String {
+        self.lock_hold().label()
+    }
+
+    fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>) {
+        self.lock_hold().debug_fields(guard);
+    }
+}
+
 impl Guard<LockHold> {
     /// The lock this guard holds.
     pub fn lock(&self) -> &Lock {

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
-pub(crate) use guard::LockHold;
+pub(crate) use guard::{LockHold, OverLockHold};
 
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};

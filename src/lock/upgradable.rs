@@ -9,11 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::guard::LockHold;
+use super::guard::{LockHold, OverLockHold};
 use super::{Lock, LockGuard, RawLock};
-use crate::client::{Client, Release};
+use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::hold::guard::{Guard, Hold};
+use crate::hold::guard::Guard;
 use crate::hold::handle::{LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::protocol::names::LockKind;
 
@@ -94,19 +94,11 @@ pub struct UpgradableHold {
     write: Lock,
 }
 
-impl Hold for UpgradableHold {
+impl OverLockHold for UpgradableHold {
     const GUARD: &'static str = "UpgradableGuard";
 
-    fn release(&self, how: Release) -> Result<()> {
-        self.read.release(how)
-    }
-
-    fn label(&self) -> String {
-        self.read.label()
-    }
-
-    fn debug_fields(&self, guard: &mut std::fmt::DebugStruct<'_, '_>) {
-        self.read.debug_fields(guard);
+    fn lock_hold(&self) -> &LockHold {
+        &self.read
     }
 }
 

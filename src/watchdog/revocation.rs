@@ -27,6 +27,7 @@ impl RevocationReports {
             return false;
         }
         self.requested += 1;
+        crate::telemetry::revocation_requested();
         self.pending.push(RevocationNotice {
             name: entry.name.to_string(),
             holder: entry.holder.to_string(),
