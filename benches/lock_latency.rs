@@ -66,6 +66,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let round_trip = Samples::new(measure_round_trips(&url)?);
     println!("{:<36} {}", "round trip (PING)", round_trip.describe(None));
     if std::env::args().any(|arg| arg == "--coordination-only") {
+        let pair = Samples::new(measure_pairs(&manager)?);
+        let label = "lock+unlock pair (to compare)";
+        println!("{label:<36} {}", pair.describe(Some(&round_trip)));
         return measure_coordination(&manager, &round_trip);
     }
 
