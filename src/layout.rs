@@ -87,6 +87,11 @@ pub const MODE_FIELD: &str = "mode";
 /// (a `redlease` addition; Redisson's scripts pass over it, as its value is not a count).
 pub const UPGRADER_FIELD: &str = "upgrader";
 
+/// The field of a read-write lock's hash that, while its upgradable reader writes, holds the
+/// id of the try that upgraded it (`try:<id>`), so that the undo of an earlier try whose
+/// answer was lost cannot take the upgrade back. A `redlease` addition, as the above.
+pub const UPGRADE_TRY_FIELD: &str = "upgrading";
+
 /// The hash field of a read-write lock's writer is its holder id with this suffix.
 pub const WRITER_SUFFIX: &str = ":write";
 

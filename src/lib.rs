@@ -137,7 +137,7 @@
 //! | call | sent again after a lost answer | when no answer comes at all |
 //! | --- | --- | --- |
 //! | lock, fair, read, write, upgradable, candidate: take | finds its own hold (holder id), adds no level; a campaign records its election once | undone (level, place); the next try is a new chain |
-//! | upgradable: `upgrade` (the write lock) | finds its own write field | undone: back to the upgradable read |
+//! | upgradable: `upgrade` (the write lock) | finds its own write field | undone, that try's grant only (a try id in the hash): back to the upgradable read |
 //! | leader: `resign`, guard drop | answered from its release receipt (the resignation is logged once) | as a lock's release |
 //! | `request_revocation` | sends the notices again: a holder asked twice is told once | the error |
 //! | lock: `unlock`, guard drop | answered from its release receipt | `Indeterminate` (`unlock`), or sent again in the background (drop) |

@@ -611,4 +611,18 @@ fn inspect_shows_the_leader_of_an_election_and_the_upgradable_reader() {
     let report = json(&tool(&redis.url(), &["--json", "inspect", "config"], ""));
     assert_eq!(report["holders"][0]["role"], "upgradable");
     assert_eq!(report["holders"][0]["id"], upgradable.holder_id());
+    assert_eq!(
+        report["holders"][0]["read_level_leases_ms"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Upgraded: the writer first, and its upgradable read after it.
+    let writing = upgradable.upgrade().unwrap();
+    let report = json(&tool(&redis.url(), &["--json", "inspect", "config"], ""));
+    assert_eq!(report["mode"], "write");
+    assert_eq!(report["holders"][0]["role"], "writer");
+    assert_eq!(report["holders"][1]["role"], "upgradable");
+    drop(writing);
 }

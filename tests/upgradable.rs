@@ -79,10 +79,13 @@ fn foreign_read(redis: &mut redis::Connection, name: &str, holder: &str) -> bool
 }
 
 /// A plain reader of `rw` on a thread of its own, in once this returns, that releases when
-/// told on the sender.
+/// told on the sender; the thread answers how its release went.
 fn plain_reader(
     rw: &redlease::ReadWriteLock,
-) -> (crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>) {
+) -> (
+    crossbeam_channel::Sender<()>,
+    std::thread::JoinHandle<redlease::Result<()>>,
+) {
     let (release, released) = crossbeam_channel::bounded::<()>(0);
     let (reading, reader_in) = crossbeam_channel::bounded::<()>(1);
     let reader = std::thread::spawn({
@@ -91,7 +94,7 @@ fn plain_reader(
             let guard = rw.read().lock().unwrap();
             reading.send(()).unwrap();
             released.recv().unwrap();
-            guard.unlock().unwrap();
+            guard.unlock()
         }
     });
     reader_in.recv().unwrap();
@@ -183,7 +186,7 @@ fn an_upgrade_waits_for_the_readers_then_comes_before_a_waiting_writer() {
         .unwrap()
         .expect("the upgrade once the reader left");
     release_reader.join().unwrap();
-    reader.join().unwrap();
+    reader.join().unwrap().unwrap();
     assert!(!writer_done.load(Ordering::SeqCst), "a writer came in");
     assert!(writing.fencing_token() > upgradable.fencing_token());
     let mode: String = connection(&redis).hget("prices", "mode").unwrap();
@@ -295,14 +298,19 @@ fn misuse_is_an_error_not_a_deadlock() {
     let redis = server();
     let manager = manager(&redis, Duration::from_secs(30));
     let rw = manager.read_write_lock("misuse");
-    let upgradable = rw.upgradable().lock().unwrap();
-    // This thread's own plain read would keep its upgrade waiting forever.
+    // A thread that reads cannot also hold the upgradable read (its upgrade would wait for
+    // its own reads), and the upgradable reader reads already.
     let reading = rw.read().lock().unwrap();
     assert!(matches!(
-        upgradable.upgrade(),
-        Err(Error::WriteWhileReading { .. })
+        rw.upgradable().try_lock(),
+        Err(Error::InvalidArgument(_))
     ));
     drop(reading);
+    let upgradable = rw.upgradable().lock().unwrap();
+    assert!(matches!(
+        rw.read().try_lock(),
+        Err(Error::InvalidArgument(_))
+    ));
     // Only the holding thread may upgrade.
     std::thread::scope(|scope| {
         let upgraded = scope.spawn(|| {
@@ -318,14 +326,57 @@ fn misuse_is_an_error_not_a_deadlock() {
         upgradable.downgrade(foreign),
         Err(Error::InvalidArgument(_))
     ));
-    // Reentrant, and still upgradable.
+    // Reentrant, and still upgradable; upgraded, a plain read is refused and leaves the
+    // upgradable hold as it was.
     let again = rw.upgradable().lock().unwrap();
     let writing = upgradable.upgrade().unwrap();
-    drop(writing);
+    assert!(matches!(
+        rw.read().try_lock(),
+        Err(Error::InvalidArgument(_))
+    ));
+    upgradable.downgrade(writing).unwrap();
     drop(again);
-    manager.lock("misuse").force_unlock().ok();
+    let mut raw = connection(&redis);
+    let upgrader: String = raw.hget("misuse", "upgrader").unwrap();
+    assert_eq!(upgrader, upgradable.holder_id());
+    let writing = upgradable.upgrade().unwrap();
+    drop(writing);
+    // Freed by force: an upgrade finds its upgradable read gone, and takes nothing.
     rw.read().force_unlock().unwrap();
     assert!(matches!(upgradable.upgrade(), Err(Error::LockLost { .. })));
+    assert!(upgradable.is_lost());
+    assert!(!raw.exists::<_, bool>("misuse").unwrap());
+}
+
+#[test]
+fn an_upgrade_waiting_while_its_upgradable_read_is_freed_by_force_takes_nothing() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(30));
+    let rw = manager.read_write_lock("forced");
+    let upgradable = rw.upgradable().lock().unwrap();
+    let (release, reader) = plain_reader(&rw);
+    let forcer = std::thread::spawn({
+        let rw = rw.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(200));
+            rw.write().force_unlock().unwrap()
+        }
+    });
+    // The upgrade waits for the reader; the force release wakes it, and it finds its hold
+    // gone instead of taking a fresh write lock.
+    let upgraded = upgradable.try_upgrade_for(Duration::from_secs(10));
+    assert!(
+        matches!(upgraded, Err(Error::LockLost { .. })),
+        "{upgraded:?}"
+    );
+    assert!(forcer.join().unwrap());
+    assert!(!connection(&redis).exists::<_, bool>("forced").unwrap());
+    release.send(()).unwrap();
+    let released = reader.join().unwrap();
+    assert!(
+        matches!(released, Err(Error::NotHeld { .. })),
+        "{released:?}"
+    );
 }
 
 #[test]
@@ -350,7 +401,7 @@ fn an_upgrade_waiting_for_readers_ends_when_its_handle_is_cancelled() {
     let mode: String = connection(&redis).hget("cancelled", "mode").unwrap();
     assert_eq!(mode, "read");
     release.send(()).unwrap();
-    reader.join().unwrap();
+    reader.join().unwrap().unwrap();
     upgradable.unlock().unwrap();
     assert_nothing_left(&manager, &redis);
 }

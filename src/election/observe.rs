@@ -87,6 +87,8 @@ impl LeaderObserver {
         let election = &self.election;
         let client = &election.client;
         client.ensure_running()?;
+        // The last entry read: a change told, or an entry passed over.
+        let after = std::cell::RefCell::new(self.last_change.clone());
         let change = wait::wait_until(WaitFor {
             deadline,
             // Changes are announced; looking again now and then only guards against a lost
@@ -99,13 +101,18 @@ impl LeaderObserver {
                 ])
             },
             attempt: || {
-                let read = protocol::changes_after(&election.keys.log, &self.last_change, 1);
+                let read = protocol::changes_after(&election.keys.log, &after.borrow(), 1);
                 let value: redis::Value =
                     client.run(&election.keys.log, |connection| read.query(connection))?;
                 let changes =
                     protocol::logged_changes(value).map_err(|err| Error::Redis(err.into()))?;
                 Ok(match changes.into_iter().next() {
-                    Some(change) => wait::Attempt::Taken(change),
+                    Some((_, Some(change))) => wait::Attempt::Taken(change),
+                    Some((id, None)) => {
+                        // Not a change (written by someone else): pass over it.
+                        *after.borrow_mut() = id;
+                        wait::Attempt::Again
+                    }
                     None => wait::Attempt::Held { hint: None },
                 })
             },
@@ -115,6 +122,7 @@ impl LeaderObserver {
             recorder: client.wait_recorder(),
             nudge: None,
         })?;
+        self.last_change = after.into_inner();
         Ok(change.map(|change| {
             self.last_change.clone_from(&change.id);
             let change = LeaderChange::from(change);

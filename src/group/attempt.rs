@@ -227,8 +227,13 @@ impl Group {
             .map(|&index| {
                 let member = self.members[index].raw();
                 let keys = member.keys_unchecked();
-                let call =
-                    protocol::acquire(keys, &holders[index], levels_held[index], lease_ms[index]);
+                let call = protocol::acquire(
+                    keys,
+                    &holders[index],
+                    levels_held[index],
+                    lease_ms[index],
+                    None,
+                );
                 Request::new(member.client(), call)
             })
             .collect();
@@ -285,8 +290,12 @@ impl Group {
         for (position, &index) in asked.members.iter().enumerate() {
             if fan_out.is_pending(position) {
                 let member = self.members[index].raw();
-                let undo =
-                    protocol::undo(member.keys_unchecked(), &holders[index], levels_held[index]);
+                let undo = protocol::undo(
+                    member.keys_unchecked(),
+                    &holders[index],
+                    levels_held[index],
+                    None,
+                );
                 let undo = member.client().in_dialect(undo);
                 fan_out.abandon(position, &undo.as_eval().get_packed_command());
             }
@@ -357,7 +366,7 @@ impl Group {
                 attempt.first_error.get_or_insert(why.into_error(member));
             }
             Ok(Acked {
-                answer: Acquired::ChainGone,
+                answer: Acquired::ChainGone | Acquired::UpgradableGone,
                 ..
             }) => {
                 // The member's chain (a single lock of this thread) is gone: the next
@@ -458,6 +467,7 @@ impl Group {
                         member.raw().keys_unchecked(),
                         &holders[index],
                         levels_held[index],
+                        None,
                     ),
                 )
                 .without_acks()

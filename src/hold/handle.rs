@@ -286,9 +286,10 @@ impl<R: RawAcquire> LockHandle<R> {
 }
 
 impl<R: RawRevocable> LockHandle<R> {
-    /// Asks every current holder of the lock (every reader and the writer of a read-write
-    /// lock; the leader of an election) to let go: each holder's guard, in any process,
-    /// gets a revocation request ([`Guard::is_revocation_requested`],
+    /// Asks the current holders that keep this handle's acquisition out to let go (a lock's
+    /// holder, a leader; every holder of a read-write lock for its write lock, its writer for
+    /// its read lock, its writer and upgradable reader for its upgradable read): each holder's
+    /// guard, in any process, gets a revocation request ([`Guard::is_revocation_requested`],
     /// [`Guard::revocation_signal`], the manager's
     /// [`on_revocation_request`](crate::LockManagerBuilder::on_revocation_request) callback).
     /// Answers how many holds were asked (0 when the lock is free).

@@ -69,12 +69,52 @@ pub type Lock = LockHandle<RawLock>;
 pub struct RawLock {
     client: Arc<Client>,
     keys: Arc<LockKeys>,
+    /// For the write lock of an upgradable guard: the holder id of the upgradable chain it
+    /// upgrades, which must still be the thread's.
+    upgrading: Option<Arc<str>>,
 }
 
 /// What one acquisition try came to, and what its answer said beside.
 struct Tried {
     acquired: Acquired,
     grant: Granted,
+}
+
+/// The chain an acquisition joins or starts: its holder id, the levels this process holds
+/// of it, and whether it is an upgrade (the write lock taken with the holder id of the
+/// thread's upgradable chain).
+#[derive(Clone)]
+struct Chain {
+    holder: String,
+    levels_held: u32,
+    upgrade: bool,
+}
+
+impl Chain {
+    fn of(holder: String, levels_held: u32) -> Self {
+        Chain {
+            holder,
+            levels_held,
+            upgrade: false,
+        }
+    }
+}
+
+/// What an acquisition try is for: the chain's holder id and the levels it holds, and for an
+/// upgrade (the write lock taken by the upgradable reader) the id of this try, so that its
+/// undo takes back only its own grant.
+#[derive(Clone, Copy)]
+struct TryOf<'a> {
+    holder: &'a str,
+    levels_held: u32,
+    upgrade: Option<&'a str>,
+}
+
+impl TryOf<'_> {
+    /// The script that takes back what this try may have added.
+    fn undo(self, keys: &LockKeys) -> crate::protocol::ScriptCall {
+        protocol::undo(keys, self.holder, self.levels_held, self.upgrade)
+    }
 }
 
 /// A grant's particulars: its fencing token (when taken), when its request was sent, and how
@@ -117,6 +157,7 @@ impl Lock {
         let raw = RawLock {
             client,
             keys: Arc::new(keys),
+            upgrading: None,
         };
         LockHandle::from_raw(raw, None)
     }
@@ -245,6 +286,16 @@ impl RawLock {
         watchdog.chain_of(&self.watch_key(thread), thread)
     }
 
+    /// This write lock, as the upgrade of the upgradable chain `upgrader`: its acquisitions
+    /// end with [`Error::LockLost`] once the thread no longer holds that chain, rather than
+    /// take the write lock afresh.
+    pub(crate) fn upgrading(&self, upgrader: &str) -> RawLock {
+        RawLock {
+            upgrading: Some(Arc::from(upgrader)),
+            ..self.clone()
+        }
+    }
+
     /// The holder id of the chain by which the calling thread holds the lock in this
     /// process, unless it is known to be lost.
     pub(crate) fn current_chain_holder(&self) -> Option<Arc<str>> {
@@ -294,11 +345,16 @@ impl RawLock {
         hold: impl Fn(LockHold) -> H,
     ) -> Result<Option<Guard<H>>> {
         let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
+        // Asked once; tried again through an outage, given up on any other error.
         let ask_holders = || match self.request_revocation() {
             Ok(_) => true,
-            Err(err) => {
+            Err(err) if err.is_outage() => {
                 log::debug!("lock {:?}: asking the holders failed: {err}", self.name());
                 false
+            }
+            Err(err) => {
+                log::warn!("lock {:?}: could not ask the holders: {err}", self.name());
+                true
             }
         };
         self.client.ensure_running()?;
@@ -313,10 +369,14 @@ impl RawLock {
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
-            subscribe: || self.subscribe(&chain.borrow().0),
+            subscribe: || self.subscribe(&chain.borrow().holder),
             attempt: || {
-                let (holder, levels_held) = chain.borrow().clone();
-                let tried = self.attempt(&holder, levels_held, lease);
+                let Chain {
+                    holder,
+                    levels_held,
+                    upgrade,
+                } = chain.borrow().clone();
+                let tried = self.attempt(&holder, levels_held, upgrade, lease);
                 if levels_held == 0 && tried.as_ref().is_err_and(undo_may_come_late) {
                     // The try's undo may reach the server late (sent again by the cleanup
                     // thread): a later try of the same chain must not be what it undoes.
@@ -349,6 +409,17 @@ impl RawLock {
                         *chain.borrow_mut() = self.chain_to_join(thread)?;
                         wait::Attempt::Again
                     }
+                    Acquired::UpgradableGone => {
+                        // The upgradable read this upgrade started from is gone: report it
+                        // lost, and end the upgrade.
+                        let name = &self.keys.name;
+                        let upgradable = names::upgradable_watch_key(name, thread);
+                        self.client.watchdog().chain_gone(&upgradable, &holder);
+                        return Err(Error::LockLost {
+                            name: name.clone(),
+                            reason: crate::error::LostReason::NotHeldAnymore,
+                        });
+                    }
                 })
             },
             ensure_running: || self.client.ensure_running(),
@@ -364,7 +435,7 @@ impl RawLock {
             if let LockKind::Fair { .. } = self.keys.kind {
                 // Gave up (or failed) while in line: leave the queue, so that those behind do
                 // not wait for a place nobody will take.
-                self.undo_given_up(&chain.borrow().0);
+                self.undo_given_up(&chain.borrow().holder);
             }
         }
         outcome
@@ -384,63 +455,111 @@ impl RawLock {
         Ok(vec![subscription])
     }
 
-    /// The holder id and levels of the chain the calling thread holds the lock by, or a new
-    /// holder id and no levels. A thread that holds the write lock of a read-write lock takes
-    /// read levels with the holder id of its write chain, which is how the script knows it
-    /// for the writer; a thread that holds read levels cannot take the write lock.
-    fn chain_to_join(&self, thread: u64) -> Result<(String, u32)> {
+    /// The chain the calling thread holds the lock by, or a new one with a holder id of its
+    /// own. A thread that holds the write lock of a read-write lock takes read levels (plain
+    /// or upgradable) with the holder id of its write chain, which is how the script knows it
+    /// for the writer; a thread that holds plain read levels cannot take the write lock, nor
+    /// hold them beside the upgradable read; the upgradable reader takes the write lock with
+    /// the holder id of its upgradable chain (its upgrade).
+    fn chain_to_join(&self, thread: u64) -> Result<Chain> {
         if let Some((holder, levels)) = self.current_chain() {
-            return Ok((holder.to_string(), levels));
+            return Ok(Chain::of(holder.to_string(), levels));
         }
+        let joined = match self.keys.kind {
+            LockKind::Read | LockKind::Upgradable => self.reader_joins(thread)?,
+            LockKind::Write => self.writer_joins(thread)?,
+            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => None,
+        };
+        Ok(joined.unwrap_or_else(|| Chain::of(self.client.new_holder_id(), 0)))
+    }
+
+    /// For a reader (plain or upgradable) without a chain: the thread's write chain it joins,
+    /// if any.
+    fn reader_joins(&self, thread: u64) -> Result<Option<Chain>> {
         let watchdog = self.client.watchdog();
         let name = &self.keys.name;
-        match self.keys.kind {
-            LockKind::Read | LockKind::Upgradable => {
-                let writer_key = names::holder_watch_key(name, thread);
-                if let Some((writer, _)) = watchdog.chain_of(&writer_key, thread) {
-                    return Ok((writer.to_string(), 0));
-                }
-            }
-            LockKind::Write => {
-                let reader_key = names::reader_watch_key(name, thread);
-                if watchdog.chain_of(&reader_key, thread).is_some() {
-                    return Err(Error::WriteWhileReading { name: name.clone() });
-                }
-                // The upgradable reader takes the write lock with the holder id of its
-                // upgradable chain: its upgrade.
-                let upgradable_key = names::upgradable_watch_key(name, thread);
-                if let Some((upgrader, _)) = watchdog.chain_of(&upgradable_key, thread) {
-                    return Ok((upgrader.to_string(), 0));
-                }
-            }
-            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => {}
+        // A thread reads by one reader's field: plain read levels and the upgradable read
+        // (which reads already) would share it.
+        let other = match self.keys.kind {
+            LockKind::Read => names::upgradable_watch_key(name, thread),
+            _ => names::reader_watch_key(name, thread),
+        };
+        if watchdog.chain_of(&other, thread).is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "read-write lock {name:?}: this thread holds its upgradable read, which reads \
+                 already, and plain read levels cannot be held beside it"
+            )));
         }
-        Ok((self.client.new_holder_id(), 0))
+        let writer_key = names::holder_watch_key(name, thread);
+        let writer = watchdog.chain_of(&writer_key, thread);
+        Ok(writer.map(|(writer, _)| Chain::of(writer.to_string(), 0)))
+    }
+
+    /// For a writer without a chain: the upgrade of the thread's upgradable chain, if it has
+    /// one (for an upgradable guard's write lock, it must be the guard's).
+    fn writer_joins(&self, thread: u64) -> Result<Option<Chain>> {
+        let watchdog = self.client.watchdog();
+        let name = &self.keys.name;
+        let reader_key = names::reader_watch_key(name, thread);
+        if watchdog.chain_of(&reader_key, thread).is_some() {
+            return Err(Error::WriteWhileReading { name: name.clone() });
+        }
+        let upgradable_key = names::upgradable_watch_key(name, thread);
+        let upgrader = watchdog.chain_of(&upgradable_key, thread);
+        match (upgrader, &self.upgrading) {
+            (Some((upgrader, _)), expected)
+                if expected
+                    .as_ref()
+                    .is_none_or(|expected| *expected == upgrader) =>
+            {
+                Ok(Some(Chain {
+                    holder: upgrader.to_string(),
+                    levels_held: 0,
+                    upgrade: true,
+                }))
+            }
+            (_, Some(_)) => Err(Error::LockLost {
+                name: name.clone(),
+                reason: crate::error::LostReason::NotHeldAnymore,
+            }),
+            (_, None) => Ok(None),
+        }
     }
 
     /// One acquisition attempt by `holder`, which holds `levels_held` levels already, and when
     /// it was sent. When its answer does not come, its undo is queued behind it: a late grant
     /// is taken back. A grant that too few replicas acknowledged is taken back too, and
     /// answered as an error: a failover now could erase it.
-    fn attempt(&self, holder: &str, levels_held: u32, lease: Lease) -> Result<Tried> {
+    fn attempt(
+        &self,
+        holder: &str,
+        levels_held: u32,
+        upgrade: bool,
+        lease: Lease,
+    ) -> Result<Tried> {
         let lease_ms = lease.millis_or(self.client.watchdog_timeout_ms());
-        let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms);
+        // An upgrade's try has an id, so that its undo takes back only its own grant.
+        let upgrade = upgrade.then(|| self.client.next_request_id());
+        let this_try = TryOf {
+            holder,
+            levels_held,
+            upgrade: upgrade.as_deref(),
+        };
+        let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms, this_try.upgrade);
         let sent_at = Instant::now();
         let answer = self
             .client
             .run_acknowledged::<Acquired>(&call, |connection| {
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
-                let undo = self
-                    .client
-                    .in_dialect(protocol::undo(&self.keys, holder, levels_held));
+                let undo = self.client.in_dialect(this_try.undo(&self.keys));
                 let _ = connection.send_packed_command(&undo.as_eval().get_packed_command());
             });
         match answer {
             Err(err) if err.may_have_run() => {
                 // The connection broke, or no answer came, after the request went out: it
                 // may have run.
-                self.take_back(holder, levels_held, &err, Undoing::Later);
+                self.take_back(this_try, &err, Undoing::Later);
                 Err(err)
             }
             Ok(Acked {
@@ -448,7 +567,7 @@ impl RawLock {
                 unreplicated: Some(why),
                 ..
             }) => {
-                self.take_back(holder, levels_held, &why, Undoing::Now);
+                self.take_back(this_try, &why, Undoing::Now);
                 Err(why.into_error(self.name()))
             }
             answer => {
@@ -466,11 +585,12 @@ impl RawLock {
         }
     }
 
-    /// Takes back what an acquisition by `holder` may have added beyond the `levels_held` its
+    /// Takes back what the acquisition try `this_try` may have added beyond the levels its
     /// chain had, and its place in a fair lock's queue, after `cause`. Unanswered, the undo
     /// is sent again by the cleanup thread until the server answers, or until the place and
     /// the lease it asked for would have run out by themselves.
-    fn take_back(&self, holder: &str, levels_held: u32, cause: &dyn fmt::Display, when: Undoing) {
+    fn take_back(&self, this_try: TryOf<'_>, cause: &dyn fmt::Display, when: Undoing) {
+        let holder = this_try.holder;
         let client = &self.client;
         let place = match self.keys.kind {
             LockKind::Fair { place_ms } => Duration::from_millis(place_ms),
@@ -485,7 +605,7 @@ impl RawLock {
                     self.name()
                 )
             },
-            protocol::undo(&self.keys, holder, levels_held),
+            this_try.undo(&self.keys),
             until,
         );
     }
@@ -543,7 +663,12 @@ impl RawLock {
     /// Takes back the hold of a chain this process has given up, and its place in a fair
     /// lock's queue.
     fn undo_given_up(&self, holder: &str) {
-        self.take_back(holder, 0, &"giving the chain up", Undoing::Now);
+        let given_up = TryOf {
+            holder,
+            levels_held: 0,
+            upgrade: None,
+        };
+        self.take_back(given_up, &"giving the chain up", Undoing::Now);
     }
 
     /// Releases one level held by `holder` (a chain's holder id), leaving the chain the

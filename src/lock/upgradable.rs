@@ -42,8 +42,8 @@ impl RawAcquire for RawUpgradable {
     fn acquire(&self, terms: Terms<'_>) -> Result<Option<UpgradableGuard>> {
         let cancel = terms.cancel.cloned();
         self.read.acquire_level(terms, |read| UpgradableHold {
+            write: LockHandle::from_raw(self.write.upgrading(read.holder()), cancel.clone()),
             read,
-            write: LockHandle::from_raw(self.write.clone(), cancel.clone()),
         })
     }
 }
@@ -112,8 +112,10 @@ impl OverLockHold for UpgradableHold {
 /// [`LockGuard`], with a fresh fencing token; dropping it (or
 /// [`downgrade`](Self::downgrade)) goes back to the upgradable read, and lets readers in
 /// again. Plain readers keep entering while an upgrade waits, as they do while a writer
-/// waits. The thread may not hold plain read levels of the same lock when it upgrades (it
-/// would wait for itself): that is [`Error::WriteWhileReading`].
+/// waits. The upgradable reader reads already: its thread cannot take plain read levels of
+/// the same lock beside it (nor the upgradable read beside plain ones): that is
+/// [`Error::InvalidArgument`], where they would share one field in Redis, or an upgrade
+/// would wait for its own thread.
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
@@ -153,15 +155,16 @@ impl Guard<UpgradableHold> {
     }
 
     /// Upgrades to the write lock, waiting as long as it takes for the plain readers to
-    /// leave (woken by their releases; a reader that died is waited for until its lease
-    /// ends). Answers the write lock's guard: drop it, or [`downgrade`](Self::downgrade), to
+    /// leave (woken by the releases of `redlease` readers; a Java reader's release, or a
+    /// reader that died, is waited for until the longest remaining read level's lease would
+    /// end). Answers the write lock's guard: drop it, or [`downgrade`](Self::downgrade), to
     /// go back to reading. Ended by the cancel token of the handle this guard came from.
     ///
     /// # Errors
-    /// [`Error::LockLost`] when the upgradable hold is known lost;
+    /// [`Error::LockLost`] when the upgradable hold is known lost, or found gone in Redis
+    /// (freed by force, expired) while the upgrade waited: no write lock is taken then;
     /// [`Error::InvalidArgument`] from a thread other than the holder's (a guard shared by
-    /// reference); [`Error::WriteWhileReading`] when the thread also holds plain read levels
-    /// of this lock; otherwise as [`LockHandle::lock`].
+    /// reference); otherwise as [`LockHandle::lock`].
     pub fn upgrade(&self) -> Result<LockGuard> {
         self.upgrades()?.lock()
     }

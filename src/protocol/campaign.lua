@@ -6,8 +6,10 @@
 -- KEYS[5]: the election's channel, where every change is announced with its term
 -- ARGV[4]: the candidate's value
 -- ARGV[5]: how many changes the log keeps, about
+-- Read first: a record key of another type fails the call before the lock is taken.
+local recorded = redis.call('hget', KEYS[3], 'holder')
 local answer = take_lock()
-if answer[1] == 1 and redis.call('hget', KEYS[3], 'holder') ~= ARGV[2] then
+if answer[1] == 1 and recorded ~= ARGV[2] then
   local time = redis.call('time')
   local since = time[1] .. string.format('%03d', math.floor(tonumber(time[2]) / 1000))
   local term = tostring(answer[2])

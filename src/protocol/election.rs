@@ -154,30 +154,38 @@ fn next_id(id: &str) -> String {
     }
 }
 
-/// Reads what [`changes_after`] answered; entries that are not changes are skipped.
-pub(crate) fn logged_changes(value: Value) -> Result<Vec<LoggedChange>, redis::ParsingError> {
+/// Reads what [`changes_after`] answered: each entry's id, and the change it records
+/// (`None` for an entry that is not one, which a reader passes over).
+pub(crate) fn logged_changes(
+    value: Value,
+) -> Result<Vec<(String, Option<LoggedChange>)>, redis::ParsingError> {
     let entries: Vec<(String, HashMap<String, String>)> = FromRedisValue::from_redis_value(value)?;
     Ok(entries
         .into_iter()
-        .filter_map(|(id, mut fields)| {
-            let elected = match fields.get("change")?.as_str() {
-                "elected" => true,
-                "resigned" => false,
-                _ => return None,
-            };
-            let leader = LeaderRecord::from_fields(
-                fields.remove("holder")?,
-                fields.remove("value")?,
-                fields.get("term")?,
-                fields.get("since")?,
-            )?;
-            Some(LoggedChange {
-                id,
-                elected,
-                leader,
-            })
+        .map(|(id, fields)| {
+            let change = logged_change(&id, fields);
+            (id, change)
         })
         .collect())
+}
+
+fn logged_change(id: &str, mut fields: HashMap<String, String>) -> Option<LoggedChange> {
+    let elected = match fields.get("change")?.as_str() {
+        "elected" => true,
+        "resigned" => false,
+        _ => return None,
+    };
+    let leader = LeaderRecord::from_fields(
+        fields.remove("holder")?,
+        fields.remove("value")?,
+        fields.get("term")?,
+        fields.get("since")?,
+    )?;
+    Some(LoggedChange {
+        id: id.to_owned(),
+        elected,
+        leader,
+    })
 }
 
 #[cfg(test)]
@@ -209,12 +217,14 @@ mod tests {
         };
         let changes = logged_changes(entry("elected")).unwrap();
         assert_eq!(changes.len(), 1);
-        assert!(changes[0].elected);
-        assert_eq!(changes[0].leader.term, 7);
+        let change = changes[0].1.as_ref().unwrap();
+        assert!(change.elected);
+        assert_eq!(change.leader.term, 7);
         assert_eq!(
-            changes[0].leader.since,
+            change.leader.since,
             UNIX_EPOCH + Duration::from_millis(1500)
         );
-        assert!(logged_changes(entry("other")).unwrap().is_empty());
+        let other = logged_changes(entry("other")).unwrap();
+        assert_eq!(other, [("5-0".to_owned(), None)]);
     }
 }

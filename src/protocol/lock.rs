@@ -43,12 +43,14 @@ lua_script!(
 );
 
 /// Takes the lock for the chain `holder`, which holds `levels_held` levels already (0: a new
-/// chain), with a lease of `lease_ms`.
+/// chain), with a lease of `lease_ms`; for a write lock taken by the upgradable reader, an
+/// upgrade, with the id of this try.
 pub(crate) fn acquire(
     keys: &LockKeys,
     holder: &str,
     levels_held: u32,
     lease_ms: u64,
+    upgrade: Option<&str>,
 ) -> ScriptCall {
     if let (LockKind::Leader, Some(election)) = (keys.kind, &keys.election) {
         return super::election::campaign(keys, election, holder, levels_held, lease_ms);
@@ -82,7 +84,8 @@ pub(crate) fn acquire(
             .arg(layout::writer_field(holder))
             .arg(levels_held)
             .arg(holder)
-            .arg(layout::suffixed(&keys.name, "")),
+            .arg(layout::suffixed(&keys.name, ""))
+            .arg(upgrade.unwrap_or_default()),
     }
 }
 
@@ -96,6 +99,8 @@ pub(crate) enum Acquired {
     Held { ttl: Option<Duration> },
     /// The chain the acquisition meant to enter once more is gone.
     ChainGone,
+    /// An upgrade found the upgradable hold it upgrades gone.
+    UpgradableGone,
 }
 
 impl FromRedisValue for Acquired {
@@ -106,6 +111,7 @@ impl FromRedisValue for Acquired {
                 token: value.max(0) as u64,
             },
             3 => Acquired::ChainGone,
+            4 => Acquired::UpgradableGone,
             _ => Acquired::Held {
                 ttl: u64::try_from(value).ok().map(Duration::from_millis),
             },
@@ -175,8 +181,13 @@ pub(crate) fn released(answer: &Value) -> bool {
 /// leaving the `levels_held` the chain had.
 ///
 /// For a fair lock it also takes the holder's place in the queue back: the same call serves a
-/// waiter that gives up.
-pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCall {
+/// waiter that gives up. The undo of an upgrade's try takes back only that try's grant.
+pub(crate) fn undo(
+    keys: &LockKeys,
+    holder: &str,
+    levels_held: u32,
+    upgrade: Option<&str>,
+) -> ScriptCall {
     match keys.kind {
         LockKind::Plain | LockKind::Leader => ScriptCall::new(&UNDO, &[&keys.name, &keys.channel])
             .arg(holder)
@@ -196,12 +207,14 @@ pub(crate) fn undo(keys: &LockKeys, holder: &str, levels_held: u32) -> ScriptCal
                 .arg(levels_held)
                 .arg(layout::read_level_prefix(&keys.name, holder))
                 .arg(WAKE_ALL_MESSAGE)
+                .arg("")
         }
         LockKind::Write => ScriptCall::new(&RWLOCK_UNDO, &[&keys.name, &keys.channel])
             .arg(layout::writer_field(holder))
             .arg(levels_held)
             .arg("")
-            .arg(WAKE_ALL_MESSAGE),
+            .arg(WAKE_ALL_MESSAGE)
+            .arg(upgrade.unwrap_or_default()),
     }
 }
 
@@ -233,10 +246,18 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
     call.arg(request.keep_ms())
 }
 
-/// Asks every holder of the lock (any kind) to let go, on the notice channel. Answers how
-/// many holds were asked.
+/// Asks the holders that keep an acquisition of this kind out to let go, on the notice
+/// channel: a reader's, the writer; an upgradable reader's, the writer and the upgradable
+/// reader; any other's, every holder. Answers how many holds were asked.
 pub(crate) fn request_revocation(keys: &LockKeys) -> ScriptCall {
-    ScriptCall::new(&REQUEST_REVOCATION, &[&keys.name]).arg(layout::FORCE_RELEASE_CHANNEL)
+    let whom = match keys.kind {
+        LockKind::Read => "writer",
+        LockKind::Upgradable => "upgrade",
+        _ => "all",
+    };
+    ScriptCall::new(&REQUEST_REVOCATION, &[&keys.name])
+        .arg(layout::FORCE_RELEASE_CHANNEL)
+        .arg(whom)
 }
 
 /// The hash field that counts `holder`'s levels in a lock of this kind.

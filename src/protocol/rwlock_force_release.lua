@@ -14,7 +14,7 @@ end
 local fields = redis.call('hkeys', KEYS[1])
 local token = redis.call('get', KEYS[3]) or '0'
 for _, field in ipairs(fields) do
-  if field ~= 'mode' and field ~= 'upgrader' then
+  if tonumber(redis.call('hget', KEYS[1], field)) then
     local holder = string.gsub(field, ':write$', '')
     redis.pcall('publish', ARGV[2], token .. ' ' .. holder .. ' ' .. KEYS[1])
   end

@@ -12,8 +12,12 @@
 local mode = redis.call('hget', KEYS[1], 'mode')
 local upgrader = redis.call('hget', KEYS[1], 'upgrader')
 local may_start = readers_may_enter(mode, ARGV[2])
-if upgrader and upgrader ~= ARGV[2] and reader_level_left(ARGV[5], upgrader) > 0 then
-  may_start = false
+if ARGV[3] == '0' and upgrader and upgrader ~= ARGV[2] then
+  local left = reader_level_left(ARGV[5], upgrader)
+  if left > 0 then
+    -- Another upgradable reader lives: until its release wakes this one, or its levels end.
+    return {0, left}
+  end
 end
 local answer = enter_reading(mode, may_start, ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[1]))
 if answer[1] == 1 then

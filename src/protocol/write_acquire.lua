@@ -1,7 +1,8 @@
--- Takes the write lock of a read-write lock for a new chain, or enters it once more. The
--- upgradable reader (the hash's 'upgrader') takes it, with the holder id of its upgradable
--- chain, once no other reader is left: that is its upgrade, and no other writer can come in
--- between, as its read hold kept them out.
+-- Takes the write lock of a read-write lock for a new chain, or enters it once more. An
+-- upgrade (ARGV[6] set) is the write lock taken by the upgradable reader (the hash's
+-- 'upgrader'), with the holder id of its upgradable chain: it enters once no other reader
+-- with a live level is left, in the step that finds them gone, and no other writer can come
+-- in between, as its read hold kept them out. It enters only while that hold lives.
 -- KEYS[1]: the read-write lock hash (field 'mode' = 'read' | 'write'; readers' fields
 --          '<holder id>' and the writer's '<holder id>:write' = reentrancy counts)
 -- KEYS[2]: the fencing token counter of the lock name
@@ -11,31 +12,40 @@
 -- ARGV[4]: the writer's holder id
 -- ARGV[5]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
 --          timeout key '<prefix><r>:rwlock_timeout:<n>'
--- Answers as the lock's acquire script: {1, token}, {2, token}, {0, PTTL} or {3, 0}.
+-- ARGV[6]: for an upgrade, the id of this try ('' otherwise), kept in the field 'upgrading'
+--          so that the undo of an earlier try cannot take a later one back
+-- Answers as the lock's acquire script: {1, token}, {2, token}, {0, ms to wait at most} or
+-- {3, 0}; an upgrade whose upgradable hold is gone answers {4, 0}.
 local mode = redis.call('hget', KEYS[1], 'mode')
-if ARGV[3] == '0' then
-  if not mode then
-    local taken = redis.call('incr', KEYS[2])
-    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, taken}
+if ARGV[3] ~= '0' then
+  if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return {3, 0}
   end
-  if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    return taken_before(ARGV[2], ARGV[1], KEYS[2])
-  end
-  if mode == 'read' and redis.call('hget', KEYS[1], 'upgrader') == ARGV[4]
-      and reader_level_left(ARGV[5], ARGV[4]) > 0
-      and longest_read_level(ARGV[5], ARGV[4]) <= 0 then
-    local taken = redis.call('incr', KEYS[2])
-    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
-    if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-      redis.call('pexpire', KEYS[1], ARGV[1])
-    end
-    return {1, taken}
-  end
-  return {0, redis.call('pttl', KEYS[1])}
+  return enter_again(ARGV[2], ARGV[1], KEYS[2])
 end
-if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-  return {3, 0}
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  return taken_before(ARGV[2], ARGV[1], KEYS[2])
 end
-return enter_again(ARGV[2], ARGV[1], KEYS[2])
+if ARGV[6] == '' then
+  if mode then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  local taken = redis.call('incr', KEYS[2])
+  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, taken}
+end
+if redis.call('hget', KEYS[1], 'upgrader') ~= ARGV[4]
+    or reader_level_left(ARGV[5], ARGV[4]) <= 0 then
+  return {4, 0}
+end
+local others = longest_read_level(ARGV[5], ARGV[4])
+if mode ~= 'read' or others > 0 then
+  return {0, others > 0 and others or redis.call('pttl', KEYS[1])}
+end
+local taken = redis.call('incr', KEYS[2])
+redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1, 'upgrading', 'try:' .. ARGV[6])
+if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('pexpire', KEYS[1], ARGV[1])
+end
+return {1, taken}

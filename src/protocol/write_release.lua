@@ -25,7 +25,7 @@ end
 if tonumber(ARGV[5]) > 0 then
   return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3], ARGV[3])
 end
-redis.call('hdel', KEYS[1], ARGV[1])
+redis.call('hdel', KEYS[1], ARGV[1], 'upgrading')
 if redis.call('hlen', KEYS[1]) == 1 then
   redis.call('del', KEYS[1])
 else

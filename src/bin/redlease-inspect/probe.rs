@@ -311,14 +311,24 @@ fn probe_lock(
 }
 
 /// The leader of the election `name`, when its record names one of the lock's `holders`.
+/// A record the server will not show (an ACL without the election's keys) is no leader: the
+/// lock is shown all the same.
 fn election_leader(
     redis: &mut Connection,
     name: &str,
     holders: &[Holder],
 ) -> Result<Option<Leader>, Failure> {
-    let record: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(layout::leader_record(name))
-        .query(redis)?;
+    let record: redis::RedisResult<std::collections::HashMap<String, String>> =
+        redis::cmd("HGETALL")
+            .arg(layout::leader_record(name))
+            .query(redis);
+    let record = match record {
+        Ok(record) => record,
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
+            return Ok(None)
+        }
+        Err(err) => return Err(err.into()),
+    };
     let field = |key: &str| record.get(key).cloned().unwrap_or_default();
     let holder_id = field("holder");
     if !holders.iter().any(|holder| holder.id == holder_id) {
@@ -355,6 +365,9 @@ pub fn lock_fields(name: &str, fields: &[(Vec<u8>, Vec<u8>)]) -> Result<LockFiel
             upgrader = Some(value.into_owned());
             continue;
         }
+        if field == layout::UPGRADE_TRY_FIELD {
+            continue;
+        }
         let count: i64 = value.parse().map_err(|_| {
             Failure::NotFound(format!(
                 "{name:?} is a hash but not a lock: its field {field:?} holds {value:?}, not a count"
@@ -389,7 +402,7 @@ fn fill_read_levels(
     let mut pipe = redis::pipe();
     let mut asked = Vec::new();
     for (index, holder) in holders.iter().enumerate() {
-        if holder.role != Role::Reader {
+        if !matches!(holder.role, Role::Reader | Role::Upgradable) {
             continue;
         }
         for level in 1..=holder.count.clamp(0, MAX_LEVELS_SHOWN) {
