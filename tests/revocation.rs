@@ -110,6 +110,8 @@ fn each_kind_asks_the_holders_that_keep_it_out_and_a_free_lock_has_none() {
             asked.recv_timeout(Duration::from_secs(10)).is_ok()
         }
     });
+    // The upgrade's own write lock does not ask its own thread's holds.
+    assert_eq!(writing.lock().request_revocation().unwrap(), 0);
     // A reader is kept out by the writer alone: only its write field is asked.
     assert_eq!(rw.read().request_revocation().unwrap(), 1);
     assert!(eventually(Duration::from_secs(5), || writing

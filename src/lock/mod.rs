@@ -78,6 +78,8 @@ pub struct RawLock {
 struct Tried {
     acquired: Acquired,
     grant: Granted,
+    /// An upgrade's try id, for the undo should its grant be given up.
+    upgrade: Option<String>,
 }
 
 /// The chain an acquisition joins or starts: its holder id, the levels this process holds
@@ -136,7 +138,7 @@ impl RawAcquire for RawLock {
 
 impl RawRevocable for RawLock {
     fn request_revocation(&self) -> Result<usize> {
-        let call = protocol::request_revocation(self.keys()?);
+        let call = protocol::request_revocation(self.keys()?, self.upgrading.as_deref());
         self.client.run_script(&call)
     }
 }
@@ -382,7 +384,11 @@ impl RawLock {
                     // thread): a later try of the same chain must not be what it undoes.
                     *chain.borrow_mut() = self.chain_to_join(thread)?;
                 }
-                let Tried { acquired, grant } = tried?;
+                let Tried {
+                    acquired,
+                    grant,
+                    upgrade,
+                } = tried?;
                 Ok(match acquired {
                     Acquired::Taken { token } => {
                         let joins = levels_held > 0;
@@ -393,7 +399,7 @@ impl RawLock {
                                 // The level joined a chain given up here meanwhile, or came
                                 // too late to hold anything: take the chain's hold back, and
                                 // start a new chain.
-                                self.undo_given_up(&holder);
+                                self.undo_given_up(&holder, upgrade.as_deref());
                                 *chain.borrow_mut() = self.chain_to_join(thread)?;
                                 wait::Attempt::Again
                             }
@@ -435,7 +441,7 @@ impl RawLock {
             if let LockKind::Fair { .. } = self.keys.kind {
                 // Gave up (or failed) while in line: leave the queue, so that those behind do
                 // not wait for a place nobody will take.
-                self.undo_given_up(&chain.borrow().holder);
+                self.undo_given_up(&chain.borrow().holder, None);
             }
         }
         outcome
@@ -486,8 +492,8 @@ impl RawLock {
         };
         if watchdog.chain_of(&other, thread).is_some() {
             return Err(Error::InvalidArgument(format!(
-                "read-write lock {name:?}: this thread holds its upgradable read, which reads \
-                 already, and plain read levels cannot be held beside it"
+                "read-write lock {name:?}: a thread that holds the upgradable read (which reads \
+                 already) cannot hold plain read levels beside it, nor the other way round"
             )));
         }
         let writer_key = names::holder_watch_key(name, thread);
@@ -580,6 +586,7 @@ impl RawLock {
                 Ok(Tried {
                     acquired: answer.answer,
                     grant,
+                    upgrade,
                 })
             }
         }
@@ -662,11 +669,11 @@ impl RawLock {
 
     /// Takes back the hold of a chain this process has given up, and its place in a fair
     /// lock's queue.
-    fn undo_given_up(&self, holder: &str) {
+    fn undo_given_up(&self, holder: &str, upgrade: Option<&str>) {
         let given_up = TryOf {
             holder,
             levels_held: 0,
-            upgrade: None,
+            upgrade,
         };
         self.take_back(given_up, &"giving the chain up", Undoing::Now);
     }

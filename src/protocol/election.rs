@@ -159,11 +159,19 @@ fn next_id(id: &str) -> String {
 pub(crate) fn logged_changes(
     value: Value,
 ) -> Result<Vec<(String, Option<LoggedChange>)>, redis::ParsingError> {
-    let entries: Vec<(String, HashMap<String, String>)> = FromRedisValue::from_redis_value(value)?;
+    // Fields as bytes: an entry someone else wrote need not be text, and is passed over.
+    let entries: Vec<(String, Vec<Vec<u8>>)> = FromRedisValue::from_redis_value(value)?;
     Ok(entries
         .into_iter()
         .map(|(id, fields)| {
-            let change = logged_change(&id, fields);
+            let text = fields
+                .chunks_exact(2)
+                .filter_map(|pair| {
+                    let field = String::from_utf8(pair[0].clone()).ok()?;
+                    Some((field, String::from_utf8(pair[1].clone()).ok()?))
+                })
+                .collect();
+            let change = logged_change(&id, text);
             (id, change)
         })
         .collect())

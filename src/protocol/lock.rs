@@ -248,8 +248,9 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
 
 /// Asks the holders that keep an acquisition of this kind out to let go, on the notice
 /// channel: a reader's, the writer; an upgradable reader's, the writer and the upgradable
-/// reader; any other's, every holder. Answers how many holds were asked.
-pub(crate) fn request_revocation(keys: &LockKeys) -> ScriptCall {
+/// reader; any other's, every holder; never `except` (an upgrade's own upgradable read).
+/// Answers how many holds were asked.
+pub(crate) fn request_revocation(keys: &LockKeys, except: Option<&str>) -> ScriptCall {
     let whom = match keys.kind {
         LockKind::Read => "writer",
         LockKind::Upgradable => "upgrade",
@@ -258,6 +259,7 @@ pub(crate) fn request_revocation(keys: &LockKeys) -> ScriptCall {
     ScriptCall::new(&REQUEST_REVOCATION, &[&keys.name])
         .arg(layout::FORCE_RELEASE_CHANNEL)
         .arg(whom)
+        .arg(except.unwrap_or_default())
 }
 
 /// The hash field that counts `holder`'s levels in a lock of this kind.

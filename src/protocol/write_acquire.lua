@@ -24,6 +24,10 @@ if ARGV[3] ~= '0' then
   return enter_again(ARGV[2], ARGV[1], KEYS[2])
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  if ARGV[6] ~= '' then
+    -- This try answers for the grant now: an earlier try's late undo must leave it alone.
+    redis.call('hset', KEYS[1], 'upgrading', 'try:' .. ARGV[6])
+  end
   return taken_before(ARGV[2], ARGV[1], KEYS[2])
 end
 if ARGV[6] == '' then
