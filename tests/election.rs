@@ -349,7 +349,7 @@ fn one_leader_at_a_time_through_random_kills_and_pauses() {
     let seconds: u64 = std::env::var("REDLEASE_ELECTION_SECONDS")
         .ok()
         .and_then(|seconds| seconds.parse().ok())
-        .unwrap_or(12);
+        .unwrap_or(8);
     let redis = server();
     let dir = EventDir::new("election-random");
     let url = redis.url();
