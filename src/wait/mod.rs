@@ -110,7 +110,6 @@ where
         nudge,
     } = settings;
     let started = Instant::now();
-    let mut nudge = nudge.map(|nudge| (started + nudge.after, nudge.ask));
     // Set once the thread first sleeps: a try that succeeds at once never waited.
     let mut waiting = None;
     let mut subscribe = Some(subscribe);
@@ -122,7 +121,7 @@ where
         subscriptions: Vec::new(),
         woken: Vec::new(),
         outage_since: None,
-        wake_by: None,
+        nudge: nudge.map(|nudge| (started + nudge.after, nudge.ask)),
     };
     loop {
         if cancel.is_some_and(CancelToken::is_cancelled) {
@@ -157,14 +156,7 @@ where
             continue;
         }
         waiting.get_or_insert_with(|| recorder.start_waiting());
-        if let Some((at, ask)) = nudge {
-            nudge = match now < at {
-                true => Some((at, ask)),
-                false if ask() => None,
-                false => Some((now + RETRY_DURING_OUTAGE, ask)),
-            };
-        }
-        state.wake_by = nudge.map(|(at, _)| at);
+        state.nudge_if_due(now);
         state.pause(pause, now);
         ensure_running()?;
     }
@@ -193,8 +185,8 @@ struct Waiting<'a> {
     woken: Vec<usize>,
     /// Since when the tries fail with transient errors, if the last one did.
     outage_since: Option<Instant>,
-    /// When the next sleep must end at the latest besides the deadline (a nudge is due).
-    wake_by: Option<Instant>,
+    /// The nudge still to do, and when: the next sleep ends then at the latest.
+    nudge: Option<(Instant, &'a dyn Fn() -> bool)>,
 }
 
 impl Waiting<'_> {
@@ -236,9 +228,23 @@ impl Waiting<'_> {
         Err(err)
     }
 
-    /// Sleeps as `pause` says, at most until the deadline (`now` is when the pause began).
+    /// Does the nudge if it is due by `now`: once done, it is gone; when it could not be
+    /// done, it is due again after [`RETRY_DURING_OUTAGE`].
+    fn nudge_if_due(&mut self, now: Instant) {
+        if let Some((at, ask)) = self.nudge {
+            self.nudge = match now < at {
+                true => Some((at, ask)),
+                false if ask() => None,
+                false => Some((now + RETRY_DURING_OUTAGE, ask)),
+            };
+        }
+    }
+
+    /// Sleeps as `pause` says, at most until the deadline or a nudge due (`now` is when the
+    /// pause began).
     fn pause(&mut self, pause: Pause, now: Instant) {
-        let wake_by = match (self.deadline, self.wake_by) {
+        let nudge_at = self.nudge.map(|(at, _)| at);
+        let wake_by = match (self.deadline, nudge_at) {
             (Some(deadline), Some(nudge)) => Some(deadline.min(nudge)),
             (one, other) => one.or(other),
         };

@@ -550,9 +550,7 @@ impl NoticeSink {
             shared.work_arrived.notify_one();
         }
     }
-}
 
-impl NoticeSink {
     /// Someone asked `holder` to let go of `name`: if that is a chain in this process, its
     /// guard is told, and the revocation callback.
     pub(crate) fn revocation_requested(&self, name: &str, holder: &str) {
