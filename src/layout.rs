@@ -56,6 +56,13 @@ pub fn token_counter(name: &str) -> String {
     derived("redisson_lock_token", name)
 }
 
+/// The fair-lock waiters that accept a grant inside a release (`redlease_lock_grants:{name}`):
+/// a hash of holder id -> the lease in ms it asks for. A release hands the lock to the first
+/// in line when it is here; a waiter not here (a Redisson client) is woken to ask.
+pub fn fair_grants(name: &str) -> String {
+    derived("redlease_lock_grants", name)
+}
+
 /// A fair lock's queue of waiters: a list of holder ids, first in line first.
 pub fn fair_queue(name: &str) -> String {
     derived("redisson_lock_queue", name)

@@ -35,6 +35,9 @@ const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
 /// As in Redisson (`fairLockWaitTimeout`).
 const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// How many times in a row a release may hand a plain lock to another thread of the same
+/// manager before one frees it for everyone.
+const DEFAULT_LOCAL_HANDOFFS: u32 = 8;
 /// How long calls ride out an outage, by default.
 const DEFAULT_OUTAGE_GRACE: Duration = Duration::from_secs(30);
 /// The longest outage grace accepted: a call blocked longer is surely a mistake.
@@ -79,6 +82,7 @@ pub struct LockManagerBuilder {
     watchdog_timeout: Duration,
     max_idle_connections: usize,
     fair_lock_place_timeout: Duration,
+    local_handoffs: u32,
     callbacks: Callbacks,
     /// Sentinel mode: the sentinels (or why they could not be read) and the master's name.
     sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
@@ -129,6 +133,7 @@ impl LockManager {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             max_idle_connections: DEFAULT_MAX_IDLE_CONNECTIONS,
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
+            local_handoffs: DEFAULT_LOCAL_HANDOFFS,
             callbacks: Callbacks::default(),
             sentinel: None,
             cluster: None,
@@ -375,6 +380,7 @@ impl LockManager {
     /// | `redlease_at_risk_total` | counter | `reason` | holds raised at risk: `unreachable`, `unanswered`, `failover`, `refused` |
     /// | `redlease_risk_cleared_total` | counter | | holds at risk renewed again |
     /// | `redlease_revocations_requested_total` | counter | | holds whose holder was asked to let go |
+    /// | `redlease_handoffs_total` | counter | | acquisitions handed to a waiting thread inside a release |
     /// | `redlease_lost_total` | counter | `reason` | holds lost: `not_held_anymore`, `lease_expired`, `force_released` |
     /// | `redlease_pubsub_reconnects_total` | counter | | pub/sub connections made again after the first |
     /// | `redlease_cleanups_total` | counter | `outcome` | undos of failed calls ended: `done`, `abandoned` |
@@ -482,6 +488,23 @@ impl LockManagerBuilder {
     /// skipped that much later. A live waiter asks again well within it.
     pub fn fair_lock_place_timeout(mut self, timeout: Duration) -> Self {
         self.fair_lock_place_timeout = timeout;
+        self
+    }
+
+    /// How many times in a row the release of a [plain lock](LockManager::lock) may hand the
+    /// lock to another thread of this manager that waits for it (default 8; 0: never).
+    ///
+    /// When a thread releases the last level of its hold while another thread of the same
+    /// manager waits for that lock, the release script gives the lock to the waiting thread
+    /// (a new holder id and fencing token, the lease it asked for) instead of freeing it, and
+    /// the waiting thread holds it without asking Redis again: a handoff costs one round
+    /// trip instead of a release, a wake-up and an acquisition. Redisson's lock is not fair
+    /// either: a waiter in another process has no right to go first. This bound keeps one busy
+    /// process from keeping the lock from the others: after this many handoffs in a row, a
+    /// release frees the lock for everyone, which wakes the waiters of every process. See
+    /// [the performance guide](crate::guide::performance) for what it costs and saves.
+    pub fn local_handoffs(mut self, in_a_row: u32) -> Self {
+        self.local_handoffs = in_a_row;
         self
     }
 
@@ -892,6 +915,7 @@ impl LockManagerBuilder {
             callbacks: self.callbacks,
             replica_acks,
             tls: self.tls,
+            local_handoffs: self.local_handoffs,
         })?;
         Ok(LockManager {
             client,

@@ -56,6 +56,10 @@ pub struct Stats {
     /// How many holds of this manager were asked to let go (a revocation request heard for
     /// them, once per hold).
     pub revocations_requested: u64,
+    /// Acquisitions handed to this manager's waiting threads inside a release, without
+    /// asking Redis again: a plain lock handed on by another thread of the manager, a fair
+    /// lock granted by a release in any process.
+    pub handoffs: u64,
     /// Undos the manager's cleanup thread is sending now, until Redis answers them: of what
     /// failed or abandoned calls may have left in Redis (a lock level or a fair waiter's
     /// place whose acquisition got no answer, permits a take took, a lock whose dropped

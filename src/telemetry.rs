@@ -63,6 +63,13 @@ pub(crate) fn revocation_requested() {
     metrics::counter!("redlease_revocations_requested_total").increment(1);
 }
 
+/// A waiting thread took a lock a release handed it.
+#[inline]
+pub(crate) fn handoff() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("redlease_handoffs_total").increment(1);
+}
+
 /// A hold lost for `reason`.
 #[inline]
 pub(crate) fn lost(reason: LostReason) {

@@ -21,6 +21,7 @@ use crate::topology::pool::{Pool, Target};
 use crate::topology::resolve::Resolver;
 use crate::topology::sentinel::{MasterLocator, SwitchWatcher};
 use crate::topology::tls::{self, TlsConnector, TlsOptions};
+use crate::wait::handoff::Lines;
 use crate::watchdog::Watchdog;
 
 /// The connect and response timeouts, which every step is bounded by.
@@ -77,6 +78,7 @@ impl Client {
             callbacks,
             replica_acks,
             tls,
+            local_handoffs,
         } = settings;
         let timeouts = Timeouts {
             connect: connect_timeout,
@@ -121,8 +123,10 @@ impl Client {
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             waits: WaitRecorder::new(),
+            handoffs: Lines::new(local_handoffs),
             acks: replica_acks,
             releases_unreplicated: AtomicU64::new(0),
+            handoffs_taken: AtomicU64::new(0),
             unreplicated_releases_log: ShortfallLog::new(),
         }))
     }

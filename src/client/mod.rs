@@ -36,10 +36,12 @@ use crate::protocol::names;
 use crate::protocol::{Request, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::stats::{Stats, WaitRecorder};
+use crate::telemetry;
 use crate::topology::pool::Pool;
 use crate::topology::sentinel::SwitchWatcher;
 use crate::topology::tls::TlsOptions;
 use crate::wait;
+use crate::wait::handoff::Lines;
 use crate::watchdog::{Callbacks, Watchdog};
 
 /// What a client is built from; checked by the builder before.
@@ -62,6 +64,9 @@ pub(crate) struct Settings {
     pub(crate) tls: TlsOptions,
     /// What acquisitions, renewals, releases and fenced writes wait for, if anything.
     pub(crate) replica_acks: Option<ReplicaAcks>,
+    /// How many times in a row a release may hand a plain lock to another thread of the
+    /// process (0: never).
+    pub(crate) local_handoffs: u32,
 }
 
 /// The sentinels of a master and its name.
@@ -108,9 +113,13 @@ pub(crate) struct Client {
     next_request: AtomicU64,
     shut_down: AtomicBool,
     waits: WaitRecorder,
+    /// The threads waiting for each plain lock, which a release may hand the lock to.
+    handoffs: Lines,
     acks: Option<ReplicaAcks>,
     /// Releases that stood without enough replica acknowledgements.
     releases_unreplicated: AtomicU64,
+    /// Acquisitions handed to waiting threads inside a release.
+    handoffs_taken: AtomicU64,
     unreplicated_releases_log: ShortfallLog,
 }
 
@@ -206,6 +215,17 @@ impl Client {
             .report(1, format_args!("release of {name:?}"), why);
     }
 
+    /// The lines of this process's waiters that a release may hand a plain lock to.
+    pub(crate) fn handoffs(&self) -> &Lines {
+        &self.handoffs
+    }
+
+    /// A waiting thread holds a lock a release handed it.
+    pub(crate) fn count_handoff(&self) {
+        self.handoffs_taken.fetch_add(1, Ordering::Relaxed);
+        telemetry::handoff();
+    }
+
     /// Where the wait loop counts this client's waits and acquisitions.
     pub(crate) fn wait_recorder(&self) -> &WaitRecorder {
         &self.waits
@@ -230,6 +250,7 @@ impl Client {
             risks_raised: watchdog.risks.raised,
             risks_cleared: watchdog.risks.cleared,
             revocations_requested: watchdog.revocations_requested,
+            handoffs: self.handoffs_taken.load(Ordering::Relaxed),
             cleanup_pending: self.cleanup.counts().pending(),
             cleanup_done: self.cleanup.counts().done(),
             cleanup_abandoned: self.cleanup.counts().abandoned(),
@@ -354,23 +375,36 @@ impl Client {
     /// ([`Release::Waited`]), it is sent again through an outage as a change is
     /// ([`Client::settle`]); by a dropping guard ([`Release::Dropped`]), which must not block,
     /// it is sent once and, unanswered, handed to the cleanup thread until `until` (when the
-    /// lease would have run out anyway). The key is forgotten once answered.
+    /// lease would have run out anyway). Every send after the first is `again` when given:
+    /// the same release with the same key, without what only its first send may do (hand
+    /// the lock to a waiting thread, which may have stopped waiting by then); should the
+    /// first run late, it finds the answer of a repeat that ran before it, and does nothing.
+    /// The key is forgotten once answered.
     pub(crate) fn release<T: FromRedisValue>(
         &self,
         name: &str,
         call: ScriptCall,
+        again: Option<ScriptCall>,
         key: String,
         how: Release,
         until: impl FnOnce() -> Instant,
     ) -> Result<Acked<T>> {
-        let send = || self.run_acknowledged(&call, |_| {});
+        let mut sent = false;
+        let mut send = || {
+            let call = match (&again, sent) {
+                (Some(again), true) => again,
+                _ => &call,
+            };
+            sent = true;
+            self.run_acknowledged(call, |_| {})
+        };
         let answer = match how {
             Release::Waited => self.settle(name, send),
             Release::Dropped => send().inspect_err(|err| {
                 if err.is_outage() {
                     self.cleanup.keep_trying(Undo {
                         what: format!("{name:?}: release by a dropped guard"),
-                        call: call.clone(),
+                        call: again.unwrap_or_else(|| call.clone()),
                         until: until(),
                     });
                 }

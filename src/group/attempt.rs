@@ -233,6 +233,7 @@ impl Group {
                     levels_held[index],
                     lease_ms[index],
                     None,
+                    false,
                 );
                 Request::new(member.client(), call)
             })

@@ -505,6 +505,7 @@ impl Group {
                         lease_ms[index],
                         member.raw().client().answer_keep_ms(),
                         left.total(),
+                        protocol::Handing::No,
                     ),
                 )
             })

@@ -12,6 +12,7 @@
 //! when a holder releases.
 
 mod guard;
+mod handoff;
 pub(crate) mod rwlock;
 pub(crate) mod upgradable;
 
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
 pub(crate) use guard::{LockHold, OverLockHold};
+use handoff::LocalPlace;
 
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
@@ -31,7 +33,7 @@ use crate::hold::handle::{Lease, LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
-use crate::pubsub::Subscription;
+use crate::pubsub::{Letterbox, Subscription};
 use crate::wait::cancel::CancelToken;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::lease;
@@ -355,23 +357,71 @@ impl RawLock {
         let chain = RefCell::new(self.chain_to_join(thread)?);
         // Whether an attempt may have put the chain in a fair lock's queue.
         let queued = Cell::new(false);
+        // The chain's place in the line of this process's waiters for a plain lock, which a
+        // release may hand the lock to; left when the chain is given up.
+        let place = RefCell::new(None);
+        // A fair-lock waiter's own channel keeps a grant here, and the last try that found
+        // the lock held says when: a grant came after that try was sent.
+        let letters = Letterbox::default();
+        let held_at = Cell::new(None);
+        let new_chain = || -> Result<()> {
+            place.borrow_mut().take();
+            *chain.borrow_mut() = self.chain_to_join(thread)?;
+            Ok(())
+        };
         let outcome = wait::wait_until(WaitFor {
             deadline,
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
-            subscribe: || self.subscribe(&chain.borrow().holder),
+            subscribe: || {
+                let holder = &chain.borrow().holder;
+                let mut subscriptions = self.subscribe(holder, &letters)?;
+                if let Some((handed_on, joined)) = self.join_line(holder, lease) {
+                    subscriptions.push(handed_on);
+                    *place.borrow_mut() = Some(joined);
+                }
+                Ok(subscriptions)
+            },
             attempt: || {
                 let Chain {
                     holder,
                     levels_held,
                     upgrade,
                 } = chain.borrow().clone();
+                if let Some(grant) = self.fair_grant(&letters, &holder, lease, held_at.get()) {
+                    if let Some(guard) =
+                        self.guard(holder.clone(), false, lease, grant, cancel, &hold)
+                    {
+                        self.client.count_handoff();
+                        return Ok(wait::Attempt::Taken(guard));
+                    }
+                    // Too late to trust the grant's lease by this clock: the try below finds
+                    // the grant, if it still stands, and gives it a fresh lease.
+                }
+                let handed = place.borrow().as_ref().and_then(LocalPlace::take_grant);
+                if let Some(grant) = handed {
+                    // A release handed the lock to this chain: it holds it, unless the grant
+                    // came too late to hold anything.
+                    return Ok(
+                        match self.guard(holder.clone(), false, lease, grant, cancel, &hold) {
+                            Some(guard) => {
+                                self.client.count_handoff();
+                                wait::Attempt::Taken(guard)
+                            }
+                            None => {
+                                self.undo_given_up(&holder, None);
+                                new_chain()?;
+                                wait::Attempt::Again
+                            }
+                        },
+                    );
+                }
                 let tried = self.attempt(&holder, levels_held, upgrade, lease);
                 if levels_held == 0 && tried.as_ref().is_err_and(undo_may_come_late) {
                     // The try's undo may reach the server late (sent again by the cleanup
                     // thread): a later try of the same chain must not be what it undoes.
-                    *chain.borrow_mut() = self.chain_to_join(thread)?;
+                    new_chain()?;
                 }
                 let Tried {
                     acquired,
@@ -389,19 +439,20 @@ impl RawLock {
                                 // too late to hold anything: take the chain's hold back, and
                                 // start a new chain.
                                 self.undo_given_up(&holder, upgrade.as_deref());
-                                *chain.borrow_mut() = self.chain_to_join(thread)?;
+                                new_chain()?;
                                 wait::Attempt::Again
                             }
                         }
                     }
                     Acquired::Held { ttl } => {
                         queued.set(true);
+                        held_at.set(Some(grant.sent_at));
                         wait::Attempt::Held { hint: ttl }
                     }
                     Acquired::ChainGone => {
                         let watchdog = self.client.watchdog();
                         watchdog.chain_gone(&self.watch_key(thread), &holder);
-                        *chain.borrow_mut() = self.chain_to_join(thread)?;
+                        new_chain()?;
                         wait::Attempt::Again
                     }
                     Acquired::UpgradableGone => {
@@ -426,6 +477,9 @@ impl RawLock {
                 ask: &ask_holders,
             }),
         });
+        if let (Some(place), Ok(Some(_))) = (place.take(), &outcome) {
+            place.kept();
+        }
         if queued.get() && !matches!(outcome, Ok(Some(_))) {
             if let LockKind::Fair { .. } = self.keys.kind {
                 // Gave up (or failed) while in line: leave the queue, so that those behind do
@@ -454,13 +508,14 @@ impl RawLock {
     }
 
     /// Subscribes the chain of `holder` to what announces a release: the lock's channel, or a
-    /// fair lock's own channel for it (a fair lock wakes only the next in line).
-    fn subscribe(&self, holder: &str) -> Result<Vec<Subscription>> {
+    /// fair lock's own channel for it (a fair lock wakes or grants only the next in line),
+    /// whose grants are kept in `letters`.
+    fn subscribe(&self, holder: &str, letters: &Letterbox) -> Result<Vec<Subscription>> {
         let pubsub = self.client.pubsub();
         let subscription = match self.keys.kind {
             LockKind::Fair { .. } => {
                 let channel = self.keys.waiter_channel(holder);
-                pubsub.subscribe(&channel, &self.keys.name)?
+                pubsub.subscribe_with_letters(&channel, &self.keys.name, letters.clone())?
             }
             _ => pubsub.subscribe(&self.keys.channel, &self.keys.name)?,
         };
@@ -558,7 +613,16 @@ impl RawLock {
             levels_held,
             upgrade: upgrade.as_deref(),
         };
-        let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms, this_try.upgrade);
+        let grants = self.accepts_grant();
+        let keys = &self.keys;
+        let call = protocol::acquire(
+            keys,
+            holder,
+            levels_held,
+            lease_ms,
+            this_try.upgrade,
+            grants,
+        );
         let sent_at = Instant::now();
         let answer = self
             .client
@@ -676,7 +740,7 @@ impl RawLock {
 
     /// Takes back the hold of a chain this process has given up, and its place in a fair
     /// lock's queue.
-    fn undo_given_up(&self, holder: &str, upgrade: Option<&str>) {
+    pub(super) fn undo_given_up(&self, holder: &str, upgrade: Option<&str>) {
         let given_up = TryOf {
             holder,
             levels_held: 0,
@@ -688,6 +752,9 @@ impl RawLock {
     /// Releases one level held by `holder` (a chain's holder id), leaving the chain the
     /// levels `left` in this process. Remaining levels get the watchdog timeout as their lease
     /// while the watchdog renews them, else the lease of the level released.
+    /// A plain lock's last level is handed to a thread of this manager that waits for it, if
+    /// one does and the bound on handoffs in a row allows (see
+    /// [`wait::handoff`](crate::wait::handoff)).
     pub(crate) fn release(
         &self,
         holder: &str,
@@ -701,29 +768,51 @@ impl RawLock {
             _ => client.watchdog_timeout_ms(),
         };
         let receipt = self.keys.release_receipt(&client.next_request_id());
-        let call = protocol::release(
-            &self.keys,
-            &receipt,
-            holder,
-            lease_ms,
-            client.answer_keep_ms(),
-            left.total(),
-        );
+        let release = |handing: protocol::Handing<'_>| {
+            let keep_ms = client.answer_keep_ms();
+            let levels = left.total();
+            protocol::release(
+                &self.keys, &receipt, holder, lease_ms, keep_ms, levels, handing,
+            )
+        };
+        let offer = match left.total() {
+            0 => self.handoff_offer(),
+            _ => None,
+        };
+        let (call, again) = match &offer {
+            Some(offer) => {
+                let holder = offer.holder();
+                let lease_ms = offer.lease_ms();
+                let handing = protocol::Handing::To { holder, lease_ms };
+                (release(handing), Some(release(protocol::Handing::No)))
+            }
+            None => (release(protocol::Handing::No), None),
+        };
         // The receipt makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
         let until = || Instant::now() + Duration::from_millis(lease_ms);
-        let acked = client.release::<redis::Value>(self.name(), call, receipt, how, until)?;
-        if protocol::released(&acked.answer) {
-            // Released on the master, which is what the caller's hold was: it stands.
-            if let Some(why) = acked.unreplicated {
-                client.release_unreplicated(self.name(), &why);
-            }
-            Ok(())
-        } else {
-            Err(Error::NotHeld {
-                name: self.keys.name.clone(),
-            })
+        let sent_at = Instant::now();
+        let receipt_key = receipt.clone();
+        let answer =
+            client.release::<redis::Value>(self.name(), call, again, receipt_key, how, until);
+        if let Some(offer) = offer {
+            let taking_back = |holder: &str| release(protocol::Handing::TakingBack(holder));
+            self.settle_offer(offer, &answer, sent_at, taking_back);
         }
+        let acked = answer?;
+        if !protocol::released(&acked.answer) {
+            return Err(Error::NotHeld {
+                name: self.keys.name.clone(),
+            });
+        }
+        if acked.answer == redis::Value::Int(1) && self.is_plain() {
+            client.handoffs().freed(self.name());
+        }
+        // Released on the master, which is what the caller's hold was: it stands.
+        if let Some(why) = acked.unreplicated {
+            client.release_unreplicated(self.name(), &why);
+        }
+        Ok(())
     }
 }
 

@@ -3,10 +3,13 @@
 -- KEYS[2]: the queue of waiters (a list of holder ids, head first)
 -- KEYS[3]: when each waiter's place in the queue expires (a zset, epoch ms of the server)
 -- KEYS[4]: the fencing token counter of the lock name
+-- KEYS[5]: the waiters that accept a grant inside a release (holder id -> lease ms)
 -- ARGV[1]: the lease in milliseconds
 -- ARGV[2]: the holder id (unique to one acquisition chain)
 -- ARGV[3]: how many levels of the chain the holder's process holds ('0': a new chain)
 -- ARGV[4]: how long a place is kept after the place ahead of it expires, in ms
+-- ARGV[5]: '1' when the waiter accepts a grant inside a release (the lease it is given is
+--          ARGV[1], at most ARGV[4]), else '0'
 -- Answers as the lock's acquire script: {1, token} taken, {2, token} entered once more,
 -- {0, ms to wait at most} queued behind others, {3, 0} the chain's hold is gone.
 -- Places whose waiter stopped asking (it died), or that lost their expiry, are dropped from
@@ -27,14 +30,7 @@ if redis.call('exists', KEYS[1]) == 0 then
   local head = redis.call('lindex', KEYS[2], 0)
   if not head or head == ARGV[2] then
     local taken = redis.call('incr', KEYS[4])
-    if head then
-      redis.call('lpop', KEYS[2])
-    end
-    redis.call('zrem', KEYS[3], ARGV[2])
-    local shorter = -tonumber(ARGV[4])
-    for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-      redis.call('zincrby', KEYS[3], shorter, waiter)
-    end
+    leave_head(ARGV[2], ARGV[4])
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, taken}
@@ -60,6 +56,19 @@ local function wait_hint()
   return 1
 end
 
+-- A waiter that accepts grants says so with every try, for as long as its place lasts (the
+-- hash outlives every place it lists, up to 2^40 ms: a place set by hand may be endless).
+local function accept_grants(expiry)
+  if ARGV[5] ~= '1' then
+    return
+  end
+  redis.call('hset', KEYS[5], ARGV[2], ARGV[1])
+  local left = math.max(1, math.min(math.floor(expiry - now), 2 ^ 40))
+  if redis.call('pttl', KEYS[5]) < left then
+    redis.call('pexpire', KEYS[5], string.format('%.0f', left))
+  end
+end
+
 local place = redis.call('zscore', KEYS[3], ARGV[2])
 if place then
   local hint = wait_hint()
@@ -70,6 +79,7 @@ if place then
       if kept > tonumber(place) then
         redis.call('zadd', KEYS[3], kept, ARGV[2])
       end
+      accept_grants(math.max(kept, tonumber(place)))
       break
     end
   end
@@ -87,4 +97,5 @@ end
 if redis.call('zadd', KEYS[3], ahead_ends + tonumber(ARGV[4]), ARGV[2]) == 1 then
   redis.call('rpush', KEYS[2], ARGV[2])
 end
+accept_grants(ahead_ends + tonumber(ARGV[4]))
 return {0, wait_hint()}

@@ -3,6 +3,7 @@
 -- expiry) dropped.
 -- KEYS[2]: the queue of waiters (a list of holder ids, head first)
 -- KEYS[3]: when each waiter's place in the queue expires (a zset, epoch ms of the server)
+-- KEYS[5]: the waiters that accept a grant inside a release (a hash, holder id -> lease ms)
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 while true do
@@ -16,5 +17,19 @@ while true do
   end
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], head)
+  redis.call('hdel', KEYS[5], head)
 end
 
+-- Takes `holder`, whose turn it is, out of the queue (at its head, if it has a place): every
+-- place still queued is shortened by one place's wait (`place_ms`), as the queue moved up.
+local function leave_head(holder, place_ms)
+  if redis.call('lindex', KEYS[2], 0) == holder then
+    redis.call('lpop', KEYS[2])
+  end
+  redis.call('zrem', KEYS[3], holder)
+  redis.call('hdel', KEYS[5], holder)
+  local shorter = -tonumber(place_ms)
+  for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+    redis.call('zincrby', KEYS[3], shorter, waiter)
+  end
+end

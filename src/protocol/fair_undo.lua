@@ -4,6 +4,7 @@
 -- KEYS[1]: the lock hash
 -- KEYS[2]: the queue of waiters
 -- KEYS[3]: when each waiter's place expires
+-- KEYS[4]: the waiters that accept a grant inside a release
 -- ARGV[1]: the holder id
 -- ARGV[2]: how many levels of the lock the holder's process holds
 -- ARGV[3]: the release message
@@ -25,6 +26,7 @@ if type(queue) == 'table' then
     redis.call('lrem', KEYS[2], 0, ARGV[1])
   end
   redis.pcall('zrem', KEYS[3], ARGV[1])
+  redis.pcall('hdel', KEYS[4], ARGV[1])
 end
 local function wake_next()
   local head = redis.pcall('lindex', KEYS[2], 0)

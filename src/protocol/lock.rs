@@ -44,13 +44,15 @@ lua_script!(
 
 /// Takes the lock for the chain `holder`, which holds `levels_held` levels already (0: a new
 /// chain), with a lease of `lease_ms`; for a write lock taken by the upgradable reader, an
-/// upgrade, with the id of this try.
+/// upgrade, with the id of this try. A fair-lock waiter that `accepts_grant` may be handed
+/// the lock by a release while it waits (see [`grant_of`]).
 pub(crate) fn acquire(
     keys: &LockKeys,
     holder: &str,
     levels_held: u32,
     lease_ms: u64,
     upgrade: Option<&str>,
+    accepts_grant: bool,
 ) -> ScriptCall {
     if let (LockKind::Leader, Some(election)) = (keys.kind, &keys.election) {
         return super::election::campaign(keys, election, holder, levels_held, lease_ms);
@@ -62,12 +64,19 @@ pub(crate) fn acquire(
             .arg(levels_held),
         LockKind::Fair { place_ms } => ScriptCall::new(
             &FAIR_ACQUIRE,
-            &[&keys.name, &keys.queue, &keys.queue_timeouts, &keys.token],
+            &[
+                &keys.name,
+                &keys.queue,
+                &keys.queue_timeouts,
+                &keys.token,
+                &keys.grants,
+            ],
         )
         .arg(lease_ms)
         .arg(holder)
         .arg(levels_held)
-        .arg(place_ms),
+        .arg(place_ms)
+        .arg(u8::from(accepts_grant)),
         LockKind::Read => ScriptCall::new(&READ_ACQUIRE, &[&keys.name, &keys.token])
             .arg(lease_ms)
             .arg(holder)
@@ -119,8 +128,22 @@ impl FromRedisValue for Acquired {
     }
 }
 
+/// What a plain lock's release of its last level does for a chain of the releasing process
+/// that waits for the lock.
+#[derive(Clone, Copy)]
+pub(crate) enum Handing<'a> {
+    /// Nothing: frees the lock.
+    No,
+    /// Hands it the lock: its holder id, and the lease it asked for in ms.
+    To { holder: &'a str, lease_ms: u64 },
+    /// Frees the lock, and takes back the hold an earlier send of the same release may have
+    /// handed to this holder id, which stopped waiting.
+    TakingBack(&'a str),
+}
+
 /// Releases one level of the chain `holder`, which keeps `levels_left` levels; remaining
 /// levels get at least `lease_ms`. The answer is kept `receipt_ms` under `receipt` for a retry.
+/// A plain lock's last level is handed on as `handing` says (see [`handed`]).
 pub(crate) fn release(
     keys: &LockKeys,
     receipt: &str,
@@ -128,6 +151,7 @@ pub(crate) fn release(
     lease_ms: u64,
     receipt_ms: u64,
     levels_left: u32,
+    handing: Handing<'_>,
 ) -> ScriptCall {
     if let (LockKind::Leader, Some(election)) = (keys.kind, &keys.election) {
         let release = (holder, lease_ms, receipt_ms, levels_left);
@@ -135,23 +159,40 @@ pub(crate) fn release(
     }
     match keys.kind {
         LockKind::Plain | LockKind::Leader => {
-            ScriptCall::new(&RELEASE, &[&keys.name, &keys.channel, receipt])
+            let (to, to_lease_ms, taking_back) = match handing {
+                Handing::No => ("", 0, ""),
+                Handing::To { holder, lease_ms } => (holder, lease_ms, ""),
+                Handing::TakingBack(holder) => ("", 0, holder),
+            };
+            let keys = [&keys.name, &keys.channel, receipt, &keys.token];
+            ScriptCall::new(&RELEASE, &keys)
                 .arg(holder)
                 .arg(lease_ms)
                 .arg(receipt_ms)
                 .arg(RELEASE_MESSAGE)
                 .arg(levels_left)
+                .arg(to)
+                .arg(to_lease_ms)
+                .arg(taking_back)
         }
-        LockKind::Fair { .. } => ScriptCall::new(
+        LockKind::Fair { place_ms } => ScriptCall::new(
             &FAIR_RELEASE,
-            &[&keys.name, &keys.queue, &keys.queue_timeouts, receipt],
+            &[
+                &keys.name,
+                &keys.queue,
+                &keys.queue_timeouts,
+                receipt,
+                &keys.grants,
+                &keys.token,
+            ],
         )
         .arg(holder)
         .arg(lease_ms)
         .arg(receipt_ms)
         .arg(RELEASE_MESSAGE)
         .arg(levels_left)
-        .arg(&keys.channel),
+        .arg(&keys.channel)
+        .arg(place_ms),
         LockKind::Read | LockKind::Upgradable => {
             ScriptCall::new(&READ_RELEASE, &[&keys.name, &keys.channel, receipt])
                 .arg(holder)
@@ -177,6 +218,31 @@ pub(crate) fn released(answer: &Value) -> bool {
     *answer != Value::Nil
 }
 
+/// A fair lock's grant to the waiter `holder`, from a message on its channel: the fencing
+/// token and the lease the release gave it (`grant <token> <lease ms> <holder id>`).
+pub(crate) fn grant_of(message: &[u8], holder: &str) -> Option<(u64, u64)> {
+    let message = std::str::from_utf8(message).ok()?;
+    let mut words = message.split(' ');
+    if words.next()? != "grant" {
+        return None;
+    }
+    let token = words.next()?.parse().ok()?;
+    let lease_ms = words.next()?.parse().ok()?;
+    (words.next()? == holder && words.next().is_none()).then_some((token, lease_ms))
+}
+
+/// The fencing token of the hold a release handed on (`{2, token}` from the script), if it
+/// did.
+pub(crate) fn handed(answer: &Value) -> Option<u64> {
+    match answer {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(2), Value::Int(token)] => u64::try_from(*token).ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Takes back what an acquisition by `holder` whose answer did not come may have added,
 /// leaving the `levels_held` the chain had.
 ///
@@ -194,7 +260,9 @@ pub(crate) fn undo(
             .arg(levels_held)
             .arg(RELEASE_MESSAGE),
         LockKind::Fair { place_ms } => {
-            ScriptCall::new(&FAIR_UNDO, &[&keys.name, &keys.queue, &keys.queue_timeouts])
+            let keys_of_undo: [&str; 4] =
+                [&keys.name, &keys.queue, &keys.queue_timeouts, &keys.grants];
+            ScriptCall::new(&FAIR_UNDO, &keys_of_undo)
                 .arg(holder)
                 .arg(levels_held)
                 .arg(RELEASE_MESSAGE)

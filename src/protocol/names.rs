@@ -86,18 +86,24 @@ pub(crate) struct LockKeys {
     /// (`<channel>:<holder id>`).
     pub(crate) channel: String,
     pub(crate) token: String,
-    /// A fair lock's queue and the expiries of its places (empty for other kinds).
+    /// A fair lock's queue, the expiries of its places, and the waiters that accept a grant
+    /// inside a release (empty for other kinds).
     pub(crate) queue: String,
     pub(crate) queue_timeouts: String,
+    pub(crate) grants: String,
     /// An election's keys and the candidate's value (for [`LockKind::Leader`] only).
     pub(crate) election: Option<ElectionKeys>,
 }
 
 impl LockKeys {
     pub(crate) fn of_kind(name: &str, kind: LockKind) -> Self {
-        let (queue, queue_timeouts) = match kind {
-            LockKind::Fair { .. } => (layout::fair_queue(name), layout::fair_places(name)),
-            _ => (String::new(), String::new()),
+        let (queue, queue_timeouts, grants) = match kind {
+            LockKind::Fair { .. } => (
+                layout::fair_queue(name),
+                layout::fair_places(name),
+                layout::fair_grants(name),
+            ),
+            _ => (String::new(), String::new(), String::new()),
         };
         let channel = match kind {
             LockKind::Read | LockKind::Write | LockKind::Upgradable => layout::rwlock_channel(name),
@@ -112,6 +118,7 @@ impl LockKeys {
             token: layout::token_counter(name),
             queue,
             queue_timeouts,
+            grants,
             election: None,
         }
     }

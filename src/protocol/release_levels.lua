@@ -1,10 +1,30 @@
 -- Helpers of the release scripts of the reentrant locks (lock, fair lock, write and read
 -- locks), whose hash is KEYS[1].
 
--- The answer a release request already got, kept under its latch key, if any.
+-- The answer a release request already got, kept under its latch key, if any: a number, or
+-- 'h<token>' for a release that handed the lock on ({2, token}).
 local function earlier_answer(latch)
   local answered = redis.call('get', latch)
-  return answered and tonumber(answered)
+  if not answered then
+    return nil
+  end
+  if string.sub(answered, 1, 1) == 'h' then
+    return {2, tonumber(string.sub(answered, 2))}
+  end
+  return tonumber(answered)
+end
+
+-- Gives the lock whose holder releases its last level to the chain `next` (waiting in the
+-- holder's process), with a lease of `lease_ms` and a fresh fencing token from `token_key`;
+-- answers {2, token}, kept under `latch` for `latch_ms` for a retried request. Nothing is
+-- published: nobody else may take the lock.
+local function hand_over(next, lease_ms, token_key, latch, latch_ms)
+  local token = redis.call('incr', token_key)
+  redis.call('del', KEYS[1])
+  redis.call('hset', KEYS[1], next, 1)
+  redis.call('pexpire', KEYS[1], lease_ms)
+  redis.call('set', latch, 'h' .. token, 'px', latch_ms)
+  return {2, token}
 end
 
 -- Keeps `left` (more than none) levels of the hash field `field`, with at least `lease_ms`

@@ -171,19 +171,64 @@ struct Channel {
     dropped: bool,
 }
 
+/// What a waiter listens for on its channel: the lock name it waits for (`None`: every
+/// message wakes it), and where a message other than a wake is kept for it to read.
+#[derive(Clone, Default)]
+pub(crate) struct Interest {
+    pub(super) lock: Option<String>,
+    pub(super) letters: Option<Letterbox>,
+}
+
+impl Interest {
+    /// A waiter for the lock `lock` (`None`: for every message).
+    pub(crate) fn lock(lock: Option<&str>) -> Self {
+        Interest {
+            lock: lock.map(str::to_owned),
+            letters: None,
+        }
+    }
+
+    /// The same, keeping the messages other than wakes in `letters`.
+    pub(crate) fn with_letters(self, letters: Letterbox) -> Self {
+        Interest {
+            letters: Some(letters),
+            ..self
+        }
+    }
+}
+
+/// Where the last message other than a wake (`0`, `1`) heard on a waiter's channel is kept,
+/// for the waiter to read (a fair lock's grant). It stays the waiter's while its subscription
+/// moves between nodes.
+#[derive(Clone, Default)]
+pub(crate) struct Letterbox(Arc<parking_lot::Mutex<Option<Box<[u8]>>>>);
+
+impl Letterbox {
+    /// Takes the message kept, if any.
+    pub(crate) fn take(&self) -> Option<Box<[u8]>> {
+        self.0.lock().take()
+    }
+
+    fn put(&self, payload: &[u8]) {
+        *self.0.lock() = Some(payload.into());
+    }
+}
+
 /// One waiting thread's place on a channel.
 pub(super) struct Waiter {
     /// The lock name it waits for; `None` when every message on the channel wakes it.
     lock: Option<String>,
+    letters: Option<Letterbox>,
     wake: Sender<()>,
     pub(super) woken: Receiver<()>,
 }
 
 impl Waiter {
-    pub(super) fn new(lock: Option<&str>) -> Self {
+    pub(super) fn new(interest: &Interest) -> Self {
         let (wake, woken) = crossbeam_channel::bounded(1);
         Waiter {
-            lock: lock.map(str::to_owned),
+            lock: interest.lock.clone(),
+            letters: interest.letters.clone(),
             wake,
             woken,
         }
@@ -539,11 +584,19 @@ impl State {
 
     /// A message on a release channel: `1` (a read lock freed) wakes all its waiters,
     /// anything else one waiter per lock name and every waiter that listens for every
-    /// message.
+    /// message; a message other than `0` and `1` is kept in the letterbox of every waiter
+    /// of the channel that has one, first.
     pub(super) fn released(&mut self, channel: &str, payload: &[u8]) {
         let Some(entry) = self.channels.get_mut(channel) else {
             return;
         };
+        if payload != b"0" && payload != b"1" {
+            let letters = entry
+                .waiters
+                .iter()
+                .filter_map(|waiter| waiter.letters.as_ref());
+            letters.for_each(|letters| letters.put(payload));
+        }
         if payload == b"1" {
             entry.waiters.iter().for_each(|waiter| waiter.wake());
         } else {

@@ -36,7 +36,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use redis::ConnectionInfo;
 
-use super::channels::Mode;
+use super::channels::{Interest, Mode};
 use super::hub::{Hub, HubSettings, Member, Shared, TroubleHook, UnusedHook};
 use super::transport::connection::Endpoint;
 use crate::error::{Error, Result};
@@ -153,17 +153,17 @@ impl ClusterHubs {
     pub(super) fn subscribe(
         self: &Arc<Self>,
         channel: &str,
-        lock: Option<&str>,
+        interest: &Interest,
     ) -> Result<(Member, Route)> {
         let slot = key_slot(channel.as_bytes());
         let generation = self.owners.generation();
         self.tend(Some(generation));
         let node = self.owner_of(slot);
         let member = match &node {
-            Some(node) => self.join(node, channel, lock)?,
+            Some(node) => self.join(node, channel, interest)?,
             None => {
                 self.owners.refresh_soon();
-                Member::detached(channel, lock)
+                Member::detached(channel, interest)
             }
         };
         let route = Route {
@@ -171,7 +171,7 @@ impl ClusterHubs {
             node,
             slot,
             generation,
-            lock: lock.map(str::to_owned),
+            interest: interest.clone(),
         };
         Ok((member, route))
     }
@@ -189,11 +189,11 @@ impl ClusterHubs {
 
     /// Joins the waiters on `channel` at the hub of `node`, spawned if there is none, once
     /// its first attempt to connect has ended (up to the connect timeout).
-    fn join(&self, node: &NodeAddress, channel: &str, lock: Option<&str>) -> Result<Member> {
+    fn join(&self, node: &NodeAddress, channel: &str, interest: &Interest) -> Result<Member> {
         for _ in 0..JOIN_ATTEMPTS {
             let hub = self.hub_at(node)?;
             hub.await_first_attempt(Instant::now() + self.settings.connect_timeout);
-            match hub.join(channel, lock) {
+            match hub.join(channel, interest) {
                 // Stopped for leaving the map after it was looked up: look again.
                 Err(Error::ShutDown) if !self.hubs.lock().stopping => {}
                 joined => return joined,
@@ -201,7 +201,7 @@ impl ClusterHubs {
         }
         // The map keeps naming a node it does not list: poll until it settles.
         log::debug!("no pub/sub hub for {node} could be joined: {channel:?} polls");
-        Ok(Member::detached(channel, lock))
+        Ok(Member::detached(channel, interest))
     }
 
     /// The hub of the node at `address`, spawned if there is none.
@@ -384,8 +384,8 @@ pub(super) struct Route {
     slot: u16,
     /// The map's generation when the subscription last checked where its slot is.
     generation: u64,
-    /// The lock name the waiter waits for (`None`: every message wakes it).
-    lock: Option<String>,
+    /// What the waiter listens for.
+    interest: Interest,
 }
 
 impl Route {
@@ -422,7 +422,7 @@ impl Route {
             // Same node: its hub reconnects, and subscribes again, by itself.
             return Ok(false);
         }
-        let joined = nodes.join(&owner, member.channel(), self.lock.as_deref())?;
+        let joined = nodes.join(&owner, member.channel(), &self.interest)?;
         if member.take_wake() {
             joined.pass_wake_on();
         }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 
-use super::channels::{Mode, State, Waiter};
+use super::channels::{Interest, Mode, State, Waiter};
 use super::outbox;
 use super::transport::connection::Endpoint;
 use crate::error::{Error, Permission, Result};
@@ -205,13 +205,13 @@ impl Shared {
         );
     }
 
-    /// Joins the waiters for `lock` (`None`: every message wakes it) on `channel`; returns
+    /// Joins the waiters on `channel` with `interest` (see [`Interest`]); returns
     /// once Redis confirmed the subscription, or after the response timeout, or at once while
     /// there is no connection (check [`Member::is_live`]). Fails with Redis's refusal once
     /// Redis refused it, and with [`Error::ShutDown`] once the hub stops.
-    pub(super) fn join(self: &Arc<Self>, channel: &str, lock: Option<&str>) -> Result<Member> {
+    pub(super) fn join(self: &Arc<Self>, channel: &str, interest: &Interest) -> Result<Member> {
         let give_up_at = Instant::now() + self.response_timeout;
-        let waiter = Arc::new(Waiter::new(lock));
+        let waiter = Arc::new(Waiter::new(interest));
         let queued = {
             let mut state = self.state.lock();
             if state.is_stopping() {
@@ -239,6 +239,7 @@ impl Shared {
             hub: Some(Arc::clone(self)),
             channel: channel.to_owned(),
             waiter,
+            local: false,
         };
         match refused {
             // Dropping the member leaves the channel.
@@ -294,21 +295,36 @@ impl Shared {
 
 /// One waiting thread's place among the waiters of one channel of one hub; leaving is
 /// dropping it. A member of no hub (cluster mode, while no node serves the channel's slot)
-/// is never live and woken only by its own [`pass_wake_on`](Member::pass_wake_on).
+/// is never live and woken only by its own [`pass_wake_on`](Member::pass_wake_on); a
+/// local member is a member of no hub that is always live: only this process wakes it.
 pub(super) struct Member {
     hub: Option<Arc<Shared>>,
     channel: String,
     waiter: Arc<Waiter>,
+    local: bool,
 }
 
 impl Member {
     /// A member of no hub.
-    pub(super) fn detached(channel: &str, lock: Option<&str>) -> Self {
+    pub(super) fn detached(channel: &str, interest: &Interest) -> Self {
         Member {
             hub: None,
             channel: channel.to_owned(),
-            waiter: Arc::new(Waiter::new(lock)),
+            waiter: Arc::new(Waiter::new(interest)),
+            local: false,
         }
+    }
+
+    /// A member of no hub that only this process wakes, through [`waker`](Member::waker).
+    pub(super) fn local() -> Self {
+        let mut member = Member::detached("", &Interest::default());
+        member.local = true;
+        member
+    }
+
+    /// What wakes this member from another thread.
+    pub(super) fn waker(&self) -> Arc<Waiter> {
+        Arc::clone(&self.waiter)
     }
 
     pub(super) fn channel(&self) -> &str {
@@ -317,10 +333,11 @@ impl Member {
 
     /// Whether Redis has confirmed the subscription and the connection still stands.
     pub(super) fn is_live(&self) -> bool {
-        self.hub.as_ref().is_some_and(|hub| {
-            let state = hub.state.lock();
-            state.is_connected() && state.is_confirmed(&self.channel)
-        })
+        self.local
+            || self.hub.as_ref().is_some_and(|hub| {
+                let state = hub.state.lock();
+                state.is_connected() && state.is_confirmed(&self.channel)
+            })
     }
 
     /// Whether the hub is connected, and whether Redis dropped the channel (see

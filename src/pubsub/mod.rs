@@ -62,7 +62,8 @@ use crate::topology::cluster::Cluster;
 use crate::topology::resolve::Resolver;
 use crate::topology::sentinel::MasterLocator;
 use crate::topology::tls::TlsConnector;
-use channels::Mode;
+pub(crate) use channels::Letterbox;
+use channels::{Interest, Mode};
 pub(crate) use cluster::SlotOwners;
 use cluster::{ClusterHubs, Route};
 use hub::{Hub, HubSettings, Member};
@@ -139,7 +140,30 @@ pub(crate) struct Subscription {
     route: Option<Route>,
 }
 
+/// Wakes one [`Subscription::local`] from another thread of the process.
+#[derive(Clone)]
+pub(crate) struct LocalWaker(Arc<channels::Waiter>);
+
+impl LocalWaker {
+    /// Wakes the subscription's waiter (once: a wake it has not taken yet stands for both).
+    pub(crate) fn wake(&self) {
+        self.0.wake();
+    }
+}
+
 impl Subscription {
+    /// A subscription no server feeds, always live: only this process wakes it, through its
+    /// [`LocalWaker`] (a release that hands a lock to this waiter inside its script).
+    pub(crate) fn local() -> (Self, LocalWaker) {
+        let member = Member::local();
+        let waker = LocalWaker(member.waker());
+        let subscription = Subscription {
+            member,
+            route: None,
+        };
+        (subscription, waker)
+    }
+
     /// Whether Redis has confirmed the subscription and the connection still stands: only
     /// then will a release wake this waiter.
     pub(crate) fn is_live(&self) -> bool {
@@ -260,24 +284,35 @@ impl PubSub {
     /// connection (check [`Subscription::is_live`]). Fails with Redis's refusal
     /// ([`Error::PermissionDenied`] for an ACL without the channel) once Redis refused it.
     pub(crate) fn subscribe(&self, channel: &str, lock: &str) -> Result<Subscription> {
-        self.join(channel, Some(lock))
+        self.join(channel, &Interest::lock(Some(lock)))
+    }
+
+    /// Like [`subscribe`](PubSub::subscribe), keeping every message other than a wake heard
+    /// on `channel` in `letters` (a fair-lock waiter's own channel, which carries grants).
+    pub(crate) fn subscribe_with_letters(
+        &self,
+        channel: &str,
+        lock: &str,
+        letters: Letterbox,
+    ) -> Result<Subscription> {
+        self.join(channel, &Interest::lock(Some(lock)).with_letters(letters))
     }
 
     /// Like [`subscribe`](PubSub::subscribe), for a waiter that every message on
     /// `channel` wakes (the waiters of a latch or a semaphore, where one message may let many
     /// through).
     pub(crate) fn subscribe_to_every_message(&self, channel: &str) -> Result<Subscription> {
-        self.join(channel, None)
+        self.join(channel, &Interest::lock(None))
     }
 
-    fn join(&self, channel: &str, lock: Option<&str>) -> Result<Subscription> {
+    fn join(&self, channel: &str, interest: &Interest) -> Result<Subscription> {
         match &self.kind {
             Kind::Single(hub) => Ok(Subscription {
-                member: hub.shared().join(channel, lock)?,
+                member: hub.shared().join(channel, interest)?,
                 route: None,
             }),
             Kind::Cluster(nodes) => {
-                let (member, route) = nodes.subscribe(channel, lock)?;
+                let (member, route) = nodes.subscribe(channel, interest)?;
                 Ok(Subscription {
                     member,
                     route: Some(route),

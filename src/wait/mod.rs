@@ -23,6 +23,7 @@
 //! It does no I/O of its own beyond the subscriptions it is handed.
 
 pub(crate) mod cancel;
+pub(crate) mod handoff;
 
 use std::time::{Duration, Instant};
 

@@ -312,7 +312,8 @@ impl RawPermits {
         let call = protocol::release_permit(keys, id, &request);
         // After its lease, a permit is given back by the next script anyway.
         let until = || Instant::now() + client.watchdog_timeout().max(client.outage_grace());
-        let released = client.release::<i64>(&keys.name, call, request.into_key(), how, until)?;
+        let released =
+            client.release::<i64>(&keys.name, call, None, request.into_key(), how, until)?;
         if released.answer == 1 {
             if let Some(why) = released.unreplicated {
                 client.release_unreplicated(self.name(), &why);

@@ -1,0 +1,471 @@
+//! Handoffs inside the release, against the floor of the lock's own scripts, all measured in
+//! one run on one server.
+//!
+//! `cargo bench --bench handoff [-- redis-url]`: without a URL it starts a throwaway
+//! `redis-server`. Prints:
+//! - the raw pair: the plain lock's acquire and release scripts, as the crate assembles them,
+//!   sent by hand on one connection; and one script round trip, the median of either script
+//!   alone in that pair;
+//! - the library's uncontended lock+unlock pair, as a ratio to the raw pair;
+//! - handoffs (from the start of a release to the next holder having the lock), in script
+//!   round trips: the plain lock between 8 threads of one process (handed on inside the
+//!   release), the plain lock between processes (freed, woken, taken), the fair lock between
+//!   processes (granted inside the release);
+//! - how often 8 threads of one process take and release one lock per second, with handoffs
+//!   and without them (`local_handoffs(0)`);
+//! - the longest wait of a thread in another process while 4 threads of one process keep the
+//!   lock busy, with the bound on handoffs in a row (the default) and without it.
+//!
+//! The processes are this program again (`--contender`), timed on the system's monotonic
+//! clock, which every process reads alike.
+
+use std::io::Write;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redlease::{Lock, LockManager};
+use redlease_testing::url_or_throwaway;
+
+const PAIRS: usize = 20_000;
+const THREADS: usize = 8;
+const HANDOFFS_PER_THREAD: usize = 400;
+const PROCESSES: usize = 4;
+const HANDOFFS_PER_PROCESS: usize = 500;
+const RATE_RUN: Duration = Duration::from_secs(3);
+const STARVATION_RUN: Duration = Duration::from_secs(4);
+const BUSY_THREADS: usize = 4;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|arg| arg == "--contender") {
+        return contend(&args[at + 1..]);
+    }
+    let url_argument = args.iter().skip(1).find(|arg| arg.starts_with("redis"));
+    let (url, _server) = url_or_throwaway(url_argument.cloned())?;
+    let manager = LockManager::builder(url.as_str()).build()?;
+
+    let (raw_pair, script) = measure_raw_pair(&url)?;
+    let script_rt = script.percentile(50);
+    println!(
+        "{:<40} {}",
+        "script round trip (either script)",
+        script.describe()
+    );
+    println!(
+        "{:<40} {}",
+        "raw pair (the two scripts by hand)",
+        raw_pair.describe()
+    );
+    let pair = Samples::new(measure_steps(|| {
+        manager.lock("bench:pair").lock()?.unlock()
+    })?);
+    println!(
+        "{:<40} {}  = {:.2}x the raw pair (p50)",
+        "library lock+unlock pair",
+        pair.describe(),
+        ratio(pair.percentile(50), raw_pair.percentile(50))
+    );
+
+    let local = Samples::new(measure_threads(&manager.lock("bench:handoff"))?);
+    print_handoffs(
+        &format!("handoff, {THREADS} threads, 1 process"),
+        &local,
+        script_rt,
+    );
+    println!(
+        "{:<40} {}",
+        "  of which handed on inside the release",
+        manager.stats().handoffs
+    );
+    let unhanded = LockManager::builder(url.as_str())
+        .local_handoffs(0)
+        .build()?;
+    let freed = Samples::new(measure_threads(&unhanded.lock("bench:freed"))?);
+    print_handoffs("  the same without handoffs", &freed, script_rt);
+    let between = Samples::new(measure_processes(&url, "plain", "bench:between")?);
+    print_handoffs(
+        &format!("handoff, {PROCESSES} processes"),
+        &between,
+        script_rt,
+    );
+    let fair = Samples::new(measure_processes(&url, "fair", "bench:fair-between")?);
+    print_handoffs(
+        &format!("fair handoff, {PROCESSES} processes"),
+        &fair,
+        script_rt,
+    );
+
+    let with = acquisitions_per_second(&LockManager::builder(url.as_str()).build()?)?;
+    let without = LockManager::builder(url.as_str())
+        .local_handoffs(0)
+        .build()?;
+    let without = acquisitions_per_second(&without)?;
+    println!(
+        "{:<40} {with:.0}/s with handoffs, {without:.0}/s without = {:.2}x",
+        format!("{THREADS} threads, 1 lock"),
+        with / without
+    );
+
+    for (label, bound) in [("bounded (default)", None), ("unbounded", Some(u32::MAX))] {
+        let (longest, taken) = measure_starvation(&url, bound)?;
+        println!(
+            "{:<40} longest wait {:.1} ms, {taken} acquisitions in {STARVATION_RUN:?}",
+            format!("other process vs {BUSY_THREADS} busy threads, {label}"),
+            longest.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}
+
+fn print_handoffs(label: &str, handoffs: &Samples, script_rt: Duration) {
+    println!(
+        "{label:<40} {}  = {:.2} / {:.2} script round trips (p50 / p99)",
+        handoffs.describe(),
+        ratio(handoffs.percentile(50), script_rt),
+        ratio(handoffs.percentile(99), script_rt)
+    );
+}
+
+fn ratio(value: Duration, base: Duration) -> f64 {
+    value.as_secs_f64() / base.as_secs_f64().max(1e-9)
+}
+
+/// The plain lock's two scripts as the crate assembles them, sent by hand on one connection:
+/// the pairs, and each script alone.
+fn measure_raw_pair(url: &str) -> redis::RedisResult<(Samples, Samples)> {
+    let script = |parts: &[&str]| {
+        redis::Script::new(&format!(
+            "local publish_command = 'publish'\n{}",
+            parts.concat()
+        ))
+    };
+    let acquire = script(&[
+        include_str!("../src/protocol/acquire_levels.lua"),
+        include_str!("../src/protocol/lock_take.lua"),
+        include_str!("../src/protocol/acquire.lua"),
+    ]);
+    let release = script(&[
+        include_str!("../src/protocol/release_levels.lua"),
+        include_str!("../src/protocol/lock_give.lua"),
+        include_str!("../src/protocol/release.lua"),
+    ]);
+    let mut connection = redis::Client::open(url)?.get_connection()?;
+    let (name, token) = ("bench:raw", "redisson_lock_token:{bench:raw}");
+    let mut round = 0u64;
+    let mut pair = || -> redis::RedisResult<(Duration, Duration)> {
+        round += 1;
+        let holder = format!("raw:{round}");
+        let started = Instant::now();
+        acquire
+            .key(name)
+            .key(token)
+            .arg(30_000)
+            .arg(&holder)
+            .arg(0)
+            .invoke::<(i64, i64)>(&mut connection)?;
+        let acquired = Instant::now();
+        release
+            .key(name)
+            .key("redisson_lock__channel:{bench:raw}")
+            .key(format!("redisson_unlock_latch:{{bench:raw}}:{round}"))
+            .key(token)
+            .arg(&holder)
+            .arg(30_000)
+            .arg(10_000)
+            .arg("0")
+            .arg(0)
+            .arg("")
+            .arg(0)
+            .invoke::<i64>(&mut connection)?;
+        Ok((acquired - started, acquired.elapsed()))
+    };
+    for _ in 0..1_000 {
+        pair()?;
+    }
+    let (mut pairs, mut scripts) = (Vec::new(), Vec::new());
+    for _ in 0..PAIRS {
+        let (acquire, release) = pair()?;
+        pairs.push(acquire + release);
+        scripts.extend([acquire, release]);
+    }
+    Ok((Samples::new(pairs), Samples::new(scripts)))
+}
+
+/// `PAIRS` runs of `step`, timed each, after 1000 untimed ones.
+fn measure_steps(
+    mut step: impl FnMut() -> redlease::Result<()>,
+) -> redlease::Result<Vec<Duration>> {
+    for _ in 0..1_000 {
+        step()?;
+    }
+    (0..PAIRS)
+        .map(|_| {
+            let started = Instant::now();
+            step()?;
+            Ok(started.elapsed())
+        })
+        .collect()
+}
+
+/// A short critical section, so that the others are all waiting.
+fn hold_briefly(since: Instant) {
+    while since.elapsed() < Duration::from_micros(50) {
+        std::hint::spin_loop();
+    }
+}
+
+/// Handoffs between `THREADS` threads of one process: from the start of one release to the
+/// next acquisition.
+fn measure_threads(lock: &Lock) -> redlease::Result<Vec<Duration>> {
+    let release_started: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let handoffs = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (lock, release_started) = (lock.clone(), Arc::clone(&release_started));
+            let handoffs = Arc::clone(&handoffs);
+            std::thread::spawn(move || -> redlease::Result<()> {
+                for _ in 0..HANDOFFS_PER_THREAD {
+                    let guard = lock.lock()?;
+                    let acquired_at = Instant::now();
+                    if let Some(released_at) = release_started.lock().take() {
+                        handoffs.lock().push(acquired_at - released_at);
+                    }
+                    hold_briefly(acquired_at);
+                    *release_started.lock() = Some(Instant::now());
+                    guard.unlock()?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("contender panicked")?;
+    }
+    let handoffs = std::mem::take(&mut *handoffs.lock());
+    Ok(handoffs)
+}
+
+/// Handoffs between `PROCESSES` processes of one thread each, on a lock of `kind`: each
+/// records when it took the lock and when it started releasing it; sorted by acquisition,
+/// each acquisition by another process than the last holder's is a handoff.
+fn measure_processes(
+    url: &str,
+    kind: &str,
+    name: &str,
+) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+    let dir = std::env::temp_dir();
+    let files: Vec<_> = (0..PROCESSES)
+        .map(|index| dir.join(format!("redlease-handoff-{}-{index}", std::process::id())))
+        .collect();
+    let count = HANDOFFS_PER_PROCESS.to_string();
+    let children: Vec<Child> = files
+        .iter()
+        .map(|file| {
+            let file = file.to_str().expect("a UTF-8 temp path");
+            contender(&[url, kind, name, &count, file])
+        })
+        .collect::<std::io::Result<_>>()?;
+    finish(children)?;
+    let mut events: Vec<(u64, u64, usize)> = Vec::new();
+    let mut handed = 0;
+    for (process, file) in files.iter().enumerate() {
+        for line in std::fs::read_to_string(file)?.lines() {
+            if let Some(count) = line.strip_prefix("handed ") {
+                handed += count.parse::<u64>()?;
+            }
+            let mut times = line.split(' ').map(str::parse::<u64>);
+            if let (Some(Ok(acquired)), Some(Ok(released))) = (times.next(), times.next()) {
+                events.push((acquired, released, process));
+            }
+        }
+        std::fs::remove_file(file)?;
+    }
+    events.sort_unstable();
+    println!(
+        "{:<40} {handed}",
+        format!("  ({kind}: acquisitions handed inside the release)")
+    );
+    Ok(events
+        .windows(2)
+        .filter(|pair| pair[0].2 != pair[1].2)
+        .map(|pair| Duration::from_nanos(pair[1].0.saturating_sub(pair[0].1)))
+        .collect())
+}
+
+fn contender(args: &[&str]) -> std::io::Result<Child> {
+    Command::new(std::env::current_exe()?)
+        .arg("--contender")
+        .args(args)
+        .spawn()
+}
+
+fn finish(children: Vec<Child>) -> Result<(), Box<dyn std::error::Error>> {
+    for mut child in children {
+        let status = child.wait()?;
+        if !status.success() {
+            return Err(format!("a contender process failed: {status}").into());
+        }
+    }
+    Ok(())
+}
+
+/// A contender process: `<url> <plain|fair|wait> <name> <count or ms> <file>`. Takes and
+/// releases the lock `count` times, writing `<acquired> <release started>` (monotonic ns) per
+/// line; or, for `wait`, takes it again and again for `ms` and writes its longest wait and how
+/// many times it took it.
+fn contend(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let [url, kind, name, count, file] = args else {
+        return Err("usage: --contender <url> <plain|fair|wait> <name> <count> <file>".into());
+    };
+    let manager = LockManager::builder(url.as_str()).build()?;
+    let lock = match kind.as_str() {
+        "fair" => manager.fair_lock(name),
+        _ => manager.lock(name),
+    };
+    let count: u64 = count.parse()?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(file)?);
+    if kind == "wait" {
+        let (longest, taken) = wait_repeatedly(&lock, Duration::from_millis(count))?;
+        writeln!(out, "{} {taken}", longest.as_nanos())?;
+        return Ok(out.flush()?);
+    }
+    for _ in 0..count {
+        let guard = lock.lock()?;
+        let acquired = now_ns();
+        hold_briefly(Instant::now());
+        let released = now_ns();
+        guard.unlock()?;
+        writeln!(out, "{acquired} {released}")?;
+    }
+    writeln!(out, "handed {}", manager.stats().handoffs)?;
+    Ok(out.flush()?)
+}
+
+/// Takes and releases `lock` again and again for `run`: the longest wait, and how many times.
+fn wait_repeatedly(lock: &Lock, run: Duration) -> redlease::Result<(Duration, u64)> {
+    let started = Instant::now();
+    let (mut longest, mut taken) = (Duration::ZERO, 0);
+    while started.elapsed() < run {
+        let asked = Instant::now();
+        let guard = lock.lock()?;
+        longest = longest.max(asked.elapsed());
+        taken += 1;
+        hold_briefly(Instant::now());
+        guard.unlock()?;
+    }
+    Ok((longest, taken))
+}
+
+fn now_ns() -> u64 {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a valid timespec for the call to fill.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
+    assert_eq!(status, 0, "clock_gettime");
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+/// Take+release pairs per second of `THREADS` threads of one process on one lock.
+fn acquisitions_per_second(manager: &LockManager) -> redlease::Result<f64> {
+    let lock = manager.lock("bench:rate");
+    let done = Arc::new(AtomicBool::new(false));
+    let taken = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (lock, done, taken) = (lock.clone(), Arc::clone(&done), Arc::clone(&taken));
+            std::thread::spawn(move || -> redlease::Result<()> {
+                while !done.load(Ordering::Relaxed) {
+                    lock.lock()?.unlock()?;
+                    taken.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    std::thread::sleep(RATE_RUN);
+    done.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().expect("contender panicked")?;
+    }
+    Ok(taken.load(Ordering::Relaxed) as f64 / RATE_RUN.as_secs_f64())
+}
+
+/// The longest wait of a thread in another process, and how often it took the lock, while
+/// `BUSY_THREADS` threads of this process keep the lock busy (with `bound` handoffs in a row,
+/// or the default).
+fn measure_starvation(
+    url: &str,
+    bound: Option<u32>,
+) -> Result<(Duration, u64), Box<dyn std::error::Error>> {
+    let mut builder = LockManager::builder(url);
+    if let Some(bound) = bound {
+        builder = builder.local_handoffs(bound);
+    }
+    let manager = builder.build()?;
+    let lock = manager.lock("bench:starve");
+    let file = std::env::temp_dir().join(format!("redlease-starve-{}", std::process::id()));
+    let file_path = file.to_str().expect("a UTF-8 temp path");
+    let run_ms = STARVATION_RUN.as_millis().to_string();
+    let other = contender(&[url, "wait", "bench:starve", &run_ms, file_path])?;
+    let started = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let busy: Vec<_> = (0..BUSY_THREADS)
+        .map(|_| {
+            let (lock, done) = (lock.clone(), Arc::clone(&done));
+            std::thread::spawn(move || -> redlease::Result<()> {
+                while !done.load(Ordering::Relaxed) {
+                    let guard = lock.lock()?;
+                    hold_briefly(Instant::now());
+                    guard.unlock()?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    // The busy threads stop after the run: a wait of the other process's that they kept
+    // going until then ends there.
+    std::thread::sleep(STARVATION_RUN.saturating_sub(started.elapsed()));
+    done.store(true, Ordering::Relaxed);
+    for thread in busy {
+        thread.join().expect("busy thread panicked")?;
+    }
+    finish(vec![other])?;
+    let report = std::fs::read_to_string(&file)?;
+    std::fs::remove_file(&file)?;
+    let mut words = report.split_whitespace().map(str::parse::<u64>);
+    match (words.next(), words.next()) {
+        (Some(Ok(longest)), Some(Ok(taken))) => Ok((Duration::from_nanos(longest), taken)),
+        _ => Err(format!("the waiting process reported {report:?}").into()),
+    }
+}
+
+struct Samples {
+    sorted: Vec<Duration>,
+}
+
+impl Samples {
+    fn new(mut samples: Vec<Duration>) -> Self {
+        samples.sort_unstable();
+        Samples { sorted: samples }
+    }
+
+    fn percentile(&self, percent: usize) -> Duration {
+        let index = (self.sorted.len() * percent / 100).min(self.sorted.len().saturating_sub(1));
+        self.sorted.get(index).copied().unwrap_or_default()
+    }
+
+    fn describe(&self) -> String {
+        let micros = |d: Duration| d.as_secs_f64() * 1e6;
+        format!(
+            "n={:<6} p50 {:>7.1} µs  p99 {:>8.1} µs",
+            self.sorted.len(),
+            micros(self.percentile(50)),
+            micros(self.percentile(99))
+        )
+    }
+}
