@@ -219,6 +219,7 @@ mod tests {
         assert_eq!(token_counter("job"), "redisson_lock_token:{job}");
         assert_eq!(fair_queue("job"), "redisson_lock_queue:{job}");
         assert_eq!(fair_places("job"), "redisson_lock_timeout:{job}");
+        assert_eq!(fair_grants("job"), "redlease_lock_grants:{job}");
         assert_eq!(
             release_receipt("job", "r1"),
             "redisson_unlock_latch:{job}:r1"

@@ -12,6 +12,11 @@
 //!   its lock expires on its own.
 //! - **Waiting without polling.** A waiter subscribes to the lock's release channel and sleeps
 //!   until a release wakes it, or until the holder's lease would run out.
+//! - **Handoffs in one round trip.** A release hands the lock to the next holder inside its
+//!   own script when it knows who that is: a thread of the same manager that waits for a
+//!   plain lock (at most [`local_handoffs`](LockManagerBuilder::local_handoffs) times in a
+//!   row, so other processes get their turn), or the next in line of a fair lock, in any
+//!   process. The woken thread holds the lock without asking Redis again.
 //! - **Lost locks are told, promptly.** [`LockGuard::is_lost`], [`LockGuard::check`],
 //!   [`LockGuard::lost_signal`] and the manager's
 //!   [`on_lost_lock`](LockManagerBuilder::on_lost_lock) callback report a lock found gone,
@@ -182,7 +187,8 @@
 //! client/         the internal client: timeouts, ids, the threads it owns; cleanup (the
 //!   |             undos of failed calls, sent again until Redis answers) and fanout (one
 //!   |             script call to several servers for about one round trip)
-//! wait/           the wait loop every blocking call runs, and its cancel token
+//! wait/           the wait loop every blocking call runs, its cancel token, and handoff
+//!   |             (the lines of a process's waiters a release hands a plain lock to)
 //!   |   stats     the counters of waits, renewals and connections (read by `stats()`)
 //! watchdog/       renews leases in batches, reports risks, revocation requests and losses
 //!   |             to the instant, keeps each chain's lease state, deletes release receipts

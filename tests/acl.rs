@@ -82,6 +82,7 @@ const KEYS: &[&str] = &[
     "~redlease_fence:*",
     "~redisson_lock_queue:*",
     "~redisson_lock_timeout:*",
+    "~redlease_lock_grants:*",
     "~{acl:*",
     "~redisson_rwlock:*",
     "~redlease_leader:*",

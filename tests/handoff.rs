@@ -290,3 +290,194 @@ fn a_handed_lock_is_held_by_the_waiting_thread() {
     assert!(!lock.is_locked().unwrap());
     assert_nothing_left(&manager, &redis);
 }
+
+/// A client that runs Redisson's own fair-lock scripts, queued between two `redlease` waiters:
+/// the release before it grants the lock to the `redlease` waiter ahead of it; its own turn
+/// comes as Redisson expects (woken with `0` on its channel, never granted, which its script
+/// would count as a reentry), it takes the lock once and releases it once, and the waiter
+/// behind it is woken by Redisson's release and takes the lock. Nothing is left after.
+#[test]
+fn a_redisson_waiter_among_redlease_waiters_takes_once_releases_once() {
+    const JAVA: &str = "java-uuid:7";
+    let redis = server();
+    let manager = manager_for_url(&redis.url(), Duration::from_secs(30));
+    let lock = manager.fair_lock("interop");
+    let acquire = redis::Script::new(include_str!("redisson/fair_acquire.lua"));
+    let release = redis::Script::new(include_str!("redisson/fair_release.lua"));
+    let mut java = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut listener = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut wakes = listener.as_pubsub();
+    wakes
+        .subscribe(format!("redisson_lock__channel:{{interop}}:{JAVA}"))
+        .unwrap();
+    wakes
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let java_acquire = |connection: &mut redis::Connection| -> Option<i64> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        acquire
+            .key("interop")
+            .key("redisson_lock_queue:{interop}")
+            .key("redisson_lock_timeout:{interop}")
+            .arg(30_000)
+            .arg(JAVA)
+            .arg(300_000)
+            .arg(now)
+            .invoke(connection)
+            .unwrap()
+    };
+    let queue = |connection: &mut redis::Connection| -> Vec<String> {
+        connection
+            .lrange("redisson_lock_queue:{interop}", 0, -1)
+            .unwrap()
+    };
+    let (release_first, first_released) = crossbeam_channel::bounded::<()>(0);
+    let (held, holding) = crossbeam_channel::bounded::<u64>(0);
+    let first = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let guard = lock.lock().unwrap();
+            held.send(guard.fencing_token()).unwrap();
+            first_released.recv().unwrap();
+        })
+    };
+    let first_token = holding.recv().unwrap();
+    // In line: a redlease waiter, the Redisson client, a redlease waiter.
+    let waiter = |lock: &redlease::Lock| {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let guard = lock.lock().unwrap();
+            let token = guard.fencing_token();
+            std::thread::sleep(Duration::from_millis(100));
+            token
+        })
+    };
+    let second = waiter(&lock);
+    assert!(eventually(Duration::from_secs(5), || queue(&mut java)
+        .len()
+        == 1));
+    assert!(
+        java_acquire(&mut java).is_some(),
+        "the Redisson client jumped the queue"
+    );
+    assert!(eventually(Duration::from_secs(5), || queue(&mut java)
+        .len()
+        == 2));
+    let third = waiter(&lock);
+    assert!(eventually(Duration::from_secs(5), || queue(&mut java)
+        .len()
+        == 3));
+
+    release_first.send(()).unwrap();
+    first.join().unwrap();
+    let second_token = second.join().unwrap();
+    assert!(second_token > first_token);
+    assert_eq!(
+        manager.stats().handoffs,
+        1,
+        "the first release granted the lock"
+    );
+    // The second's release wakes the Redisson client, and grants it nothing.
+    let wake = wakes.get_message().expect("the Redisson client is woken");
+    assert_eq!(wake.get_payload::<String>().unwrap(), "0");
+    let granted: bool = java.hexists("interop", JAVA).unwrap();
+    assert!(!granted, "the lock was granted to the Redisson client");
+    assert_eq!(
+        java_acquire(&mut java),
+        None,
+        "the Redisson client takes its turn"
+    );
+    let count: u32 = java.hget("interop", JAVA).unwrap();
+    assert_eq!(count, 1, "the Redisson client holds the lock once");
+    let released: i64 = release
+        .key("interop")
+        .key("redisson_lock_queue:{interop}")
+        .key("redisson_lock_timeout:{interop}")
+        .key("redisson_lock__channel:{interop}")
+        .key("redisson_unlock_latch:{interop}:java-release-1")
+        .arg(0)
+        .arg(30_000)
+        .arg(JAVA)
+        .arg(0)
+        .arg("PUBLISH")
+        .arg(10_000)
+        .invoke(&mut java)
+        .unwrap();
+    assert_eq!(released, 1, "one release frees the Redisson client's hold");
+    let third_token = third.join().unwrap();
+    assert!(third_token > second_token);
+    assert!(eventually(Duration::from_secs(5), || !lock
+        .is_locked()
+        .unwrap()));
+    assert!(queue(&mut java).is_empty());
+    let grants: bool = java.exists("redlease_lock_grants:{interop}").unwrap();
+    assert!(!grants, "the grants of the waiters are left");
+    drop(wakes);
+    assert_nothing_left(&manager, &redis);
+}
+
+/// Writers of one manager hand the write lock to each other; the counter stays exact, the
+/// fencing tokens increase, and a reader of another manager (another process, as far as
+/// handoffs go) still gets its turns: after a bounded number of handoffs a release frees the
+/// lock for everyone.
+#[test]
+fn writers_hand_the_write_lock_on_and_readers_still_get_in() {
+    let redis = server();
+    let writers = manager_for_url(&redis.url(), Duration::from_secs(30));
+    let readers = manager_for_url(&redis.url(), Duration::from_secs(30));
+    let rw = writers.read_write_lock("shared");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tokens = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (write, url) = (rw.write().clone(), redis.url());
+            let (stop, tokens) = (Arc::clone(&stop), Arc::clone(&tokens));
+            std::thread::spawn(move || {
+                let mut redis = redis::Client::open(url).unwrap().get_connection().unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let guard = write.lock().unwrap();
+                    let value: Option<u64> = redis.get("written").unwrap();
+                    std::thread::yield_now();
+                    let _: () = redis.set("written", value.unwrap_or(0) + 1).unwrap();
+                    tokens.lock().push(guard.fencing_token());
+                }
+            })
+        })
+        .collect();
+    let read = readers.read_write_lock("shared").read().clone();
+    let mut connection = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let guard = read.lock().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "a reader starved"
+        );
+        let _: Option<u64> = connection.get("written").unwrap();
+        drop(guard);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let tokens = tokens.lock();
+    let written: usize = connection.get("written").unwrap();
+    assert_eq!(written, tokens.len());
+    assert!(tokens.windows(2).all(|pair| pair[0] < pair[1]));
+    assert!(writers.stats().handoffs > 0, "no write lock was handed on");
+    assert!(!rw.write().is_locked().unwrap());
+    assert_nothing_left(&writers, &redis);
+    assert_nothing_left(&readers, &redis);
+}

@@ -90,9 +90,9 @@ impl RawLock {
         })
     }
 
-    /// Puts the chain `holder` of a waiting thread in the line of its plain lock, with the
-    /// lease it asks for: the place, and the subscription a release that hands it the lock
-    /// wakes. `None` for the other kinds, or when handoffs are off.
+    /// Puts the chain `holder` of a waiting thread in the line of its plain or write lock,
+    /// with the lease it asks for: the place, and the subscription a release that hands it
+    /// the lock wakes. `None` for the other kinds, or when handoffs are off.
     pub(super) fn join_line(
         &self,
         holder: &str,
@@ -114,11 +114,11 @@ impl RawLock {
         Some((subscription, place))
     }
 
-    /// Whether releases of this lock hand it to waiting threads of the manager: a plain lock,
-    /// without replica acknowledgements (a handed lock would be an acquisition nobody checked
-    /// them for).
+    /// Whether releases of this lock hand it to waiting threads of the manager: a plain lock
+    /// or a write lock, without replica acknowledgements (a handed lock would be an
+    /// acquisition nobody checked them for).
     fn hands_off(&self) -> bool {
-        self.is_plain()
+        matches!(self.keys.kind, LockKind::Plain | LockKind::Write)
             && self.client.replica_acks().is_none()
             && self.client.handoffs().limit() > 0
     }

@@ -375,9 +375,11 @@ impl RawLock {
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
             subscribe: || {
-                let holder = &chain.borrow().holder;
-                let mut subscriptions = self.subscribe(holder, &letters)?;
-                if let Some((handed_on, joined)) = self.join_line(holder, lease) {
+                let chain = chain.borrow();
+                let mut subscriptions = self.subscribe(&chain.holder, &letters)?;
+                // An upgrade is not handed the write lock: its chain reads already.
+                let line = (!chain.upgrade).then(|| self.join_line(&chain.holder, lease));
+                if let Some((handed_on, joined)) = line.flatten() {
                     subscriptions.push(handed_on);
                     *place.borrow_mut() = Some(joined);
                 }
@@ -805,7 +807,7 @@ impl RawLock {
                 name: self.keys.name.clone(),
             });
         }
-        if acked.answer == redis::Value::Int(1) && self.is_plain() {
+        if acked.answer == redis::Value::Int(1) && left.total() == 0 {
             client.handoffs().freed(self.name());
         }
         // Released on the master, which is what the caller's hold was: it stands.

@@ -141,6 +141,19 @@ pub(crate) enum Handing<'a> {
     TakingBack(&'a str),
 }
 
+impl Handing<'_> {
+    /// The script's arguments: the field of the chain to hand the lock to, its lease, and
+    /// the field of the chain to take a hold back from ('' for none), each made by `field`
+    /// from a holder id.
+    fn args(self, field: impl Fn(&str) -> String) -> (String, u64, String) {
+        match self {
+            Handing::No => (String::new(), 0, String::new()),
+            Handing::To { holder, lease_ms } => (field(holder), lease_ms, String::new()),
+            Handing::TakingBack(holder) => (String::new(), 0, field(holder)),
+        }
+    }
+}
+
 /// Releases one level of the chain `holder`, which keeps `levels_left` levels; remaining
 /// levels get at least `lease_ms`. The answer is kept `receipt_ms` under `receipt` for a retry.
 /// A plain lock's last level is handed on as `handing` says (see [`handed`]).
@@ -159,11 +172,7 @@ pub(crate) fn release(
     }
     match keys.kind {
         LockKind::Plain | LockKind::Leader => {
-            let (to, to_lease_ms, taking_back) = match handing {
-                Handing::No => ("", 0, ""),
-                Handing::To { holder, lease_ms } => (holder, lease_ms, ""),
-                Handing::TakingBack(holder) => ("", 0, holder),
-            };
+            let (to, to_lease_ms, taking_back) = handing.args(str::to_owned);
             let keys = [&keys.name, &keys.channel, receipt, &keys.token];
             ScriptCall::new(&RELEASE, &keys)
                 .arg(holder)
@@ -203,13 +212,20 @@ pub(crate) fn release(
                 .arg(layout::suffixed(&keys.name, ""))
                 .arg(WAKE_ALL_MESSAGE)
         }
-        LockKind::Write => ScriptCall::new(&WRITE_RELEASE, &[&keys.name, &keys.channel, receipt])
-            .arg(layout::writer_field(holder))
-            .arg(lease_ms)
-            .arg(receipt_ms)
-            .arg(WAKE_ALL_MESSAGE)
-            .arg(levels_left)
-            .arg(layout::suffixed(&keys.name, "")),
+        LockKind::Write => {
+            let (to, to_lease_ms, taking_back) = handing.args(layout::writer_field);
+            let keys = [&keys.name, &keys.channel, receipt, &keys.token];
+            ScriptCall::new(&WRITE_RELEASE, &keys)
+                .arg(layout::writer_field(holder))
+                .arg(lease_ms)
+                .arg(receipt_ms)
+                .arg(WAKE_ALL_MESSAGE)
+                .arg(levels_left)
+                .arg(layout::suffixed(&keys[0], ""))
+                .arg(to)
+                .arg(to_lease_ms)
+                .arg(taking_back)
+        }
     }
 }
 

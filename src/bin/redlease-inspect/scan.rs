@@ -3,7 +3,8 @@
 //! Only hashes are scanned (`SCAN ... TYPE hash`, Redis 6 and later), and a hash counts as a
 //! lock when every field but a read-write lock's `mode` holds a count and is named like a
 //! holder id (`<client id>:<number>`, a writer's with `:write` after it): an application's
-//! hash of counters is left out. Each SCAN call and each batch of reads is one bounded call;
+//! hash of counters is left out, and so are a fair lock's waiters that take grants
+//! (`redlease_lock_grants:{name}`). Each SCAN call and each batch of reads is one bounded call;
 //! the listing stops at a limit of locks. On a cluster every master is scanned in turn (each
 //! keeps only its own slots' keys), and the locks of all are listed by name.
 
@@ -80,6 +81,13 @@ fn scan_master(
             .arg("TYPE")
             .arg("hash")
             .query(redis)?;
+        // A fair lock's waiters that take grants are a hash of holder ids too: not a lock.
+        let grants = layout::fair_grants("");
+        let grants_prefix = grants.split('{').next().unwrap_or_default().as_bytes();
+        let keys: Vec<Vec<u8>> = keys
+            .into_iter()
+            .filter(|key| !key.starts_with(grants_prefix))
+            .collect();
         locks.extend(read_locks(redis, &keys)?);
         if locks.len() >= limit {
             let complete = next == 0 && locks.len() == limit;
