@@ -98,15 +98,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         script_rt,
     );
 
+    let scripts_before = script_calls(&url)?;
     let with = acquisitions_per_second(&LockManager::builder(url.as_str()).build()?)?;
+    let scripts_between = script_calls(&url)?;
     let without = LockManager::builder(url.as_str())
         .local_handoffs(0)
         .build()?;
     let without = acquisitions_per_second(&without)?;
+    let scripts_after = script_calls(&url)?;
+    let per = |calls: u64, rate: f64| calls as f64 / (rate * RATE_RUN.as_secs_f64());
     println!(
         "{:<40} {with:.0}/s with handoffs, {without:.0}/s without = {:.2}x",
         format!("{THREADS} threads, 1 lock"),
         with / without
+    );
+    println!(
+        "{:<40} {:.2} with handoffs, {:.2} without",
+        "  scripts run by Redis per acquisition",
+        per(scripts_between - scripts_before, with),
+        per(scripts_after - scripts_between, without)
     );
 
     for (label, bound) in [("bounded (default)", None), ("unbounded", Some(u32::MAX))] {
@@ -179,6 +189,7 @@ fn measure_raw_pair(url: &str) -> redis::RedisResult<(Samples, Samples)> {
             .arg(0)
             .arg("")
             .arg(0)
+            .arg("")
             .invoke::<i64>(&mut connection)?;
         Ok((acquired - started, acquired.elapsed()))
     };
@@ -368,6 +379,20 @@ fn now_ns() -> u64 {
     let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
     assert_eq!(status, 0, "clock_gettime");
     time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+/// How many scripts the server has run so far (`EVALSHA` and `EVAL` calls).
+fn script_calls(url: &str) -> redis::RedisResult<u64> {
+    let mut connection = redis::Client::open(url)?.get_connection()?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection)?;
+    Ok(info
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| line.split("calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum())
 }
 
 /// Take+release pairs per second of `THREADS` threads of one process on one lock.

@@ -234,6 +234,7 @@ impl CountDownLatch {
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
             nudge: None,
+            subscribe_first: false,
         })
     }
 

@@ -121,6 +121,7 @@ impl LeaderObserver {
             outage_grace: client.outage_grace(),
             recorder: client.wait_recorder(),
             nudge: None,
+            subscribe_first: false,
         })?;
         self.last_change = after.into_inner();
         Ok(change.map(|change| {

@@ -462,6 +462,7 @@ impl Group {
             outage_grace: Duration::ZERO,
             recorder: self.members[0].raw().client().wait_recorder(),
             nudge: None,
+            subscribe_first: false,
         })
     }
 

@@ -114,6 +114,11 @@ impl RawLock {
         Some((subscription, place))
     }
 
+    /// Whether other threads of the manager wait for this lock in its line.
+    pub(super) fn line_is_waiting(&self) -> bool {
+        self.hands_off() && self.client.handoffs().has_waiters(self.name())
+    }
+
     /// Whether releases of this lock hand it to waiting threads of the manager: a plain lock
     /// or a write lock, without replica acknowledgements (a handed lock would be an
     /// acquisition nobody checked them for).

@@ -478,6 +478,8 @@ impl RawLock {
                 after,
                 ask: &ask_holders,
             }),
+            // Other threads of the process wait for the lock: it is held, most likely.
+            subscribe_first: self.line_is_waiting(),
         });
         if let (Some(place), Ok(Some(_))) = (place.take(), &outcome) {
             place.kept();

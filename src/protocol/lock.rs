@@ -173,8 +173,8 @@ pub(crate) fn release(
     match keys.kind {
         LockKind::Plain | LockKind::Leader => {
             let (to, to_lease_ms, taking_back) = handing.args(str::to_owned);
-            let keys = [&keys.name, &keys.channel, receipt, &keys.token];
-            ScriptCall::new(&RELEASE, &keys)
+            let script_keys = [&keys.name, &keys.channel, receipt, &keys.token];
+            ScriptCall::new(&RELEASE, &script_keys)
                 .arg(holder)
                 .arg(lease_ms)
                 .arg(receipt_ms)
@@ -214,14 +214,14 @@ pub(crate) fn release(
         }
         LockKind::Write => {
             let (to, to_lease_ms, taking_back) = handing.args(layout::writer_field);
-            let keys = [&keys.name, &keys.channel, receipt, &keys.token];
-            ScriptCall::new(&WRITE_RELEASE, &keys)
+            let script_keys = [&keys.name, &keys.channel, receipt, &keys.token];
+            ScriptCall::new(&WRITE_RELEASE, &script_keys)
                 .arg(layout::writer_field(holder))
                 .arg(lease_ms)
                 .arg(receipt_ms)
                 .arg(WAKE_ALL_MESSAGE)
                 .arg(levels_left)
-                .arg(layout::suffixed(&keys[0], ""))
+                .arg(layout::suffixed(&keys.name, ""))
                 .arg(to)
                 .arg(to_lease_ms)
                 .arg(taking_back)

@@ -269,6 +269,7 @@ impl Semaphore {
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
             nudge: None,
+            subscribe_first: false,
         })
     }
 

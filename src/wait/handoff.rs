@@ -148,6 +148,12 @@ impl Lines {
         })
     }
 
+    /// Whether threads wait in the line for `name`.
+    pub(crate) fn has_waiters(&self, name: &str) -> bool {
+        let lines = self.lines.lock();
+        lines.get(name).is_some_and(|line| !line.waiters.is_empty())
+    }
+
     /// A release of `name` freed the lock for everyone: the count of handoffs in a row starts
     /// again.
     pub(crate) fn freed(&self, name: &str) {

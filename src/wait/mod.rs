@@ -90,6 +90,10 @@ pub(crate) struct WaitFor<'a, S, A, R> {
     pub(crate) recorder: &'a WaitRecorder,
     /// Done once the wait has lasted this long, if it is still waiting.
     pub(crate) nudge: Option<Nudge<'a>>,
+    /// Subscribes before the first try, rather than after it: for a wait that will most
+    /// likely find the lock held (other threads of the process wait for it already), whose
+    /// first try would only tell it so.
+    pub(crate) subscribe_first: bool,
 }
 
 /// Runs the loop; `Ok(None)` when the deadline passed.
@@ -109,17 +113,24 @@ where
         outage_grace,
         recorder,
         nudge,
+        subscribe_first,
     } = settings;
     let started = Instant::now();
     // Set once the thread first sleeps: a try that succeeds at once never waited.
     let mut waiting = None;
     let mut subscribe = Some(subscribe);
+    let mut subscriptions = Vec::new();
+    if subscribe_first {
+        if let Some(subscribe) = subscribe.take() {
+            subscriptions = subscribe()?;
+        }
+    }
     let mut state = Waiting {
         deadline,
         default_hint,
         outage_grace,
         cancel: cancel.map(CancelToken::receiver),
-        subscriptions: Vec::new(),
+        subscriptions,
         woken: Vec::new(),
         outage_since: None,
         nudge: nudge.map(|nudge| (started + nudge.after, nudge.ask)),

@@ -504,6 +504,7 @@ fn the_wait_loop_moves_a_subscription_the_node_ended_and_is_woken_at_the_new_nod
                 outage_grace: Duration::ZERO,
                 recorder: &recorder,
                 nudge: None,
+                subscribe_first: false,
             })
         });
         // Asleep on a live subscription at the first node, for the whole hint.
