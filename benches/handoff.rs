@@ -19,15 +19,18 @@
 //! The processes are this program again (`--contender`), timed on the system's monotonic
 //! clock, which every process reads alike.
 
+mod common;
+
 use std::io::Write;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{measure_steps, Samples};
 use parking_lot::Mutex;
 use redlease::{Lock, LockManager};
-use redlease_testing::url_or_throwaway;
+use redlease_testing::{now_ns, url_or_throwaway};
 
 const PAIRS: usize = 20_000;
 const THREADS: usize = 8;
@@ -52,20 +55,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{:<40} {}",
         "script round trip (either script)",
-        script.describe()
+        script.describe(None)
     );
     println!(
         "{:<40} {}",
         "raw pair (the two scripts by hand)",
-        raw_pair.describe()
+        raw_pair.describe(None)
     );
-    let pair = Samples::new(measure_steps(|| {
+    let pair = Samples::new(measure_steps(PAIRS, || {
         manager.lock("bench:pair").lock()?.unlock()
     })?);
     println!(
         "{:<40} {}  = {:.2}x the raw pair (p50)",
         "library lock+unlock pair",
-        pair.describe(),
+        pair.describe(None),
         ratio(pair.percentile(50), raw_pair.percentile(50))
     );
 
@@ -133,7 +136,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn print_handoffs(label: &str, handoffs: &Samples, script_rt: Duration) {
     println!(
         "{label:<40} {}  = {:.2} / {:.2} script round trips (p50 / p99)",
-        handoffs.describe(),
+        handoffs.describe(None),
         ratio(handoffs.percentile(50), script_rt),
         ratio(handoffs.percentile(99), script_rt)
     );
@@ -189,7 +192,6 @@ fn measure_raw_pair(url: &str) -> redis::RedisResult<(Samples, Samples)> {
             .arg(0)
             .arg("")
             .arg(0)
-            .arg("")
             .invoke::<i64>(&mut connection)?;
         Ok((acquired - started, acquired.elapsed()))
     };
@@ -203,22 +205,6 @@ fn measure_raw_pair(url: &str) -> redis::RedisResult<(Samples, Samples)> {
         scripts.extend([acquire, release]);
     }
     Ok((Samples::new(pairs), Samples::new(scripts)))
-}
-
-/// `PAIRS` runs of `step`, timed each, after 1000 untimed ones.
-fn measure_steps(
-    mut step: impl FnMut() -> redlease::Result<()>,
-) -> redlease::Result<Vec<Duration>> {
-    for _ in 0..1_000 {
-        step()?;
-    }
-    (0..PAIRS)
-        .map(|_| {
-            let started = Instant::now();
-            step()?;
-            Ok(started.elapsed())
-        })
-        .collect()
 }
 
 /// A short critical section, so that the others are all waiting.
@@ -370,17 +356,6 @@ fn wait_repeatedly(lock: &Lock, run: Duration) -> redlease::Result<(Duration, u6
     Ok((longest, taken))
 }
 
-fn now_ns() -> u64 {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `time` is a valid timespec for the call to fill.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
-    assert_eq!(status, 0, "clock_gettime");
-    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
-}
-
 /// How many scripts the server has run so far (`EVALSHA` and `EVAL` calls).
 fn script_calls(url: &str) -> redis::RedisResult<u64> {
     let mut connection = redis::Client::open(url)?.get_connection()?;
@@ -466,31 +441,5 @@ fn measure_starvation(
     match (words.next(), words.next()) {
         (Some(Ok(longest)), Some(Ok(taken))) => Ok((Duration::from_nanos(longest), taken)),
         _ => Err(format!("the waiting process reported {report:?}").into()),
-    }
-}
-
-struct Samples {
-    sorted: Vec<Duration>,
-}
-
-impl Samples {
-    fn new(mut samples: Vec<Duration>) -> Self {
-        samples.sort_unstable();
-        Samples { sorted: samples }
-    }
-
-    fn percentile(&self, percent: usize) -> Duration {
-        let index = (self.sorted.len() * percent / 100).min(self.sorted.len().saturating_sub(1));
-        self.sorted.get(index).copied().unwrap_or_default()
-    }
-
-    fn describe(&self) -> String {
-        let micros = |d: Duration| d.as_secs_f64() * 1e6;
-        format!(
-            "n={:<6} p50 {:>7.1} µs  p99 {:>8.1} µs",
-            self.sorted.len(),
-            micros(self.percentile(50)),
-            micros(self.percentile(99))
-        )
     }
 }

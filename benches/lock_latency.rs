@@ -29,9 +29,12 @@
 //! ratio to a plaintext PING, the two interleaved), then the lock+unlock pair and the handoff
 //! between 8 threads over TLS, each as a ratio to the TLS round trip.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{measure_steps, Samples};
 use parking_lot::Mutex;
 use redlease::{Lock, LockManager, RedLock};
 use redlease_testing::{url_or_throwaway, RedisCluster, RedisServer};
@@ -572,23 +575,7 @@ fn measure_pairs(manager: &LockManager) -> redlease::Result<Vec<Duration>> {
 
 /// Uncontended take+release pairs of `lock`.
 fn measure_lock_pairs(lock: &Lock) -> redlease::Result<Vec<Duration>> {
-    measure_steps(|| lock.lock()?.unlock())
-}
-
-/// `PAIRS` runs of `step`, timed each, after 1000 untimed ones.
-fn measure_steps(
-    mut step: impl FnMut() -> redlease::Result<()>,
-) -> redlease::Result<Vec<Duration>> {
-    for _ in 0..1_000 {
-        step()?;
-    }
-    (0..PAIRS)
-        .map(|_| {
-            let started = Instant::now();
-            step()?;
-            Ok(started.elapsed())
-        })
-        .collect()
+    measure_steps(PAIRS, || lock.lock()?.unlock())
 }
 
 /// An uncontended semaphore acquire(1)+release(1) pair, on a semaphore of one permit.
@@ -838,14 +825,14 @@ fn measure_coordination(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let rw = manager.read_write_lock("bench:upgradable");
     let upgradable = rw.upgradable();
-    let pairs = Samples::new(measure_steps(|| upgradable.lock()?.unlock())?);
+    let pairs = Samples::new(measure_steps(PAIRS, || upgradable.lock()?.unlock())?);
     println!(
         "{:<36} {}",
         "upgradable read pair",
         pairs.describe(Some(round_trip))
     );
     let held = upgradable.lock()?;
-    let upgrades = Samples::new(measure_steps(|| held.downgrade(held.upgrade()?))?);
+    let upgrades = Samples::new(measure_steps(PAIRS, || held.downgrade(held.upgrade()?))?);
     println!(
         "{:<36} {}",
         "upgrade+downgrade",
@@ -853,7 +840,7 @@ fn measure_coordination(
     );
     drop(held);
     let candidate = manager.leader_election("bench:election").candidate("bench");
-    let terms = Samples::new(measure_steps(|| candidate.lock()?.resign())?);
+    let terms = Samples::new(measure_steps(PAIRS, || candidate.lock()?.resign())?);
     println!(
         "{:<36} {}",
         "campaign+resign pair",
@@ -917,40 +904,4 @@ fn measure_held_locks(url: &str) -> Result<(), Box<dyn std::error::Error>> {
         released.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-struct Samples {
-    sorted: Vec<Duration>,
-}
-
-impl Samples {
-    fn new(mut samples: Vec<Duration>) -> Self {
-        samples.sort_unstable();
-        Samples { sorted: samples }
-    }
-
-    fn percentile(&self, percent: usize) -> Duration {
-        let index = (self.sorted.len() * percent / 100).min(self.sorted.len().saturating_sub(1));
-        self.sorted.get(index).copied().unwrap_or_default()
-    }
-
-    fn describe(&self, round_trip: Option<&Samples>) -> String {
-        let (p50, p99) = (self.percentile(50), self.percentile(99));
-        let micros = |d: Duration| d.as_secs_f64() * 1e6;
-        let mut text = format!(
-            "n={:<6} p50 {:>8.1} µs  p99 {:>8.1} µs",
-            self.sorted.len(),
-            micros(p50),
-            micros(p99)
-        );
-        if let Some(round_trip) = round_trip {
-            let base = micros(round_trip.percentile(50));
-            text.push_str(&format!(
-                "   = {:.2} / {:.2} round trips (p50 / p99 over the p50 round trip)",
-                micros(p50) / base,
-                micros(p99) / base
-            ));
-        }
-        text
-    }
 }

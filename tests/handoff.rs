@@ -95,10 +95,11 @@ fn counter_process() {
 }
 
 /// A waiter whose wait ends while the release that hands it the lock is on its way (the
-/// server is stopped): the release's answer finds it gone, and the lock is freed at once,
-/// not held for the waiter's lease.
-#[test]
-fn a_handoff_to_a_waiter_that_gave_up_meanwhile_is_taken_back() {
+/// server is stopped): the lock is freed as soon as the server answers again, not held for the
+/// waiter's lease. `stopped` is how long the server stays stopped: shorter than the response
+/// timeout, the release is answered; longer than it and the outage grace, the release ends
+/// `Indeterminate` and its repeat, sent until answered, settles the handoff.
+fn a_handoff_to_a_waiter_that_stopped_waiting(stopped: Duration, waits: Option<Duration>) {
     let redis = server();
     let manager = manager_for_url(&redis.url(), Duration::from_secs(30));
     let lock = manager.lock("given-up");
@@ -118,22 +119,26 @@ fn a_handoff_to_a_waiter_that_gave_up_meanwhile_is_taken_back() {
     let cancel = CancelToken::new();
     let waiter = {
         let lock = lock.with_cancel(&cancel);
-        std::thread::spawn(move || lock.lock().map(|guard| guard.fencing_token()))
+        std::thread::spawn(move || match waits {
+            Some(wait) => lock.try_lock_for(wait).map(|guard| guard.is_some()),
+            None => lock.lock().map(|_| true),
+        })
     };
     assert!(eventually(Duration::from_secs(5), || manager
         .stats()
         .waiting
         == 1));
     redis.pause().unwrap();
+    let stopped_at = Instant::now();
     release.send(()).unwrap();
-    // The release is on its way to the stopped server: the waiter gives up meanwhile.
-    std::thread::sleep(Duration::from_millis(200));
-    cancel.cancel();
+    if waits.is_none() {
+        // The release is on its way to the stopped server: the waiter gives up meanwhile.
+        std::thread::sleep(Duration::from_millis(200));
+        cancel.cancel();
+    }
     let waited = waiter.join().unwrap();
-    assert!(
-        matches!(waited, Err(redlease::Error::Cancelled)),
-        "{waited:?}"
-    );
+    assert!(!matches!(waited, Ok(true)), "{waited:?}");
+    std::thread::sleep(stopped.saturating_sub(stopped_at.elapsed()));
     redis.resume().unwrap();
     let _ = releasing.join().unwrap();
     assert!(
@@ -143,6 +148,20 @@ fn a_handoff_to_a_waiter_that_gave_up_meanwhile_is_taken_back() {
     );
     assert!(lock.try_lock().unwrap().is_some());
     assert_nothing_left(&manager, &redis);
+}
+
+#[test]
+fn a_handoff_to_a_waiter_that_gave_up_meanwhile_is_taken_back() {
+    a_handoff_to_a_waiter_that_stopped_waiting(Duration::from_millis(500), None);
+}
+
+/// The release goes unanswered (the server stays stopped past the response timeout and the
+/// outage grace) while the waiter still waits, and tries; its wait ends before the server
+/// comes back, which then runs the release that hands it the lock.
+#[test]
+fn an_unanswered_handoff_to_a_waiter_that_gave_up_is_taken_back() {
+    let stopped = Duration::from_secs(4);
+    a_handoff_to_a_waiter_that_stopped_waiting(stopped, Some(Duration::from_secs(3)));
 }
 
 /// A fair-lock waiter in another process is killed (or stopped) just before the release that

@@ -35,7 +35,13 @@ pub(crate) struct Undo {
     pub(crate) call: ScriptCall,
     /// When what it undoes runs out by itself: no use sending it after.
     pub(crate) until: Instant,
+    /// What to do with its answer, if anything (a release sent again tells the thread it
+    /// may have handed the lock to how that turned out); run on the cleanup thread.
+    pub(crate) then: Option<Answered>,
 }
+
+/// Takes the answer of an undo, on the cleanup thread.
+pub(crate) type Answered = Box<dyn FnOnce(&redis::Value) + Send>;
 
 /// What the thread did, for [`Stats`](crate::Stats).
 #[derive(Default)]
@@ -163,10 +169,13 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
         abandon(&undo, counts, "what it undoes has run out by itself");
     }
     let mut live = live.into_iter();
-    for undo in live.by_ref() {
+    for mut undo in live.by_ref() {
         match router.run_script::<redis::Value>(&undo.call) {
-            Ok(_) => {
+            Ok(answer) => {
                 log::debug!("{}: undone", undo.what);
+                if let Some(then) = undo.then.take() {
+                    then(&answer);
+                }
                 counts.pending.fetch_sub(1, Ordering::Relaxed);
                 counts.done.fetch_add(1, Ordering::Relaxed);
                 crate::telemetry::cleanup_ended(true);

@@ -406,6 +406,7 @@ impl Client {
                         what: format!("{name:?}: release by a dropped guard"),
                         call: again.unwrap_or_else(|| call.clone()),
                         until: until(),
+                        then: None,
                     });
                 }
             }),
@@ -437,6 +438,24 @@ impl Client {
             what: what(),
             call,
             until,
+            then: None,
+        });
+    }
+
+    /// Has `call` (safe to send twice) sent by the cleanup thread until the server answers it,
+    /// or until `until`, and its answer handed to `then` there.
+    pub(crate) fn resend_then(
+        &self,
+        what: String,
+        call: ScriptCall,
+        until: Instant,
+        then: impl FnOnce(&redis::Value) + Send + 'static,
+    ) {
+        self.cleanup.keep_trying(Undo {
+            what,
+            call,
+            until,
+            then: Some(Box::new(then)),
         });
     }
 

@@ -377,7 +377,7 @@ impl Group {
                 member.client().watchdog().chain_gone(&key, holder);
             }
             Ok(Acked {
-                answer: Acquired::Held { ttl },
+                answer: Acquired::Held { ttl, .. },
                 ..
             }) => {
                 if let Some(ttl) = ttl {

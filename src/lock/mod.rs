@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 pub use guard::LockGuard;
 pub(crate) use guard::{LockHold, OverLockHold};
-use handoff::LocalPlace;
+use handoff::{Handed, Handoffs};
 
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
@@ -357,69 +357,48 @@ impl RawLock {
         let chain = RefCell::new(self.chain_to_join(thread)?);
         // Whether an attempt may have put the chain in a fair lock's queue.
         let queued = Cell::new(false);
-        // The chain's place in the line of this process's waiters for a plain lock, which a
-        // release may hand the lock to; left when the chain is given up.
-        let place = RefCell::new(None);
-        // A fair-lock waiter's own channel keeps a grant here, and the last try that found
-        // the lock held says when: a grant came after that try was sent.
-        let letters = Letterbox::default();
-        let held_at = Cell::new(None);
+        // What a release may hand the chain: its place in the line of this process's waiters
+        // (left when the chain is given up), a fair lock's grant.
+        let handoffs = Handoffs::default();
         let new_chain = || -> Result<()> {
-            place.borrow_mut().take();
+            handoffs.leave();
             *chain.borrow_mut() = self.chain_to_join(thread)?;
             Ok(())
         };
+        // Other threads of the process wait for the lock: it is held, most likely.
+        let subscribe_first = self.line_is_waiting(&chain.borrow(), deadline);
         let outcome = wait::wait_until(WaitFor {
             deadline,
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
-            subscribe: || {
-                let chain = chain.borrow();
-                let mut subscriptions = self.subscribe(&chain.holder, &letters)?;
-                // An upgrade is not handed the write lock: its chain reads already.
-                let line = (!chain.upgrade).then(|| self.join_line(&chain.holder, lease));
-                if let Some((handed_on, joined)) = line.flatten() {
-                    subscriptions.push(handed_on);
-                    *place.borrow_mut() = Some(joined);
-                }
-                Ok(subscriptions)
-            },
+            subscribe: || handoffs.subscribe(self, &chain.borrow(), lease),
             attempt: || {
                 let Chain {
                     holder,
                     levels_held,
                     upgrade,
                 } = chain.borrow().clone();
-                if let Some(grant) = self.fair_grant(&letters, &holder, lease, held_at.get()) {
-                    if let Some(guard) =
-                        self.guard(holder.clone(), false, lease, grant, cancel, &hold)
-                    {
-                        self.client.count_handoff();
-                        return Ok(wait::Attempt::Taken(guard));
-                    }
-                    // Too late to trust the grant's lease by this clock: the try below finds
-                    // the grant, if it still stands, and gives it a fresh lease.
-                }
-                let handed = place.borrow().as_ref().and_then(LocalPlace::take_grant);
-                if let Some(grant) = handed {
+                if let Some((grant, from)) = handoffs.grant(self, &holder, lease) {
                     // A release handed the lock to this chain: it holds it, unless the grant
-                    // came too late to hold anything.
-                    return Ok(
-                        match self.guard(holder.clone(), false, lease, grant, cancel, &hold) {
-                            Some(guard) => {
-                                self.client.count_handoff();
-                                wait::Attempt::Taken(guard)
-                            }
-                            None => {
-                                self.undo_given_up(&holder, None);
-                                new_chain()?;
-                                wait::Attempt::Again
-                            }
-                        },
-                    );
+                    // came too late to hold anything by this clock. A fair lock's grant is
+                    // then found by the try below, if it still stands, and given a fresh
+                    // lease; one handed in the process is taken back.
+                    match self.guard(holder.clone(), false, lease, grant, cancel, &hold) {
+                        Some(guard) => {
+                            self.client.count_handoff();
+                            return Ok(wait::Attempt::Taken(guard));
+                        }
+                        None if from == Handed::Line => {
+                            self.undo_given_up(&holder, None);
+                            new_chain()?;
+                            return Ok(wait::Attempt::Again);
+                        }
+                        None => {}
+                    }
                 }
-                let tried = self.attempt(&holder, levels_held, upgrade, lease);
+                let grants = self.accepts_grant() && handoffs.hears_grants_for(&holder);
+                let tried = self.attempt(&holder, levels_held, upgrade, lease, grants);
                 if levels_held == 0 && tried.as_ref().is_err_and(undo_may_come_late) {
                     // The try's undo may reach the server late (sent again by the cleanup
                     // thread): a later try of the same chain must not be what it undoes.
@@ -446,9 +425,9 @@ impl RawLock {
                             }
                         }
                     }
-                    Acquired::Held { ttl } => {
+                    Acquired::Held { ttl, counter } => {
                         queued.set(true);
-                        held_at.set(Some(grant.sent_at));
+                        handoffs.held(grant.sent_at, counter);
                         wait::Attempt::Held { hint: ttl }
                     }
                     Acquired::ChainGone => {
@@ -478,12 +457,9 @@ impl RawLock {
                 after,
                 ask: &ask_holders,
             }),
-            // Other threads of the process wait for the lock: it is held, most likely.
-            subscribe_first: self.line_is_waiting(),
+            subscribe_first,
         });
-        if let (Some(place), Ok(Some(_))) = (place.take(), &outcome) {
-            place.kept();
-        }
+        handoffs.end(matches!(outcome, Ok(Some(_))));
         if queued.get() && !matches!(outcome, Ok(Some(_))) {
             if let LockKind::Fair { .. } = self.keys.kind {
                 // Gave up (or failed) while in line: leave the queue, so that those behind do
@@ -608,6 +584,7 @@ impl RawLock {
         levels_held: u32,
         upgrade: bool,
         lease: Lease,
+        grants: bool,
     ) -> Result<Tried> {
         let lease_ms = lease.millis_or(self.client.watchdog_timeout_ms());
         // An upgrade's try has an id, so that its undo takes back only its own grant.
@@ -617,7 +594,6 @@ impl RawLock {
             levels_held,
             upgrade: upgrade.as_deref(),
         };
-        let grants = self.accepts_grant();
         let keys = &self.keys;
         let call = protocol::acquire(
             keys,
@@ -800,17 +776,18 @@ impl RawLock {
         let answer =
             client.release::<redis::Value>(self.name(), call, again, receipt_key, how, until);
         if let Some(offer) = offer {
-            let taking_back = |holder: &str| release(protocol::Handing::TakingBack(holder));
-            self.settle_offer(offer, &answer, sent_at, taking_back);
+            self.settle_offer(offer, &answer, sent_at, release(protocol::Handing::No));
         }
         let acked = answer?;
+        if left.total() == 0 && protocol::handed(&acked.answer).is_none() {
+            // The chain's hold ended without a handoff (freed, or found gone): the count of
+            // handoffs in a row starts again.
+            client.handoffs().freed(self.name());
+        }
         if !protocol::released(&acked.answer) {
             return Err(Error::NotHeld {
                 name: self.keys.name.clone(),
             });
-        }
-        if acked.answer == redis::Value::Int(1) && left.total() == 0 {
-            client.handoffs().freed(self.name());
         }
         // Released on the master, which is what the caller's hold was: it stands.
         if let Some(why) = acked.unreplicated {

@@ -11,7 +11,8 @@
 -- ARGV[5]: '1' when the waiter accepts a grant inside a release (the lease it is given is
 --          ARGV[1], at most ARGV[4]), else '0'
 -- Answers as the lock's acquire script: {1, token} taken, {2, token} entered once more,
--- {0, ms to wait at most} queued behind others, {3, 0} the chain's hold is gone.
+-- {0, ms to wait at most, the fencing token counter now} queued behind others (a grant made
+-- later draws a larger token), {3, 0} the chain's hold is gone.
 -- Places whose waiter stopped asking (it died), or that lost their expiry, are dropped from
 -- the head; an acquisition shortens every place still queued by its own wait, as the queue
 -- moved up by one. Unlike Redisson, a waiter that asks again keeps its place alive: it is
@@ -69,6 +70,7 @@ local function accept_grants(expiry)
   end
 end
 
+local counter = tonumber(redis.call('get', KEYS[4])) or 0
 local place = redis.call('zscore', KEYS[3], ARGV[2])
 if place then
   local hint = wait_hint()
@@ -83,7 +85,7 @@ if place then
       break
     end
   end
-  return {0, hint}
+  return {0, hint, counter}
 end
 -- Join the queue: the place expires ARGV[4] after the one ahead (or after the lock's lease).
 local last = redis.call('lindex', KEYS[2], -1)
@@ -98,4 +100,4 @@ if redis.call('zadd', KEYS[3], ahead_ends + tonumber(ARGV[4]), ARGV[2]) == 1 the
   redis.call('rpush', KEYS[2], ARGV[2])
 end
 accept_grants(ahead_ends + tonumber(ARGV[4]))
-return {0, wait_hint()}
+return {0, wait_hint(), counter}

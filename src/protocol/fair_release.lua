@@ -40,24 +40,20 @@ end
 -- The next in line, when it accepts a grant, holds the lock from here: its holder id with one
 -- level, a fresh fencing token, the lease it asked for but no longer than a place's wait (so a
 -- waiter that died meanwhile keeps the lock no longer than it would have kept its place).
--- The message on its channel tells it: 'grant <token> <lease ms> <holder id>'.
-local function grant_next()
-  local head = redis.call('lindex', KEYS[2], 0)
-  local lease = head and redis.call('hget', KEYS[5], head)
-  if not lease then
-    return false
-  end
-  lease = math.min(tonumber(lease), tonumber(ARGV[7]))
-  local token = redis.call('incr', KEYS[6])
+-- The message on its channel tells it: 'grant <token> <lease ms> <holder id>'. What can fail
+-- (a key of another type) is read before the first write.
+local head = redis.call('lindex', KEYS[2], 0)
+local lease = head and tonumber(redis.call('hget', KEYS[5], head))
+local token = lease and redis.call('incr', KEYS[6])
+redis.call('del', KEYS[1])
+if lease then
+  lease = math.max(1, math.min(lease, tonumber(ARGV[7])))
   leave_head(head, ARGV[7])
   redis.call('hset', KEYS[1], head, 1)
-  redis.call('pexpire', KEYS[1], lease)
-  local grant = 'grant ' .. token .. ' ' .. lease .. ' ' .. head
+  redis.call('pexpire', KEYS[1], string.format('%d', lease))
+  local grant = string.format('grant %d %d %s', token, lease, head)
   redis.call(publish_command, ARGV[6] .. ':' .. head, grant)
-  return true
-end
-redis.call('del', KEYS[1])
-if not grant_next() then
+else
   wake_next()
 end
 redis.call('set', KEYS[4], 1, 'px', ARGV[3])

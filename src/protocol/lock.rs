@@ -104,8 +104,12 @@ pub(crate) enum Acquired {
     /// Taken (a new chain) or entered once more (a level of the chain), with this fencing
     /// token.
     Taken { token: u64 },
-    /// Someone else holds it, for this long still when it has a lease.
-    Held { ttl: Option<Duration> },
+    /// Someone else holds it, for this long still when it has a lease; for a fair lock's
+    /// waiter, with the fencing token counter then: a grant made later has a larger token.
+    Held {
+        ttl: Option<Duration>,
+        counter: Option<u64>,
+    },
     /// The chain the acquisition meant to enter once more is gone.
     ChainGone,
     /// An upgrade found the upgradable hold it upgrades gone.
@@ -114,7 +118,11 @@ pub(crate) enum Acquired {
 
 impl FromRedisValue for Acquired {
     fn from_redis_value(value: Value) -> Result<Self, redis::ParsingError> {
-        let (kind, value): (i64, i64) = FromRedisValue::from_redis_value(value)?;
+        let answer: Vec<i64> = FromRedisValue::from_redis_value(value)?;
+        let (kind, value) = match answer.as_slice() {
+            [kind, value, ..] => (*kind, *value),
+            _ => return Err(format!("an acquisition answered {answer:?}").into()),
+        };
         Ok(match kind {
             1 | 2 => Acquired::Taken {
                 token: value.max(0) as u64,
@@ -123,6 +131,9 @@ impl FromRedisValue for Acquired {
             4 => Acquired::UpgradableGone,
             _ => Acquired::Held {
                 ttl: u64::try_from(value).ok().map(Duration::from_millis),
+                counter: answer
+                    .get(2)
+                    .and_then(|counter| u64::try_from(*counter).ok()),
             },
         })
     }
@@ -136,20 +147,15 @@ pub(crate) enum Handing<'a> {
     No,
     /// Hands it the lock: its holder id, and the lease it asked for in ms.
     To { holder: &'a str, lease_ms: u64 },
-    /// Frees the lock, and takes back the hold an earlier send of the same release may have
-    /// handed to this holder id, which stopped waiting.
-    TakingBack(&'a str),
 }
 
 impl Handing<'_> {
-    /// The script's arguments: the field of the chain to hand the lock to, its lease, and
-    /// the field of the chain to take a hold back from ('' for none), each made by `field`
-    /// from a holder id.
-    fn args(self, field: impl Fn(&str) -> String) -> (String, u64, String) {
+    /// The script's arguments: the field of the chain to hand the lock to ('' for none),
+    /// made by `field` from its holder id, and its lease.
+    fn args(self, field: impl Fn(&str) -> String) -> (String, u64) {
         match self {
-            Handing::No => (String::new(), 0, String::new()),
-            Handing::To { holder, lease_ms } => (field(holder), lease_ms, String::new()),
-            Handing::TakingBack(holder) => (String::new(), 0, field(holder)),
+            Handing::No => (String::new(), 0),
+            Handing::To { holder, lease_ms } => (field(holder), lease_ms),
         }
     }
 }
@@ -172,7 +178,7 @@ pub(crate) fn release(
     }
     match keys.kind {
         LockKind::Plain | LockKind::Leader => {
-            let (to, to_lease_ms, taking_back) = handing.args(str::to_owned);
+            let (to, to_lease_ms) = handing.args(str::to_owned);
             let script_keys = [&keys.name, &keys.channel, receipt, &keys.token];
             ScriptCall::new(&RELEASE, &script_keys)
                 .arg(holder)
@@ -182,7 +188,6 @@ pub(crate) fn release(
                 .arg(levels_left)
                 .arg(to)
                 .arg(to_lease_ms)
-                .arg(taking_back)
         }
         LockKind::Fair { place_ms } => ScriptCall::new(
             &FAIR_RELEASE,
@@ -213,7 +218,7 @@ pub(crate) fn release(
                 .arg(WAKE_ALL_MESSAGE)
         }
         LockKind::Write => {
-            let (to, to_lease_ms, taking_back) = handing.args(layout::writer_field);
+            let (to, to_lease_ms) = handing.args(layout::writer_field);
             let script_keys = [&keys.name, &keys.channel, receipt, &keys.token];
             ScriptCall::new(&WRITE_RELEASE, &script_keys)
                 .arg(layout::writer_field(holder))
@@ -224,7 +229,6 @@ pub(crate) fn release(
                 .arg(layout::suffixed(&keys.name, ""))
                 .arg(to)
                 .arg(to_lease_ms)
-                .arg(taking_back)
         }
     }
 }

@@ -4,8 +4,6 @@
 -- KEYS[4]: the fencing token counter of the lock name
 -- ARGV[6]: the holder id of the chain to hand the lock to ('': none)
 -- ARGV[7]: the lease that chain asked for, in ms
--- ARGV[8]: the holder id of a chain an earlier send of this release may have handed the lock
---          to, which has stopped waiting: its hold is taken back ('': none)
 -- Answers as lock_give.lua, or {2, fencing token} when it handed the lock on.
 if ARGV[6] ~= '' and ARGV[5] == '0' then
   local answered = earlier_answer(KEYS[3])
@@ -16,9 +14,4 @@ if ARGV[6] ~= '' and ARGV[5] == '0' then
     return hand_over(ARGV[6], ARGV[7], KEYS[4], KEYS[3], ARGV[3])
   end
 end
-local answer = give_lock()
-if ARGV[8] ~= '' and redis.call('hexists', KEYS[1], ARGV[8]) == 1 then
-  redis.call('del', KEYS[1])
-  redis.call(publish_command, KEYS[2], ARGV[4])
-end
-return answer
+return give_lock()

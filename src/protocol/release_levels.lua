@@ -23,7 +23,7 @@ local function hand_over(next, lease_ms, token_key, latch, latch_ms)
   redis.call('del', KEYS[1])
   redis.call('hset', KEYS[1], next, 1)
   redis.call('pexpire', KEYS[1], lease_ms)
-  redis.call('set', latch, 'h' .. token, 'px', latch_ms)
+  redis.call('set', latch, 'h' .. string.format('%d', token), 'px', latch_ms)
   return {2, token}
 end
 

@@ -16,8 +16,6 @@
 --          timeout key '<prefix><r>:rwlock_timeout:<n>'
 -- ARGV[7]: the writer's field of the chain to hand the write lock to ('': none)
 -- ARGV[8]: the lease that chain asked for, in ms
--- ARGV[9]: the writer's field of a chain an earlier send of this release may have handed the
---          write lock to, which has stopped waiting: its hold is taken back ('': none)
 -- When the writer keeps read levels, the lock then lives as long as the longest of them.
 -- Answers nil when the holder does not hold the write lock, 0 when levels remain, 1 when
 -- released, {2, fencing token} when handed on.
@@ -39,7 +37,7 @@ local function release_write()
     redis.call('hdel', KEYS[1], ARGV[1])
     redis.call('hset', KEYS[1], ARGV[7], 1)
     redis.call('pexpire', KEYS[1], ARGV[8])
-    redis.call('set', KEYS[3], 'h' .. token, 'px', ARGV[3])
+    redis.call('set', KEYS[3], 'h' .. string.format('%d', token), 'px', ARGV[3])
     return {2, token}
   end
   redis.call('hdel', KEYS[1], ARGV[1], 'upgrading')
@@ -57,10 +55,4 @@ local function release_write()
   return 1
 end
 
-local answer = release_write()
-if ARGV[9] ~= '' and redis.call('hget', KEYS[1], 'mode') == 'write'
-    and redis.call('hexists', KEYS[1], ARGV[9]) == 1 and redis.call('hlen', KEYS[1]) == 2 then
-  redis.call('del', KEYS[1])
-  redis.call(publish_command, KEYS[2], ARGV[4])
-end
-return answer
+return release_write()

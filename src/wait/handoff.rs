@@ -52,8 +52,9 @@ enum State {
     Offered,
     /// Handed the lock, not yet taken.
     Granted(Handed),
-    /// A release that may have handed it the lock went unanswered: the waiter's next try
-    /// finds out (the acquire script finds the hold its own).
+    /// A release that may have handed it the lock went unanswered, and is sent again until
+    /// answered; meanwhile the waiter tries as before (its acquire script finds a hold handed
+    /// to it its own), and nothing else is offered to it.
     Unknown,
     /// The waiter left the line without the lock.
     Left,
@@ -74,8 +75,6 @@ pub(crate) struct Handed {
 pub(crate) enum Outcome {
     Handed(Handed),
     NotHanded,
-    /// No answer came: it may have handed the lock.
-    Unknown,
 }
 
 impl Lines {
@@ -193,8 +192,7 @@ impl Place<'_> {
     }
 
     /// What a release handed this waiter, if it did: taken, it is the waiter's (the place
-    /// then hands nothing more). A release whose outcome is unknown puts the waiter back in
-    /// line, its next try finding out.
+    /// then hands nothing more).
     pub(crate) fn take_grant(&self) -> Option<Handed> {
         let mut state = self.waiting.state.lock();
         match *state {
@@ -202,11 +200,7 @@ impl Place<'_> {
                 *state = State::Took;
                 Some(handed)
             }
-            State::Unknown => {
-                *state = State::Waiting;
-                None
-            }
-            State::Waiting | State::Offered | State::Left | State::Took => None,
+            _ => None,
         }
     }
 
@@ -216,16 +210,16 @@ impl Place<'_> {
         *self.waiting.state.lock() = State::Took;
     }
 
-    /// Leaves the line; answers whether the waiter may hold a grant it will not use (handed
-    /// and not taken, or on its way, or unknown), which the caller takes back. A release
-    /// still on its way takes it back too, should it hand the lock.
+    /// Leaves the line; answers whether the waiter holds a grant it will not use (handed and
+    /// not taken), which the caller takes back. A release on its way, or whose outcome is not
+    /// known yet, takes back what it handed once it is answered.
     pub(crate) fn leave(self) -> bool {
         let mut state = self.waiting.state.lock();
         let previous = std::mem::replace(&mut *state, State::Left);
         if matches!(previous, State::Took) {
             *state = State::Took;
         }
-        matches!(previous, State::Granted(_) | State::Unknown)
+        matches!(previous, State::Granted(_))
     }
 }
 
@@ -259,23 +253,34 @@ impl Offer {
         self.waiting.lease_ms
     }
 
-    /// Tells the waiter how the release turned out, and wakes it when it was handed the lock
-    /// (or may have been). Answers whether the waiter has left meanwhile and the release may
-    /// have handed it the lock: the caller takes that hold back.
+    /// Tells the waiter the release went unanswered and may have handed it the lock, and
+    /// wakes it to try (it finds such a hold its own); it is settled once a repeat of the
+    /// release is answered.
+    pub(crate) fn unknown(&self) {
+        let mut state = self.waiting.state.lock();
+        if matches!(*state, State::Offered) {
+            *state = State::Unknown;
+            drop(state);
+            self.waiting.waker.wake();
+        }
+    }
+
+    /// Tells the waiter how the release turned out, and wakes it when it was handed the lock.
+    /// Answers whether the waiter has left meanwhile and was handed the lock: the caller takes
+    /// that hold back.
     pub(crate) fn settle(self, outcome: Outcome) -> bool {
         let mut state = self.waiting.state.lock();
         match *state {
-            State::Left => return !matches!(outcome, Outcome::NotHanded),
+            State::Left => return matches!(outcome, Outcome::Handed(_)),
             State::Took => return false,
             _ => {}
         }
         *state = match outcome {
             Outcome::Handed(handed) => State::Granted(handed),
             Outcome::NotHanded => State::Waiting,
-            Outcome::Unknown => State::Unknown,
         };
         drop(state);
-        if !matches!(outcome, Outcome::NotHanded) {
+        if matches!(outcome, Outcome::Handed(_)) {
             self.waiting.waker.wake();
         }
         false

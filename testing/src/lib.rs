@@ -1335,6 +1335,19 @@ enum Reply {
     Array(Option<Vec<Reply>>),
 }
 
+/// The host's monotonic clock in ns, the same in every process: for events of several
+/// processes put in one order.
+pub fn now_ns() -> u64 {
+    let mut time = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `time` is a valid timespec for the call to fill.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
+    assert_eq!(status, 0, "clock_gettime");
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
 /// Polls `condition` every 10 ms until it holds or `within` passes; answers whether it held.
 pub fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;

@@ -235,14 +235,7 @@ pub fn signal(child: &Child, signal: libc::c_int) {
 
 /// The host's monotonic clock in ns, the same in every process.
 pub fn now_ns() -> u64 {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `time` is a valid timespec for the call to fill.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
-    assert_eq!(status, 0, "clock_gettime");
-    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+    redlease_testing::now_ns()
 }
 
 /// A small seeded generator (xorshift), so that a run can be repeated.
