@@ -145,7 +145,7 @@
 //! | upgradable: `upgrade` (the write lock) | finds its own write field | undone, that try's grant only (a try id in the hash): back to the upgradable read |
 //! | leader: `resign`, guard drop | answered from its release receipt (the resignation is logged once) | as a lock's release |
 //! | `request_revocation` | sends the notices again: a holder asked twice is told once | the error |
-//! | lock: `unlock`, guard drop | answered from its release receipt | `Indeterminate` (`unlock`), or sent again in the background (drop) |
+//! | lock: `unlock`, guard drop | answered from its release receipt (a handoff too); a repeat never hands the lock on | `Indeterminate` (`unlock`), or sent again in the background (drop); one that may have handed the lock on is sent again until answered, and a hold handed to a thread that stopped waiting taken back |
 //! | `force_unlock` | answered from its request | `Indeterminate` |
 //! | [`Semaphore`]: take | answered from its request | undone: the permits it took are given back |
 //! | [`Semaphore`]: `release`, `add_permits`, `drain_permits`, `try_set_permits` | answered from its request | `Indeterminate` |

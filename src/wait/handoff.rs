@@ -1,5 +1,6 @@
-//! Local handoffs: the line of this process's threads that wait for one plain lock, which a
-//! releasing thread of the same manager may hand the lock to inside its release script.
+//! Local handoffs: the line of this process's threads that wait for one plain lock (or write
+//! lock), which a releasing thread of the same manager may hand the lock to inside its
+//! release script.
 //!
 //! A waiter that found the lock held takes a [`Place`] in the line of its lock name, with
 //! its chain's holder id, the lease it asks for and the [`LocalWaker`] of its wait. A thread
@@ -8,9 +9,10 @@
 //! release frees the lock for everyone, other processes included, and the count starts
 //! again). The release script hands the lock to the offered holder id, or does not (the
 //! releaser's hold was gone); the releaser then settles the offer, which wakes the waiter
-//! with what it was given. A waiter that leaves the line while an offer to it is being
-//! settled, or with a grant it did not take, is told to take its hold back
-//! ([`Place::leave`]); a releaser that finds its waiter gone is told the same.
+//! with what it was given. A waiter that leaves the line with a grant it did not take is told
+//! to take its hold back ([`Place::leave`]); a releaser whose release was answered after its
+//! waiter left is told the same ([`Offer::settle`]). A release that went unanswered leaves its
+//! offer [unknown](Offer::unknown) until a repeat of it is answered, which settles it.
 //!
 //! No I/O here: the line only matches a releasing thread with a waiting one.
 
