@@ -64,8 +64,8 @@ pub(crate) struct Settings {
     pub(crate) tls: TlsOptions,
     /// What acquisitions, renewals, releases and fenced writes wait for, if anything.
     pub(crate) replica_acks: Option<ReplicaAcks>,
-    /// How many times in a row a release may hand a plain lock to another thread of the
-    /// process (0: never).
+    /// How many times in a row a release may hand a plain or write lock to another thread of
+    /// the process (0: never).
     pub(crate) local_handoffs: u32,
 }
 
@@ -113,7 +113,7 @@ pub(crate) struct Client {
     next_request: AtomicU64,
     shut_down: AtomicBool,
     waits: WaitRecorder,
-    /// The threads waiting for each plain lock, which a release may hand the lock to.
+    /// The threads waiting for each plain or write lock, which a release may hand it to.
     handoffs: Lines,
     acks: Option<ReplicaAcks>,
     /// Releases that stood without enough replica acknowledgements.
@@ -215,7 +215,7 @@ impl Client {
             .report(1, format_args!("release of {name:?}"), why);
     }
 
-    /// The lines of this process's waiters that a release may hand a plain lock to.
+    /// The lines of this process's waiters that a release may hand a plain or write lock to.
     pub(crate) fn handoffs(&self) -> &Lines {
         &self.handoffs
     }
