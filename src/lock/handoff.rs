@@ -182,7 +182,7 @@ impl RawLock {
         let place = self
             .client
             .handoffs()
-            .join(self.name(), holder, lease_ms, waker)?;
+            .join(self.name(), holder, lease_ms, waker);
         let place = LocalPlace {
             lock: self,
             place: Some(place),

@@ -594,15 +594,8 @@ impl RawLock {
             levels_held,
             upgrade: upgrade.as_deref(),
         };
-        let keys = &self.keys;
-        let call = protocol::acquire(
-            keys,
-            holder,
-            levels_held,
-            lease_ms,
-            this_try.upgrade,
-            grants,
-        );
+        let try_id = this_try.upgrade;
+        let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms, try_id, grants);
         let sent_at = Instant::now();
         let answer = self
             .client
@@ -759,24 +752,26 @@ impl RawLock {
             0 => self.handoff_offer(),
             _ => None,
         };
+        // The release, and for a handoff its repeat without it (see `Client::release`).
+        let plain = release(protocol::Handing::No);
         let (call, again) = match &offer {
             Some(offer) => {
                 let holder = offer.holder();
                 let lease_ms = offer.lease_ms();
                 let handing = protocol::Handing::To { holder, lease_ms };
-                (release(handing), Some(release(protocol::Handing::No)))
+                (release(handing), Some(plain))
             }
-            None => (release(protocol::Handing::No), None),
+            None => (plain, None),
         };
         // The receipt makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
         let until = || Instant::now() + Duration::from_millis(lease_ms);
         let sent_at = Instant::now();
-        let receipt_key = receipt.clone();
+        let (name, receipt_key) = (self.name(), receipt.clone());
         let answer =
-            client.release::<redis::Value>(self.name(), call, again, receipt_key, how, until);
-        if let Some(offer) = offer {
-            self.settle_offer(offer, &answer, sent_at, release(protocol::Handing::No));
+            client.release::<redis::Value>(name, call, again.clone(), receipt_key, how, until);
+        if let (Some(offer), Some(again)) = (offer, again) {
+            self.settle_offer(offer, &answer, sent_at, again);
         }
         let acked = answer?;
         if left.total() == 0 && protocol::handed(&acked.answer).is_none() {

@@ -95,17 +95,15 @@ impl Lines {
     }
 
     /// Puts the chain `holder`, which asks for a lease of `lease_ms`, at the back of the line
-    /// for `name`; `waker` wakes its wait.
+    /// for `name`; `waker` wakes its wait. (With a limit of 0 the line is never offered: the
+    /// caller does not join it.)
     pub(crate) fn join(
         &self,
         name: &str,
         holder: &str,
         lease_ms: u64,
         waker: LocalWaker,
-    ) -> Option<Place<'_>> {
-        if self.limit == 0 {
-            return None;
-        }
+    ) -> Place<'_> {
         let waiting = Arc::new(Waiting {
             holder: holder.to_owned(),
             lease_ms,
@@ -115,11 +113,11 @@ impl Lines {
         let mut lines = self.lines.lock();
         let line = lines.entry(name.to_owned()).or_default();
         line.waiters.push_back(Arc::clone(&waiting));
-        Some(Place {
+        Place {
             lines: self,
             name: name.to_owned(),
             waiting,
-        })
+        }
     }
 
     /// The waiter a release of `name`'s last level may hand the lock to: the first that is
