@@ -14,13 +14,14 @@ local function earlier_answer(latch)
   return tonumber(answered)
 end
 
--- Gives the lock whose holder releases its last level to the chain `next` (waiting in the
--- holder's process), with a lease of `lease_ms` and a fresh fencing token from `token_key`;
--- answers {2, token}, kept under `latch` for `latch_ms` for a retried request. Nothing is
--- published: nobody else may take the lock.
-local function hand_over(next, lease_ms, token_key, latch, latch_ms)
+-- Gives the lock whose holder (field `from`) releases its last level, and holds nothing else
+-- of it, to the field `next` (a chain waiting in the holder's process), with a lease of
+-- `lease_ms` and a fresh fencing token from `token_key`; answers {2, token}, kept under
+-- `latch` for `latch_ms` for a retried request. Nothing is published: nobody else may take
+-- the lock.
+local function hand_over(from, next, lease_ms, token_key, latch, latch_ms)
   local token = redis.call('incr', token_key)
-  redis.call('del', KEYS[1])
+  redis.call('hdel', KEYS[1], from)
   redis.call('hset', KEYS[1], next, 1)
   redis.call('pexpire', KEYS[1], lease_ms)
   redis.call('set', latch, 'h' .. string.format('%d', token), 'px', latch_ms)

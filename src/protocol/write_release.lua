@@ -33,12 +33,7 @@ local function release_write()
   end
   if ARGV[7] ~= '' and redis.call('hlen', KEYS[1]) == 2 then
     -- The writer holds nothing but its write lock ('mode' and its field): hand it on.
-    local token = redis.call('incr', KEYS[4])
-    redis.call('hdel', KEYS[1], ARGV[1])
-    redis.call('hset', KEYS[1], ARGV[7], 1)
-    redis.call('pexpire', KEYS[1], ARGV[8])
-    redis.call('set', KEYS[3], 'h' .. string.format('%d', token), 'px', ARGV[3])
-    return {2, token}
+    return hand_over(ARGV[1], ARGV[7], ARGV[8], KEYS[4], KEYS[3], ARGV[3])
   end
   redis.call('hdel', KEYS[1], ARGV[1], 'upgrading')
   if redis.call('hlen', KEYS[1]) == 1 then
