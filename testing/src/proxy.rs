@@ -1,12 +1,14 @@
 //! [`CuttingProxy`]: a TCP proxy in front of a throwaway server that lets a command run and
-//! cuts its connection before the answer comes back, for tests of what a lost answer does.
+//! cuts its connection before the answer comes back, for tests of what a lost answer does,
+//! and holds a command back for as long as a test likes ([`Held`]), for tests of what a copy
+//! of a call that arrives late does.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A proxy on a free loopback port that forwards every connection to a server, can delay
 /// requests ([`set_latency`](Self::set_latency)) or close every connection
@@ -32,6 +34,11 @@ use std::time::Duration;
 /// assert_eq!(proxy.cuts(), 1);
 /// assert_eq!(latch.count().unwrap(), 2, "counted once");
 /// ```
+///
+/// It can also hold a command back ([`hold_next`](Self::hold_next)): the client sees no answer,
+/// times out and sends the command again on another connection, while the first copy waits in
+/// the proxy until the test [delivers](Held::deliver) it, as a congested link or a
+/// retransmission back-off would deliver it late.
 pub struct CuttingProxy {
     port: u16,
     shared: Arc<Shared>,
@@ -49,6 +56,99 @@ struct Shared {
     stopping: AtomicBool,
     /// Every connection's two streams, to close them all on drop.
     streams: Mutex<Vec<TcpStream>>,
+    /// The next request to hold back, while armed.
+    hold: Mutex<Option<Arc<Holding>>>,
+}
+
+/// A request the proxy holds back (see [`CuttingProxy::hold_next`]): it and whatever its
+/// client sends after it on the same connection wait in the proxy until
+/// [`deliver`](Held::deliver) or [`deliver_first_then_cut`](Held::deliver_first_then_cut).
+/// Dropped without either, they are never delivered.
+pub struct Held {
+    holding: Arc<Holding>,
+}
+
+struct Holding {
+    words: Vec<Vec<u8>>,
+    state: Mutex<HoldState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct HoldState {
+    /// The two streams of the connection whose request matched, once one did.
+    streams: Option<(TcpStream, TcpStream)>,
+    /// What the client sent on it since, in order, not passed on yet.
+    queue: Vec<Vec<u8>>,
+    /// Passed on: what the client sends from now on goes through.
+    released: bool,
+    /// The client closed its side while its bytes were held.
+    client_closed: bool,
+    /// What the server answered on the connection after the delivery.
+    replies: Vec<u8>,
+}
+
+impl Held {
+    /// Waits up to `within` for a request to match; answers whether one did.
+    pub fn wait_until_held(&self, within: Duration) -> bool {
+        let give_up_at = Instant::now() + within;
+        let mut state = self.holding.state.lock().unwrap();
+        while state.streams.is_none() {
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self.holding.changed.wait_timeout(state, left).unwrap().0;
+        }
+        true
+    }
+
+    /// Passes the held request on to the server, with whatever its client sent after it on
+    /// the same connection, and waits up to 10 s for the server's answer, which it answers
+    /// (the raw bytes; the client, which gave up on it, never sees it).
+    pub fn deliver(self) -> io::Result<Vec<u8>> {
+        self.pass_on(false)
+    }
+
+    /// Passes only the held request on, waits for the server's answer (answered as by
+    /// [`deliver`](Self::deliver)), then closes the connection: what its client sent after it
+    /// (an undo queued behind a request that timed out) never reaches the server, as when a
+    /// middlebox delivers a late packet and then drops the connection.
+    pub fn deliver_first_then_cut(self) -> io::Result<Vec<u8>> {
+        self.pass_on(true)
+    }
+
+    fn pass_on(self, first_only: bool) -> io::Result<Vec<u8>> {
+        let holding = &self.holding;
+        let mut state = holding.state.lock().unwrap();
+        let Some((_, server)) = &state.streams else {
+            return Err(io::Error::other("no request was held"));
+        };
+        let mut server = server.try_clone()?;
+        let queue = std::mem::take(&mut state.queue);
+        let count = if first_only { 1 } else { queue.len() };
+        for chunk in queue.iter().take(count) {
+            server.write_all(chunk)?;
+        }
+        state.released = !first_only;
+        let give_up_at = Instant::now() + Duration::from_secs(10);
+        while state.replies.is_empty() {
+            let left = give_up_at.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no answer"));
+            }
+            state = holding.changed.wait_timeout(state, left).unwrap().0;
+        }
+        if first_only || state.client_closed {
+            if let Some((client, server)) = &state.streams {
+                let _ = server.shutdown(Shutdown::Both);
+                if first_only {
+                    let _ = client.shutdown(Shutdown::Both);
+                }
+            }
+        }
+        Ok(std::mem::take(&mut state.replies))
+    }
 }
 
 impl CuttingProxy {
@@ -90,6 +190,19 @@ impl CuttingProxy {
     pub fn cut_next_times(&self, words: &[&str], times: u32) {
         let words = words.iter().map(|word| word.as_bytes().to_vec()).collect();
         *self.shared.armed.lock().unwrap() = (times > 0).then_some((words, times));
+    }
+
+    /// Arms the proxy to hold back the next request that contains every one of `words` (see
+    /// [`Held`]): neither it nor what its client sends after it on its connection reaches
+    /// the server until the test passes them on.
+    pub fn hold_next(&self, words: &[&str]) -> Held {
+        let holding = Arc::new(Holding {
+            words: words.iter().map(|word| word.as_bytes().to_vec()).collect(),
+            state: Mutex::new(HoldState::default()),
+            changed: Condvar::new(),
+        });
+        *self.shared.hold.lock().unwrap() = Some(Arc::clone(&holding));
+        Held { holding }
     }
 
     /// Whether the proxy is still armed (no request matched since [`cut_next`](Self::cut_next)).
@@ -166,24 +279,37 @@ fn connect_pumps(
     // Set by the client's pump once a request to cut went out: the server's pump then drops
     // the answer and closes both.
     let cutting = Arc::new(AtomicBool::new(false));
+    // Set by the client's pump once it holds a request back on this connection: the server's
+    // pump then tells it of the answers.
+    let held: Arc<Mutex<Option<Arc<Holding>>>> = Arc::default();
     let upstream = {
         let (from, to) = (client.try_clone()?, server.try_clone()?);
-        let (shared, cutting) = (Arc::clone(shared), Arc::clone(&cutting));
+        let streams = (client.try_clone()?, server.try_clone()?);
+        let (shared, cutting, held) = (Arc::clone(shared), Arc::clone(&cutting), Arc::clone(&held));
         std::thread::Builder::new()
             .name("cutting-proxy-up".into())
-            .spawn(move || pump_up(from, to, &shared, &cutting))?
+            .spawn(move || pump_up(from, to, &shared, &cutting, &held, streams))?
     };
     let downstream = {
         let shared = Arc::clone(shared);
         std::thread::Builder::new()
             .name("cutting-proxy-down".into())
-            .spawn(move || pump_down(server, client, &shared, &cutting))?
+            .spawn(move || pump_down(server, client, &shared, &cutting, &held))?
     };
     Ok(vec![upstream, downstream])
 }
 
-/// Client to server: every byte; a request that matches the armed words arms the cut.
-fn pump_up(mut from: TcpStream, mut to: TcpStream, shared: &Shared, cutting: &AtomicBool) {
+/// Client to server: every byte; a request that matches the armed words arms the cut, or is
+/// held back with what follows it.
+fn pump_up(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    shared: &Shared,
+    cutting: &AtomicBool,
+    held: &Mutex<Option<Arc<Holding>>>,
+    streams: (TcpStream, TcpStream),
+) {
+    let mut streams = Some(streams);
     let mut buffer = vec![0; 64 * 1024];
     loop {
         let read = match from.read(&mut buffer) {
@@ -195,37 +321,96 @@ fn pump_up(mut from: TcpStream, mut to: TcpStream, shared: &Shared, cutting: &At
         if latency > 0 {
             std::thread::sleep(Duration::from_micros(latency));
         }
-        {
-            let mut armed = shared.armed.lock().unwrap();
-            let matches = armed
-                .as_ref()
-                .is_some_and(|(words, _)| words.iter().all(|word| contains(chunk, word)));
-            if matches {
-                if let Some((_, times)) = armed.as_mut() {
-                    *times -= 1;
-                    if *times == 0 {
-                        *armed = None;
-                    }
-                }
-                cutting.store(true, Ordering::SeqCst);
-            }
+        arm_cut(shared, chunk, cutting);
+        if hold_back(shared, chunk, held, &mut streams) {
+            continue;
         }
         if to.write_all(chunk).is_err() {
             break;
         }
     }
+    if let Some(holding) = &*held.lock().unwrap() {
+        let mut state = holding.state.lock().unwrap();
+        if !state.released {
+            // The held bytes still go out, when the test says: the server must not see the
+            // connection end before them.
+            state.client_closed = true;
+            return;
+        }
+    }
     let _ = to.shutdown(Shutdown::Write);
 }
 
+/// Arms the cut of this connection when `chunk` matches the words of the cut armed.
+fn arm_cut(shared: &Shared, chunk: &[u8], cutting: &AtomicBool) {
+    let mut armed = shared.armed.lock().unwrap();
+    let matches = armed
+        .as_ref()
+        .is_some_and(|(words, _)| words.iter().all(|word| contains(chunk, word)));
+    if matches {
+        if let Some((_, times)) = armed.as_mut() {
+            *times -= 1;
+            if *times == 0 {
+                *armed = None;
+            }
+        }
+        cutting.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Holds `chunk` back when this connection holds its bytes back (not yet passed on), or when
+/// it matches the words of the hold armed (this connection then holds its bytes from now
+/// on); answers whether it did.
+fn hold_back(
+    shared: &Shared,
+    chunk: &[u8],
+    held: &Mutex<Option<Arc<Holding>>>,
+    streams: &mut Option<(TcpStream, TcpStream)>,
+) -> bool {
+    let mut held = held.lock().unwrap();
+    if held.is_none() {
+        let mut armed = shared.hold.lock().unwrap();
+        let matches = armed
+            .as_ref()
+            .is_some_and(|holding| holding.words.iter().all(|word| contains(chunk, word)));
+        if !matches {
+            return false;
+        }
+        let holding = armed.take().expect("armed");
+        holding.state.lock().unwrap().streams = streams.take();
+        *held = Some(holding);
+    }
+    let holding = held.as_ref().expect("holding");
+    let mut state = holding.state.lock().unwrap();
+    if state.released {
+        return false;
+    }
+    state.queue.push(chunk.to_vec());
+    holding.changed.notify_all();
+    true
+}
+
 /// Server to client: every byte, unless a cut is armed on this connection: then the answer
-/// is dropped and both sides closed.
-fn pump_down(mut from: TcpStream, mut to: TcpStream, shared: &Shared, cutting: &AtomicBool) {
+/// is dropped and both sides closed. On a connection that held a request back, what the
+/// server answers is also told to the holder.
+fn pump_down(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    shared: &Shared,
+    cutting: &AtomicBool,
+    held: &Mutex<Option<Arc<Holding>>>,
+) {
     let mut buffer = vec![0; 64 * 1024];
     loop {
         let read = match from.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
+        if let Some(holding) = &*held.lock().unwrap() {
+            let mut state = holding.state.lock().unwrap();
+            state.replies.extend_from_slice(&buffer[..read]);
+            holding.changed.notify_all();
+        }
         if cutting.load(Ordering::SeqCst) {
             shared.cuts.fetch_add(1, Ordering::SeqCst);
             let _ = to.shutdown(Shutdown::Both);
