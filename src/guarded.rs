@@ -223,7 +223,7 @@ pub(crate) fn run_script(
 fn run(
     holder: &Holder<'_>,
     keys: &[&str],
-    call: impl FnOnce(HoldAt<'_>, &Request) -> ScriptCall,
+    call: impl Fn(HoldAt<'_>, &Request) -> ScriptCall,
 ) -> Result<Vec<Value>> {
     let client = holder.client;
     check_slots(client, holder.name, keys)?;

@@ -312,3 +312,344 @@ fn a_permit_granted_past_its_lease_is_not_handed_out() {
     assert!(!guard.is_lost());
     guard.release().unwrap();
 }
+
+// Late copies: a call whose first send the network holds up past its response timeout, past
+// the resend that was answered, and past the time the answer of that resend is kept, then
+// delivers. Every kind of change that carries a request id must refuse such a copy (or find
+// the answer kept), never apply it again.
+
+/// A manager through `proxy` that gives up on an answer after 0.5 s and rides out an outage
+/// for 1 s, so that its requests' deadlines come soon, with a watchdog that deletes the keys
+/// of answered requests within a second.
+fn impatient_manager_through(proxy: &CuttingProxy) -> LockManager {
+    LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .outage_grace(Duration::from_secs(1))
+        .watchdog_timeout(Duration::from_secs(3))
+        .build()
+        .expect("build manager")
+}
+
+/// How many keys keep answers of requests (or mark them undone) now.
+fn request_keys(redis: &RedisServer) -> usize {
+    let reply = redis.command(&["KEYS", "redlease_request:*"]).unwrap();
+    reply
+        .lines()
+        .next()
+        .and_then(|header| header.strip_prefix('*'))
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// Runs `change` while the proxy holds back the first request that contains `words`: the
+/// client gives up on it, sends it again on another connection, and that copy is answered.
+/// Waits until no key keeps any request's answer (deleted once answered, or expired after the
+/// request's deadline), then delivers the held copy and answers what Redis answered it.
+fn late_copy_of(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    words: &[&str],
+    change: impl FnOnce() -> Result<(), String>,
+) -> Result<String, String> {
+    let held = proxy.hold_next(words);
+    change()?;
+    if !held.wait_until_held(Duration::ZERO) {
+        return Err("no request was held back".into());
+    }
+    if !eventually(Duration::from_secs(30), || request_keys(redis) == 0) {
+        return Err("request keys are still there after 30 s".into());
+    }
+    let reply = held.deliver().map_err(|err| err.to_string())?;
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// Fails unless Redis refused the late copy for coming after its deadline.
+fn refused_as_late(reply: &str) -> Result<(), String> {
+    match reply.starts_with("-REDLEASE_LATE") {
+        true => Ok(()),
+        false => Err(format!("the late copy was answered {reply:?}")),
+    }
+}
+
+fn expect<T: PartialEq + std::fmt::Debug>(what: &str, got: T, wanted: T) -> Result<(), String> {
+    match got == wanted {
+        true => Ok(()),
+        false => Err(format!("{what}: {got:?}, wanted {wanted:?}")),
+    }
+}
+
+fn ok<T, E: std::fmt::Debug>(outcome: Result<T, E>) -> Result<T, String> {
+    outcome.map_err(|err| format!("{err:?}"))
+}
+
+/// One kind of change, held back and delivered late.
+type LateCase = fn(&RedisServer, &CuttingProxy, &LockManager) -> Result<(), String>;
+
+fn late_count_down(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let latch = manager.count_down_latch("late-latch");
+    ok(latch.try_set_count(3))?;
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-latch"], || {
+        ok(latch.count_down())
+    })?;
+    refused_as_late(&reply)?;
+    expect("count", ok(latch.count())?, 2)
+}
+
+fn late_latch_set_count(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let latch = manager.count_down_latch("late-set");
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-set"], || {
+        expect("set", ok(latch.try_set_count(1))?, true)?;
+        ok(latch.count_down())
+    })?;
+    refused_as_late(&reply)?;
+    expect("count of the opened latch", ok(latch.count())?, 0)
+}
+
+fn late_latch_delete(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let latch = manager.count_down_latch("late-delete");
+    ok(latch.try_set_count(2))?;
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-delete"], || {
+        expect("deleted", ok(latch.delete())?, true)?;
+        expect("set again", ok(latch.try_set_count(4))?, true)
+    })?;
+    refused_as_late(&reply)?;
+    expect("count of the new latch", ok(latch.count())?, 4)
+}
+
+fn late_semaphore_release(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let semaphore = manager.semaphore("late-release");
+    ok(semaphore.try_set_permits(2))?;
+    ok(semaphore.acquire(1))?;
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-release"], || {
+        ok(semaphore.release(1))
+    })?;
+    refused_as_late(&reply)?;
+    expect("available", ok(semaphore.available_permits())?, 2)
+}
+
+fn late_semaphore_set(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let semaphore = manager.semaphore("late-permits-set");
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-permits-set"], || {
+        expect("set", ok(semaphore.try_set_permits(2))?, true)?;
+        ok(redis.command(&["DEL", "late-permits-set"])).map(drop)
+    })?;
+    refused_as_late(&reply)?;
+    expect("available", ok(semaphore.available_permits())?, 0)
+}
+
+fn late_semaphore_drain(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let semaphore = manager.semaphore("late-drain");
+    ok(semaphore.try_set_permits(2))?;
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-drain"], || {
+        expect("drained", ok(semaphore.drain_permits())?, 2)?;
+        ok(semaphore.release(3))
+    })?;
+    refused_as_late(&reply)?;
+    expect("available", ok(semaphore.available_permits())?, 3)
+}
+
+fn late_semaphore_take(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let semaphore = manager.semaphore("late-take");
+    ok(semaphore.try_set_permits(2))?;
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-take"], || {
+        expect("taken", ok(semaphore.try_acquire_for(1, PATIENCE))?, true)
+    })?;
+    refused_as_late(&reply)?;
+    expect("available", ok(semaphore.available_permits())?, 1)
+}
+
+fn late_permit_take(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let permits = manager.permit_semaphore("late-permit");
+    ok(permits.try_set_permits(2))?;
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-permit"], || {
+        ok(permits.try_lock_for(PATIENCE))?
+            .ok_or("not taken")?
+            .release()
+            .map_err(|e| format!("{e:?}"))
+    })?;
+    refused_as_late(&reply)?;
+    expect("available", ok(permits.available_permits())?, 2)
+}
+
+fn late_permit_change(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let permits = manager.permit_semaphore("late-permit-add");
+    ok(permits.try_set_permits(2))?;
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-permit-add"], || {
+        ok(permits.add_permits(-1)).map(drop)
+    })?;
+    refused_as_late(&reply)?;
+    expect("available", ok(permits.available_permits())?, 1)
+}
+
+fn late_force_unlock(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let lock = manager.lock("late-force");
+    let first = ok(lock.try_lock())?.ok_or("free")?;
+    let taker = manager.lock("late-force");
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-force"], || {
+        expect("freed", ok(lock.force_unlock())?, true)?;
+        drop(first);
+        // Another thread takes the lock: the late copy must not free it.
+        std::thread::spawn(move || std::mem::forget(taker.try_lock()))
+            .join()
+            .map_err(|_| "the taker panicked".to_string())
+    })?;
+    refused_as_late(&reply)?;
+    expect("held by the other thread", ok(lock.is_locked())?, true)
+}
+
+fn late_fenced_write(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let store = manager.fenced_store("late-fenced");
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-fenced"], || {
+        ok(store.set(5, "first"))?;
+        // The same holder writes again with its token: the late first write must not undo it.
+        ok(store.set(5, "second"))
+    })?;
+    refused_as_late(&reply)?;
+    expect(
+        "value",
+        ok(store.get::<String>())?,
+        Some("second".to_owned()),
+    )
+}
+
+fn late_guarded_write(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let guard = ok(manager.lock("late-guard").lock())?;
+    let mut writes = redlease::Writes::new();
+    writes.increment_by("{late-guard}:counter", 1);
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", "{late-guard}:counter"], || {
+        ok(guard.guarded_write(&writes)).map(drop)
+    })?;
+    refused_as_late(&reply)?;
+    expect(
+        "counter",
+        get(redis, "{late-guard}:counter"),
+        "$1\r\n1\r\n".to_owned(),
+    )
+}
+
+fn late_guarded_script(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let guard = ok(manager.lock("late-script").lock())?;
+    let script = redlease::GuardedScript::new("return redis.call('incr', KEYS[1])");
+    let key = "{late-script}:runs";
+    let reply = late_copy_of(redis, proxy, &["EVALSHA", key], || {
+        ok(guard.run_guarded(&script, &[key], &[] as &[&str])).map(drop)
+    })?;
+    refused_as_late(&reply)?;
+    expect("runs", get(redis, key), "$1\r\n1\r\n".to_owned())
+}
+
+/// Every change that carries a request id, held back past its resend, its answer and the
+/// time its answer is kept, then delivered: refused, never applied a second time. (Before
+/// the deadline, the copy finds the answer kept: see the test after this one.)
+#[test]
+fn a_late_copy_of_a_change_is_refused_after_its_deadline() {
+    let cases: [(&str, LateCase); 13] = [
+        ("count_down", late_count_down),
+        ("latch try_set_count", late_latch_set_count),
+        ("latch delete", late_latch_delete),
+        ("semaphore release", late_semaphore_release),
+        ("semaphore try_set_permits", late_semaphore_set),
+        ("semaphore drain_permits", late_semaphore_drain),
+        ("semaphore take", late_semaphore_take),
+        ("permit take", late_permit_take),
+        ("permit semaphore add_permits", late_permit_change),
+        ("force_unlock", late_force_unlock),
+        ("fenced store set", late_fenced_write),
+        ("guarded_write", late_guarded_write),
+        ("run_guarded", late_guarded_script),
+    ];
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|&(name, case)| {
+                scope.spawn(move || {
+                    let redis = server();
+                    let proxy = CuttingProxy::start(redis.port()).unwrap();
+                    let manager = impatient_manager_through(&proxy);
+                    case(&redis, &proxy, &manager).map_err(|why| format!("{name}: {why}"))
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .filter_map(|run| run.join().unwrap().err())
+            .collect()
+    });
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A late copy that comes while the answer of its resend is still kept finds it, and
+/// changes nothing: a count-down whose first send is delivered just after its resend was
+/// answered.
+#[test]
+fn a_late_copy_before_its_deadline_finds_the_answer_kept() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = impatient_manager_through(&proxy);
+    let latch = manager.count_down_latch("early-late");
+    assert!(latch.try_set_count(3).unwrap());
+    let held = proxy.hold_next(&["EVALSHA", "early-late"]);
+    latch.count_down().unwrap();
+    assert!(held.wait_until_held(Duration::ZERO));
+    // The count's own request was sent once: its key goes once answered. The count-down's
+    // stays, for the copy still on its way.
+    assert!(
+        eventually(PATIENCE, || request_keys(&redis) == 1),
+        "the resent request's answer is kept"
+    );
+    let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
+    assert_eq!(reply, ":2\r\n", "the answer kept");
+    assert_eq!(latch.count().unwrap(), 2, "counted once");
+}

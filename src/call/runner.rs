@@ -21,6 +21,9 @@ use crate::topology::pool::Reading;
 /// Runs one call; when the server's script cache is empty, loads the script and runs the call
 /// once more.
 pub(crate) fn run<T: FromRedisValue>(connection: &mut Connection, call: &Call) -> RedisResult<T> {
+    // A send refused with `NOSCRIPT` did not run, and never will: the one after the load
+    // is the same send, as far as copies on their way go.
+    call.note_sent();
     match call.command().query(connection) {
         Err(err) if is_no_script(&err) => {
             load_command(call).query::<()>(connection)?;
@@ -69,13 +72,12 @@ pub(crate) fn run_pipelined(
     if let Some(acks) = acks {
         pipeline.add_command(acks.command().clone());
     }
+    calls.iter().for_each(Call::note_sent);
     let mut answers = query_before(connection, &pipeline, calls.len() + other.len(), deadline)?;
     let other_answers = answers.split_off(calls.len());
     let mut missing: Vec<&Call> = Vec::new();
     for (call, answer) in calls.iter().zip(&answers) {
-        let no_script = matches!(answer,
-            Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript));
-        if no_script && !missing.iter().any(|other| same_script(other, call)) {
+        if refused_no_script(answer) && !missing.iter().any(|other| same_script(other, call)) {
             missing.push(call);
         }
     }
@@ -109,11 +111,22 @@ pub(crate) fn run_pipelined(
     if let Some(acks) = acks {
         again.add_command(acks.command().clone());
     }
+    // Sent again: the calls that ran the first time (a call refused with `NOSCRIPT` did not).
+    for (call, answer) in calls.iter().zip(&answers) {
+        if !refused_no_script(answer) {
+            call.note_sent();
+        }
+    }
     let reloaded = query_before(connection, &again, missing.len() + calls.len(), deadline)?;
     Ok((
         reloaded.into_iter().skip(missing.len()).collect(),
         other_answers,
     ))
+}
+
+/// Whether a call's answer read off a pipeline is the server's `NOSCRIPT`.
+fn refused_no_script(answer: &Value) -> bool {
+    matches!(answer, Value::ServerError(err) if err.kind() == Some(ServerErrorKind::NoScript))
 }
 
 /// Whether two calls run the same script in the same dialect.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cleanup::Cleanup;
+use super::clock::ServerClock;
 use super::{Client, SentinelSettings, Settings};
 use crate::call::replication::ShortfallLog;
 use crate::call::route::Router;
@@ -117,6 +118,8 @@ impl Client {
             watchdog,
             pubsub,
             outage_grace,
+            one_send: timeouts.connect + timeouts.response,
+            clock: reached.clock,
             switch_watcher,
             answer_keep_ms: answer_keep_ms(outage_grace, timeouts.response),
             cleanup,
@@ -137,6 +140,8 @@ impl Client {
 struct Reached {
     info: redis::ConnectionInfo,
     router: Arc<Router>,
+    /// The server's clock, as read once (of the first master, in cluster mode).
+    clock: ServerClock,
     resolver: Option<Arc<Resolver>>,
     locator: Option<Arc<MasterLocator>>,
     tls_connector: Option<TlsConnector>,
@@ -185,7 +190,9 @@ impl Reached {
         for pool in router.master_pools() {
             pool.run(|connection| redis::cmd("PING").query::<()>(connection))?;
         }
+        let clock = read_clock(&router);
         Ok(Reached {
+            clock,
             info,
             router,
             resolver,
@@ -301,7 +308,20 @@ fn watch_switches(
     SwitchWatcher::start(locator, on_switch).map(Some)
 }
 
-/// How long a request's answer is kept for a repeat: a request is sent again for up to the
+/// The server's clock, read with `TIME` on the first master; without a reading (a user who
+/// may not run `TIME`, which the request scripts then cannot run either), the local wall
+/// clock stands in.
+fn read_clock(router: &Router) -> ServerClock {
+    let clock = ServerClock::default();
+    if let Some(pool) = router.master_pools().first() {
+        if let Err(err) = pool.run(|connection| clock.read_from(connection)) {
+            log::warn!("cannot read the server's clock ({err}): the local clock stands in");
+        }
+    }
+    clock
+}
+
+/// How long a release's receipt is kept for a repeat: a release is sent again for up to the
 /// grace after it was first sent, and its answer must still be there then.
 fn answer_keep_ms(outage_grace: Duration, response_timeout: Duration) -> u64 {
     (outage_grace + response_timeout * 4)

@@ -18,6 +18,7 @@
 //! the call when the manager asks for them, and is the plain call when it does not.
 
 pub(crate) mod cleanup;
+mod clock;
 mod connect;
 pub(crate) mod fanout;
 
@@ -31,8 +32,10 @@ use crate::call::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
 use crate::call::route::{self, Redirect, Routed, Router};
 use crate::call::runner;
 use crate::client::cleanup::{Cleanup, Undo};
+use crate::client::clock::ServerClock;
 use crate::error::{Error, Result};
 use crate::protocol::names;
+use crate::protocol::request::{self, Window};
 use crate::protocol::{Request, ScriptCall};
 use crate::pubsub::PubSub;
 use crate::stats::{Stats, WaitRecorder};
@@ -106,8 +109,12 @@ pub(crate) struct Client {
     switch_watcher: Option<SwitchWatcher>,
     /// How long waits and changes ride out an outage.
     outage_grace: Duration,
-    /// How long a release's or a request's answer is kept for a repeat of the same request.
+    /// How long one send may take: a new connection and an answer.
+    one_send: Duration,
+    /// How long a release's answer is kept for a repeat of the same release.
     answer_keep_ms: u64,
+    /// The server's clock, on which requests have their deadlines.
+    clock: ServerClock,
     /// Sends again the undos that failed.
     cleanup: Cleanup,
     next_request: AtomicU64,
@@ -291,16 +298,59 @@ impl Client {
         self.outage_grace
     }
 
-    /// A new request of a call that changes the primitive `name`: its own id, and its answer
-    /// kept long enough for every repeat [`Client::settle`] may send.
+    /// A new request of a call that changes the primitive `name`, sent through an outage
+    /// ([`Client::settle`]): its own id, copies sent for up to the outage grace, none run
+    /// after that (see [`Request`]).
     pub(crate) fn request(&self, name: &str) -> Request {
-        Request::new(name, &self.next_request_id(), self.answer_keep_ms)
+        self.request_sent_for(name, self.outage_grace + self.one_send)
     }
 
-    /// The answer of `request` has arrived: its key is deleted in the background (it would
-    /// expire anyway).
-    pub(crate) fn forget(&self, request: Request) {
-        self.watchdog.discard_receipt(request.into_key());
+    /// A new request of a take (of permits, of a permit under the id `id`): sent once, and
+    /// undone through an outage should its answer not come.
+    pub(crate) fn take_request(&self, name: &str, id: &str) -> Request {
+        Request::new(name, id, self.window(self.one_send))
+    }
+
+    /// A new request whose copies may be sent for `send_for` (a dropped guard's release,
+    /// sent by the cleanup thread until the lease would have run out).
+    pub(crate) fn request_sent_for(&self, name: &str, send_for: Duration) -> Request {
+        Request::new(name, &self.next_request_id(), self.window(send_for))
+    }
+
+    /// How long a request made now is sent, and its answer kept after its deadline: for as
+    /// long as an undo of it may still be sent (through an outage).
+    fn window(&self, send_for: Duration) -> Window {
+        Window {
+            server_now_ms: self.clock.now_ms(),
+            send_for,
+            keep_after: self.outage_grace + self.one_send,
+        }
+    }
+
+    /// The answer of `request` has arrived for its `call`: when that call was sent once, no
+    /// other copy of it is on its way, and its key is deleted in the background (it would
+    /// expire anyway). A call sent more than once keeps its key until it expires, after the
+    /// request's deadline: a copy still on its way finds the answer, or comes too late to
+    /// run.
+    pub(crate) fn forget(&self, request: Request, call: &ScriptCall) {
+        if call.sent_once() {
+            self.watchdog.discard_receipt(request.into_key());
+        }
+    }
+
+    /// Whether `err` is the refusal of a copy of a request that reached the server after its
+    /// deadline; if so, the estimate of the server's clock is read anew from it.
+    pub(crate) fn refused_late(&self, err: &Error) -> bool {
+        let Error::Redis(err) = err else {
+            return false;
+        };
+        let Some(server_ms) = request::refused_late(err) else {
+            return false;
+        };
+        let now = Instant::now();
+        self.clock.read(server_ms, now, now);
+        log::debug!("a request reached the server after its deadline: {err}");
+        true
     }
 
     /// Sends a call that changes the primitive `name` and carries a request id (or is safe
@@ -339,7 +389,7 @@ impl Client {
     pub(crate) fn change<T: FromRedisValue>(
         &self,
         name: &str,
-        call: impl FnOnce(&Request) -> ScriptCall,
+        call: impl Fn(&Request) -> ScriptCall,
     ) -> Result<T> {
         self.change_by(name, call, |call| self.run_script(call))
     }
@@ -349,25 +399,52 @@ impl Client {
     pub(crate) fn change_acknowledged<T: FromRedisValue>(
         &self,
         name: &str,
-        call: impl FnOnce(&Request) -> ScriptCall,
+        call: impl Fn(&Request) -> ScriptCall,
     ) -> Result<Acked<T>> {
         self.change_by(name, call, |call| self.run_acknowledged(call, |_| {}))
     }
 
-    /// [`Client::change`], sending the call by `send`.
+    /// [`Client::change`], sending the call by `send`. A request refused for coming after
+    /// its deadline, when no other copy of it may have run, is made again once with a new
+    /// deadline (the estimate of the server's clock was off, and is read anew from the
+    /// refusal); when another copy may have run, its outcome is unknown
+    /// ([`Error::Indeterminate`]).
     fn change_by<R>(
         &self,
         name: &str,
-        call: impl FnOnce(&Request) -> ScriptCall,
+        call: impl Fn(&Request) -> ScriptCall,
         send: impl Fn(&ScriptCall) -> Result<R>,
     ) -> Result<R> {
-        let request = self.request(name);
-        let call = call(&request);
-        let answer = self.settle(name, || send(&call));
-        if answer.is_ok() {
-            self.forget(request);
+        let mut made_again = false;
+        loop {
+            let request = self.request(name);
+            let call = call(&request);
+            let mut may_have_run = false;
+            let answer = self.settle(name, || {
+                let answer = send(&call);
+                if let Err(err) = &answer {
+                    may_have_run |= err.may_have_run();
+                }
+                answer
+            });
+            match &answer {
+                Ok(_) => self.forget(request, &call),
+                Err(err) if self.refused_late(err) => {
+                    if !may_have_run && !made_again {
+                        made_again = true;
+                        continue;
+                    }
+                    if may_have_run {
+                        return Err(Error::Indeterminate {
+                            name: name.to_owned(),
+                            cause: Box::new(answer.err().expect("an error")),
+                        });
+                    }
+                }
+                Err(_) => {}
+            }
+            return answer.map_err(|err| err.about_keys_of(name));
         }
-        answer.map_err(|err| err.about_keys_of(name))
     }
 
     /// Sends a release of the primitive `name` whose answer is kept under `key` (its unlock
@@ -389,6 +466,8 @@ impl Client {
         how: Release,
         until: impl FnOnce() -> Instant,
     ) -> Result<Acked<T>> {
+        let call = call.counting_sends();
+        let again = again.map(|again| again.sharing_sends_of(&call));
         let mut sent = false;
         let mut send = || {
             let call = match (&again, sent) {
@@ -411,8 +490,14 @@ impl Client {
                 }
             }),
         };
-        if answer.is_ok() {
-            self.watchdog.discard_receipt(key);
+        match &answer {
+            // A release sent more than once keeps its receipt until it expires: a copy still
+            // on its way finds it.
+            Ok(_) if call.sent_once() => self.watchdog.discard_receipt(key),
+            // (A permit's release, refused for coming after its deadline: it did nothing; the
+            // clock is read anew, and the error stands.)
+            Err(err) => _ = self.refused_late(err),
+            Ok(_) => {}
         }
         answer.map_err(|err| err.about_keys_of(name))
     }

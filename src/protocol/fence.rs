@@ -21,5 +21,5 @@ pub(crate) fn fenced_write(
         .arg(token)
         .arg(operation)
         .arg(value)
-        .arg(request.keep_ms())
+        .request_args(request)
 }

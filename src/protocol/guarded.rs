@@ -71,7 +71,7 @@ pub(crate) fn guarded_write(
             call = call.arg(argument);
         }
     }
-    call.arg(hold.field).arg(request.keep_ms())
+    call.arg(hold.field).request_args(request)
 }
 
 /// The source of a guarded script around a caller's Lua `body`: the hold is checked first,
@@ -103,7 +103,7 @@ pub(crate) fn guarded_script(
     for arg in args {
         call = call.arg(arg.as_slice());
     }
-    call.arg(hold.field).arg(request.keep_ms())
+    call.arg(hold.field).request_args(request)
 }
 
 /// What a guarded call answered.

@@ -43,21 +43,21 @@ pub(crate) fn set_count(keys: &LatchKeys, count: u64, request: &Request) -> Scri
     ScriptCall::new(&SET_COUNT, &[&keys.name, &keys.channel, request.key()])
         .arg(count)
         .arg(NEW_COUNT_MESSAGE)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Counts down by one. Answers the count left.
 pub(crate) fn count_down(keys: &LatchKeys, request: &Request) -> ScriptCall {
     ScriptCall::new(&COUNT_DOWN, &[&keys.name, &keys.channel, request.key()])
         .arg(OPENED_MESSAGE)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Deletes the count. Answers 1 when there was one, 0 when the latch was open.
 pub(crate) fn delete(keys: &LatchKeys, request: &Request) -> ScriptCall {
     ScriptCall::new(&DELETE, &[&keys.name, &keys.channel, request.key()])
         .arg(NEW_COUNT_MESSAGE)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// The count a latch's key holds, from its value (`None`: the key is absent); `None` for a

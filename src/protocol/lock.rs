@@ -331,7 +331,7 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
         .arg(WAKE_ALL_MESSAGE)
         .arg(layout::FORCE_RELEASE_CHANNEL),
     };
-    call.arg(request.keep_ms())
+    call.request_args(request)
 }
 
 /// Asks the holders that keep an acquisition of this kind out to let go, on the notice

@@ -6,7 +6,7 @@
 -- KEYS[3]: the zset of permits taken
 -- KEYS[4]: the take's request key
 -- ARGV[1]: the permit's id (16 raw bytes)
--- ARGV[2]: how long the request key is kept, in ms
+-- ARGV[2], ARGV[3]: the take's deadline and until when its request key is kept
 -- Answers (permit_release.lua) 1 when the permit was given back, 0 when the take had not taken
 -- it (or it was given back since).
 undo_request()

@@ -2,7 +2,9 @@
 -- request's key undone, so that a run of the request that comes later changes nothing, and
 -- hands the undo what the request answered, if it ran.
 -- Sent twice: a request already undone is left as it is.
--- Its last key is the request's key, its last argument how long that key is kept, in ms.
+-- Its last key is the request's key; its last two arguments the request's deadline and until
+-- when its key is kept, in ms since the epoch on the server's clock. After the deadline no
+-- copy of the request runs any more (request_end.lua): an undo that comes later marks nothing.
 local UNDONE = cmsgpack.pack({false, 'undone'})
 -- The answer the request gave, or nil when it has not run; `undone` true when it was undone
 -- before. Marks it undone from now on.
@@ -12,7 +14,12 @@ local function undo_request()
   if kept == UNDONE then
     return nil, true
   end
-  redis.call('set', request, UNDONE, 'px', ARGV[#ARGV])
+  local time = redis.call('time')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local keep_for = tonumber(ARGV[#ARGV]) - now
+  if keep_for > 0 then
+    redis.call('set', request, UNDONE, 'px', keep_for)
+  end
   if kept then
     return cmsgpack.unpack(kept)[1], false
   end

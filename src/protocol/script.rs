@@ -2,6 +2,7 @@
 //! and arguments), which the runner in `crate::call::runner` sends. No I/O here.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use redis::{Arg, Cmd, ToRedisArgs};
@@ -119,6 +120,8 @@ pub(crate) struct ScriptCall {
     /// The call is of the sharded dialect.
     sharded: bool,
     command: Cmd,
+    /// For a request's call: how many times it was sent, by every clone and dialect of it.
+    sends: Option<Arc<AtomicU32>>,
 }
 
 impl ScriptCall {
@@ -131,12 +134,51 @@ impl ScriptCall {
             script,
             sharded: false,
             command,
+            sends: None,
         }
     }
 
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
         self.command.arg(arg);
         self
+    }
+
+    /// The last two arguments of a script run once per request (`request_end.lua`,
+    /// `request_undo.lua`): the request's deadline and until when its answer is kept.
+    /// The call's sends are counted from now on ([`ScriptCall::sent_once`]).
+    pub(crate) fn request_args(self, request: &super::Request) -> Self {
+        self.arg(request.deadline_ms())
+            .arg(request.keep_until_ms())
+            .counting_sends()
+    }
+
+    /// The call, its sends counted from now on ([`ScriptCall::sent_once`]).
+    pub(crate) fn counting_sends(mut self) -> Self {
+        self.sends.get_or_insert_with(Arc::default);
+        self
+    }
+
+    /// The call, its sends counted with those of `other` (another form of the same request).
+    pub(crate) fn sharing_sends_of(mut self, other: &ScriptCall) -> Self {
+        self.sends = other.sends.clone();
+        self
+    }
+
+    /// Counts one more send of a request's call: the runner calls it each time the call's
+    /// bytes go out.
+    pub(crate) fn note_sent(&self) {
+        if let Some(sends) = &self.sends {
+            sends.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this request's call was sent exactly once (by whatever means: a pool sends a
+    /// call again on a fresh connection when an idle one turns out dead). Only then is no
+    /// other copy of it on its way, and its answer's key may go as soon as it is answered.
+    pub(crate) fn sent_once(&self) -> bool {
+        self.sends
+            .as_ref()
+            .is_some_and(|sends| sends.load(Ordering::Relaxed) == 1)
     }
 
     pub(crate) fn script(&self) -> &LuaScript {
@@ -164,6 +206,7 @@ impl ScriptCall {
             script: self.script.clone(),
             sharded: true,
             command,
+            sends: self.sends.clone(),
         }
     }
 

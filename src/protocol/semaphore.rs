@@ -110,7 +110,7 @@ impl SemaphoreKeys {
 pub(crate) fn take(keys: &SemaphoreKeys, permits: u32, request: &Request) -> ScriptCall {
     ScriptCall::new(&TAKE, &[&keys.name, request.key()])
         .arg(permits)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Undoes the take `request` of `permits` whose answer never came: gives them back if it took
@@ -118,26 +118,26 @@ pub(crate) fn take(keys: &SemaphoreKeys, permits: u32, request: &Request) -> Scr
 pub(crate) fn undo_take(keys: &SemaphoreKeys, permits: u32, request: &Request) -> ScriptCall {
     ScriptCall::new(&UNDO_TAKE, &[&keys.name, &keys.channel, request.key()])
         .arg(permits)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Adds `change` permits (negative: takes them away) and announces a rise.
 pub(crate) fn add(keys: &SemaphoreKeys, change: i64, request: &Request) -> ScriptCall {
     ScriptCall::new(&ADD, &[&keys.name, &keys.channel, request.key()])
         .arg(change)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Sets the count to `permits` unless the semaphore exists; answers 1 when set.
 pub(crate) fn try_set(keys: &SemaphoreKeys, permits: u32, request: &Request) -> ScriptCall {
     ScriptCall::new(&SET, &[&keys.name, &keys.channel, request.key()])
         .arg(permits)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Takes every available permit; answers how many.
 pub(crate) fn drain(keys: &SemaphoreKeys, request: &Request) -> ScriptCall {
-    ScriptCall::new(&DRAIN, &[&keys.name, request.key()]).arg(request.keep_ms())
+    ScriptCall::new(&DRAIN, &[&keys.name, request.key()]).request_args(request)
 }
 
 /// Answers the count of available permits (possibly below zero, set so by another client).
@@ -210,7 +210,7 @@ pub(crate) fn take_permit(
     ScriptCall::new(&PERMIT_TAKE, &keys.permit_keys_and(request))
         .arg(&id.as_bytes()[..])
         .arg(lease_ms)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Undoes the take `request` of the permit `id` whose answer never came: gives the permit
@@ -222,7 +222,7 @@ pub(crate) fn undo_take_permit(
 ) -> ScriptCall {
     ScriptCall::new(&PERMIT_UNDO_TAKE, &keys.permit_keys_and(request))
         .arg(&id.as_bytes()[..])
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// What taking a permit answered.
@@ -252,14 +252,14 @@ impl FromRedisValue for PermitTaken {
 pub(crate) fn release_permit(keys: &SemaphoreKeys, id: &PermitId, request: &Request) -> ScriptCall {
     ScriptCall::new(&PERMIT_RELEASE, &keys.permit_keys_and(request))
         .arg(&id.as_bytes()[..])
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Like [`add`], giving back expired permits first.
 pub(crate) fn add_reclaiming(keys: &SemaphoreKeys, change: i64, request: &Request) -> ScriptCall {
     ScriptCall::new(&PERMIT_ADD, &keys.permit_keys_and(request))
         .arg(change)
-        .arg(request.keep_ms())
+        .request_args(request)
 }
 
 /// Like [`available`], giving back expired permits first.

@@ -4,7 +4,7 @@
 -- KEYS[2]: its channel
 -- KEYS[3]: the take's request key
 -- ARGV[1]: how many permits the take asked for
--- ARGV[2]: how long the request key is kept, in ms
+-- ARGV[2], ARGV[3]: the take's deadline and until when its request key is kept
 -- Answers 1 when permits were given back, 0 when the take had not taken any.
 read_count(KEYS[1])
 local answer = undo_request()

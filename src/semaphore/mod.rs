@@ -277,7 +277,9 @@ impl Semaphore {
         checked_permits(permits)?;
         let keys = self.keys()?;
         self.wait_until(deadline, self.cancel.as_ref(), || {
-            let request = self.client.request(&keys.name);
+            let request = self
+                .client
+                .take_request(&keys.name, &self.client.next_request_id());
             let call = protocol::take(keys, permits, &request);
             let taken = self.run_acknowledged::<i64>(&call, |connection| {
                 // The take may still run: queue its undo right behind it, on the same
@@ -292,7 +294,7 @@ impl Semaphore {
                     unreplicated: None,
                     ..
                 }) => {
-                    self.client.forget(request);
+                    self.client.forget(request, &call);
                     // No lease runs out here: only a release (or the fallback look) helps.
                     Ok(match answer {
                         1 => Attempt::Taken(()),
@@ -305,13 +307,15 @@ impl Semaphore {
                     ..
                 }) => {
                     if answer != 1 {
-                        self.client.forget(request);
+                        self.client.forget(request, &call);
                         return Ok(Attempt::Held { hint: None });
                     }
                     // A failover now could erase the take: it must not count.
                     self.undo_take(permits, request, &why, Undoing::Now);
                     Err(why.into_error(self.name()))
                 }
+                // Refused for coming late: it took nothing, and the clock is read anew.
+                Err(err) if self.client.refused_late(&err) => Ok(Attempt::Again),
                 Err(err) => {
                     if err.may_have_run() {
                         self.undo_take(permits, request, &err, Undoing::Later);
@@ -333,12 +337,11 @@ impl Semaphore {
         when: Undoing,
     ) {
         let keys = self.keys_unchecked();
-        let until = Instant::now() + Duration::from_millis(request.keep_ms());
         self.client.undo(
             when,
             || format!("semaphore {:?}: take of {permits} after {cause}", keys.name),
             protocol::undo_take(keys, permits, &request),
-            until,
+            request.undo_until(),
         );
     }
 }

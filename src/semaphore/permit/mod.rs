@@ -172,7 +172,12 @@ impl RawPermits {
         self.semaphore.wait_until(deadline, cancel, || {
             let id = PermitId::random();
             let sent_at = Instant::now();
-            Ok(match self.attempt(&id, lease_ms)? {
+            let taken = match self.attempt(&id, lease_ms) {
+                // Refused for coming late: it took nothing, and the clock is read anew.
+                Err(err) if client.refused_late(&err) => return Ok(Attempt::Again),
+                taken => taken?,
+            };
+            Ok(match taken {
                 PermitTaken::Taken => match self.guard(id, fixed_lease, sent_at, cancel) {
                     Some(guard) => Attempt::Taken(guard),
                     None => Attempt::Again,
@@ -190,7 +195,7 @@ impl RawPermits {
         let keys = self.semaphore.keys()?;
         let client = self.semaphore.client();
         // The permit id is the request's id: new for every take.
-        let request = Request::new(&keys.name, &id.to_hex(), client.answer_keep_ms());
+        let request = client.take_request(&keys.name, &id.to_hex());
         let call = protocol::take_permit(keys, id, lease_ms, &request);
         let taken = self.semaphore.run_acknowledged(&call, |connection| {
             // The take may still run: queue its undo right behind it, on the same connection.
@@ -209,7 +214,7 @@ impl RawPermits {
                 Err(why.into_error(self.name()))
             }
             Ok(Acked { answer, .. }) => {
-                client.forget(request);
+                client.forget(request, &call);
                 Ok(answer)
             }
             Err(err) => {
@@ -232,7 +237,7 @@ impl RawPermits {
         when: Undoing,
     ) {
         let keys = self.semaphore.keys_unchecked();
-        let until = Instant::now() + Duration::from_millis(request.keep_ms());
+        let until = request.undo_until();
         self.semaphore.client().undo(
             when,
             || {
@@ -308,12 +313,14 @@ impl RawPermits {
     fn release(&self, id: &PermitId, how: Release) -> Result<()> {
         let keys = self.semaphore.keys()?;
         let client = self.semaphore.client();
-        let request = client.request(&keys.name);
+        // After its lease, a permit is given back by the next script anyway: a dropped guard's
+        // release is sent until then.
+        let send_for = client.watchdog_timeout().max(client.outage_grace());
+        let request = client.request_sent_for(&keys.name, send_for);
         let call = protocol::release_permit(keys, id, &request);
-        // After its lease, a permit is given back by the next script anyway.
-        let until = || Instant::now() + client.watchdog_timeout().max(client.outage_grace());
-        let released =
-            client.release::<i64>(&keys.name, call, None, request.into_key(), how, until)?;
+        let until = || request.send_until();
+        let key = request.key().to_owned();
+        let released = client.release::<i64>(&keys.name, call, None, key, how, until)?;
         if released.answer == 1 {
             if let Some(why) = released.unreplicated {
                 client.release_unreplicated(self.name(), &why);
