@@ -120,7 +120,15 @@ fn candidate_process() {
     let candidate = election.candidate(&format!("candidate-{index}"));
     let mut random = Random(0x9e37_79b9 + index as u64);
     loop {
-        let leading = candidate.lock().unwrap();
+        // Resigning candidates campaign until they lead; the others give up after a while,
+        // and campaign again (a campaign given up must never be announced).
+        let leading = match role.as_str() {
+            "resign" => candidate.lock().unwrap(),
+            _ => match candidate.try_lock_for(random.millis(100, 1500)) {
+                Ok(Some(leading)) => leading,
+                Ok(None) | Err(_) => continue,
+            },
+        };
         let term = leading.term();
         record(&mut events, "elected", term, now_ns());
         let resign_at = match role.as_str() {
@@ -163,7 +171,11 @@ fn observer_process() {
     loop {
         match observer.next_change_for(Duration::from_secs(1)).unwrap() {
             Some(LeaderChange::Elected(leader)) => {
-                record(&mut events, "elected", leader.term, now_ns())
+                let at = now_ns();
+                record(&mut events, "elected", leader.term, at);
+                // Whose election: "by-<candidate index>".
+                let index = leader.value.trim_start_matches("candidate-");
+                record(&mut events, &format!("by-{index}"), leader.term, at);
             }
             Some(LeaderChange::Resigned(leader)) => {
                 record(&mut events, "resigned", leader.term, now_ns())
@@ -371,7 +383,8 @@ fn one_leader_at_a_time_through_random_kills_and_pauses() {
         .collect();
     let mut next_index = 5;
     let mut random = Random(0x2545_f491_4f6c_dd1d);
-    let (mut kills, mut pauses) = (0, 0);
+    let (mut kills, mut pauses, mut server_pauses) = (0, 0, 0);
+    let mut killed = Vec::new();
     let end = Instant::now() + Duration::from_secs(seconds);
     let first: Vec<usize> = (0..5).collect();
     assert!(eventually(Duration::from_secs(20), || latest_term(
@@ -391,7 +404,14 @@ fn one_leader_at_a_time_through_random_kills_and_pauses() {
             .filter(|_| actions < 3 || random.below(3) > 0);
         let victim = leader.unwrap_or_else(|| random.below(candidates.len() as u64) as usize);
         actions += 1;
-        if actions <= 2 || random.below(2) == 0 {
+        if actions > 2 && random.below(3) == 0 {
+            // Redis itself pauses: campaigns that give up meanwhile run once it resumes.
+            redis.pause().unwrap();
+            std::thread::sleep(random.millis(300, 2000));
+            redis.resume().unwrap();
+            server_pauses += 1;
+        } else if actions <= 2 || random.below(2) == 0 {
+            killed.push(candidates[victim].0);
             candidates[victim].1.kill().unwrap();
             candidates[victim] = (next_index, spawn(role(next_index), &url, &dir, next_index));
             next_index += 1;
@@ -414,7 +434,8 @@ fn one_leader_at_a_time_through_random_kills_and_pauses() {
     drop(candidates);
     let terms = intervals(&dir, &every);
     println!(
-        "{seconds} s, {kills} kills, {pauses} pauses: {} terms, one leader at a time",
+        "{seconds} s, {kills} kills, {pauses} pauses of candidates, {server_pauses} of Redis: \
+         {} terms, one leader at a time",
         terms.len()
     );
     // At least the first leader, killed by the first action, and its successor.
@@ -436,4 +457,74 @@ fn one_leader_at_a_time_through_random_kills_and_pauses() {
             "the observer missed term {term}: {seen:?}"
         );
     }
+    // Every election the observer was told of is one its candidate recorded: it held a
+    // guard. (Save for a candidate killed between its announcement and its record.)
+    for event in dir.events(99) {
+        let Some(index) = event.what.strip_prefix("by-") else {
+            continue;
+        };
+        let index: usize = index.parse().unwrap();
+        if event.term > last || killed.contains(&index) {
+            continue;
+        }
+        assert!(
+            dir.events(index)
+                .iter()
+                .any(|own| own.what == "elected" && own.term == event.term),
+            "the observer was told that candidate {index} was elected in term {}, which it \
+             never led",
+            event.term
+        );
+    }
+}
+
+/// A campaign whose caller gave up while Redis was paused (its try runs once Redis resumes,
+/// and its undo right after) is never announced: no observer hears of a leader that held no
+/// guard, and nobody reads one as the leader.
+#[test]
+fn a_campaign_given_up_while_redis_is_paused_is_never_announced() {
+    let redis = server();
+    let manager = LockManager::builder(redis.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(3))
+        .outage_grace(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let election = manager.leader_election("paused-campaign");
+    let mut observer = election.observe().unwrap();
+    // The scripts are loaded, so that the paused campaign is one call.
+    drop(election.candidate("warm-up").lock().unwrap());
+    assert!(matches!(
+        observer.next_change().unwrap(),
+        LeaderChange::Elected(_)
+    ));
+    assert!(matches!(
+        observer.next_change().unwrap(),
+        LeaderChange::Resigned(_)
+    ));
+
+    redis.pause().unwrap();
+    let campaign = {
+        let candidate = election.candidate("host-a");
+        std::thread::spawn(move || candidate.try_lock_for(Duration::from_millis(800)).map(drop))
+    };
+    let outcome = campaign.join().unwrap();
+    assert!(
+        matches!(outcome, Ok(()) | Err(redlease::Error::Timeout(_))),
+        "{outcome:?}"
+    );
+    redis.resume().unwrap();
+    // The try ran after its caller gave up; its undo follows it.
+    assert!(
+        eventually(Duration::from_secs(10), || manager.stats().cleanup_pending
+            == 0
+            && !manager.lock("paused-campaign").is_locked().unwrap()),
+        "the undone campaign left the lock held"
+    );
+    assert_eq!(election.leader().unwrap(), None);
+    let heard = observer.next_change_for(Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        heard, None,
+        "an observer was told of a campaign that was undone"
+    );
 }

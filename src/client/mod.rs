@@ -359,8 +359,18 @@ impl Client {
     /// outage grace. When no answer came, a call that may have run answers
     /// [`Error::Indeterminate`]; one that surely did not (every connection refused) answers
     /// its error.
-    pub(crate) fn settle<R>(&self, name: &str, mut send: impl FnMut() -> Result<R>) -> Result<R> {
-        let give_up_at = Instant::now() + self.outage_grace;
+    pub(crate) fn settle<R>(&self, name: &str, send: impl FnMut() -> Result<R>) -> Result<R> {
+        self.settle_until(name, Instant::now() + self.outage_grace, send)
+    }
+
+    /// Like [`Client::settle`], sent again until `give_up_at` rather than for the outage
+    /// grace (sent once at least).
+    pub(crate) fn settle_until<R>(
+        &self,
+        name: &str,
+        give_up_at: Instant,
+        mut send: impl FnMut() -> Result<R>,
+    ) -> Result<R> {
         let mut may_have_run = false;
         loop {
             let err = match send() {

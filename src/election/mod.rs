@@ -3,19 +3,20 @@
 //!
 //! The leader holds a plain lock on the election's name (Redisson's lock layout: renewed by
 //! the watchdog, expiring when its holder dies, freed by `force_unlock`, asked to let go by
-//! `request_revocation`); the election's scripts (`crate::protocol::election`) add, in the
-//! same step as the grant and the last release, a leader record (value, term, since when),
-//! a change log and an announcement on the election's channel. A candidate is a lock handle
+//! `request_revocation`); the election's scripts (`crate::protocol::election`) add a leader
+//! record (value, term, since when), a change log and an announcement on the election's
+//! channel: written once the candidate's guard exists (a campaign whose caller gave up is
+//! never announced), and in the same step as the last release. A candidate is a lock handle
 //! over the lock's own acquisition code, with its value in its keys; [`observe`] follows the
 //! log. It talks to Redis only through the client.
 
 mod observe;
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use crate::client::Client;
-use crate::error::Result;
+use crate::error::{Error, LostReason, Result};
 use crate::hold::guard::Guard;
 use crate::hold::handle::{LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::lock::{Lock, LockHold, OverLockHold, RawLock};
@@ -85,8 +86,38 @@ pub struct RawCandidate {
 impl RawAcquire for RawCandidate {
     type Hold = LeaderHold;
 
+    /// Takes the election's lock as any lock is taken, then announces the leader, once its
+    /// guard exists: a campaign whose caller gave up (its try ran late and was undone) is
+    /// never announced. An announcement that fails gives the lock back (the guard's drop,
+    /// whose resignation is logged only if the announcement was).
     fn acquire(&self, terms: Terms<'_>) -> Result<Option<LeaderGuard>> {
-        self.lock.acquire_level(terms, |hold| LeaderHold { hold })
+        let deadline = terms.deadline;
+        let Some(guard) = self.lock.acquire_level(terms, |hold| LeaderHold { hold })? else {
+            return Ok(None);
+        };
+        self.announce(&guard, deadline)?;
+        Ok(Some(guard))
+    }
+}
+
+impl RawCandidate {
+    /// Announces `guard`'s holder as the leader, sent again through an outage until
+    /// `deadline` (without one, for the outage grace).
+    fn announce(&self, guard: &LeaderGuard, deadline: Option<Instant>) -> Result<()> {
+        let client = self.lock.client();
+        let keys = self.lock.keys_unchecked();
+        let election = keys.election.as_ref().expect("a candidate's keys");
+        let call = protocol::announce(keys, election, guard.holder_id(), guard.term());
+        let give_up_at = deadline.unwrap_or_else(|| Instant::now() + client.outage_grace());
+        let leads: i64 =
+            client.settle_until(&keys.name, give_up_at, || client.run_script(&call))?;
+        match leads {
+            1 => Ok(()),
+            _ => Err(Error::LockLost {
+                name: keys.name.clone(),
+                reason: LostReason::NotHeldAnymore,
+            }),
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! The scripts of an election (a plain lock whose holder is the leader, with a leader
 //! record, a change log and a channel of its own; see [`ElectionKeys`]), with their
-//! arguments and the meaning of their replies.
+//! arguments and the meaning of their replies. A candidate takes the lock with the lock's own
+//! acquisition script; once its guard exists, it announces itself ([`announce`]); its last
+//! release is its resignation ([`resign`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,34 +12,32 @@ use redis::{FromRedisValue, Value};
 use super::names::{ElectionKeys, LockKeys, RELEASE_MESSAGE};
 use super::script::{lua_script, ScriptCall};
 
-lua_script!(CAMPAIGN = "acquire_levels.lua" + "lock_take.lua" + "campaign.lua");
+lua_script!(ANNOUNCE = "announce.lua");
 lua_script!(RESIGN = "release_levels.lua" + "lock_give.lua" + "resign.lua");
 lua_script!(READ_LEADER = "leader_read.lua");
 
 /// About how many changes an election's log keeps.
 const LOG_LENGTH: u32 = 1000;
 
-/// The candidate `holder`'s campaign (a new chain, or a level of the chain that leads), with
-/// a lease of `lease_ms`: answers as the lock's acquisition.
-pub(crate) fn campaign(
+/// Announces the candidate `holder` (whose lock is `keys`) as the leader of its election,
+/// with the term `term`, once it holds the lock: answers 1 when it leads, 0 when it does not
+/// hold the lock (nothing is announced then).
+pub(crate) fn announce(
     keys: &LockKeys,
     election: &ElectionKeys,
     holder: &str,
-    levels_held: u32,
-    lease_ms: u64,
+    term: u64,
 ) -> ScriptCall {
     let keys = [
         &*keys.name,
-        &keys.token,
         &election.record,
         &election.log,
         &election.channel,
     ];
-    ScriptCall::new(&CAMPAIGN, &keys)
-        .arg(lease_ms)
+    ScriptCall::new(&ANNOUNCE, &keys)
         .arg(holder)
-        .arg(levels_held)
         .arg(&election.value)
+        .arg(term)
         .arg(LOG_LENGTH)
 }
 

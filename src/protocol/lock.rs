@@ -54,9 +54,6 @@ pub(crate) fn acquire(
     upgrade: Option<&str>,
     accepts_grant: bool,
 ) -> ScriptCall {
-    if let (LockKind::Leader, Some(election)) = (keys.kind, &keys.election) {
-        return super::election::campaign(keys, election, holder, levels_held, lease_ms);
-    }
     match keys.kind {
         LockKind::Plain | LockKind::Leader => ScriptCall::new(&ACQUIRE, &[&keys.name, &keys.token])
             .arg(lease_ms)
