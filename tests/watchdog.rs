@@ -162,3 +162,93 @@ fn release_latches_are_deleted_within_one_renewal_interval() {
     assert!(!held_guard.is_lost());
     assert!(held.remaining_ttl().unwrap().is_some());
 }
+
+/// How many locks the starved process holds: enough that renewing them takes the watchdog
+/// thread longer than its response timeout when it gets a sliver of a core.
+const STARVED_LOCKS: usize = 8_000;
+
+/// How many threads of the starved process spin on its one core beside its own.
+const SPINNERS: usize = 40;
+
+/// A process starved of CPU for less than a lease (its threads, pinned to one core, share it
+/// with spinning ones, so that the watchdog thread gets a sixteenth of a core) loses none of
+/// its locks: the renewals Redis answered are read as renewals, and none is counted failed,
+/// however late the process gets to read them.
+#[test]
+fn a_process_starved_of_cpu_for_less_than_a_lease_loses_no_lock() {
+    let redis = server();
+    let mut child = common::spawn_child(
+        "starved_holder_process",
+        "starved",
+        &[("REDLEASE_TEST_URL", redis.url())],
+    );
+    let mut stdout = common::wait_for_line(&mut child, "HELD");
+    let report = common::line_with(&mut stdout, "LOST");
+    assert_eq!(
+        report, "0 0 0",
+        "locks lost, losses counted, renewals counted failed"
+    );
+    child.wait_within(common::CHILD_DEADLINE);
+}
+
+/// Child side of the test above: pins itself to one core, holds the locks, starves itself
+/// for 5 s of its 6 s lease, then waits for two renewal batches more and says how many of
+/// its locks it lost, how many losses and failed renewals it counted.
+#[test]
+#[ignore = "a child process of the test above, which runs it"]
+fn starved_holder_process() {
+    if common::child_role().as_deref() != Some("starved") {
+        return;
+    }
+    pin_to_one_core();
+    let manager = redlease::LockManager::builder(common::env("REDLEASE_TEST_URL"))
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let guards: Vec<_> = (0..STARVED_LOCKS)
+        .map(|index| manager.lock(&format!("starved-{index}")).lock().unwrap())
+        .collect();
+    println!("HELD");
+    let spin_until = Instant::now() + Duration::from_secs(5);
+    let spinners: Vec<_> = (0..SPINNERS)
+        .map(|_| {
+            std::thread::spawn(move || {
+                while Instant::now() < spin_until {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+    let batches = manager.stats().renewal_batches;
+    assert!(eventually(Duration::from_secs(10), || manager
+        .stats()
+        .renewal_batches
+        >= batches + 2));
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    let stats = manager.stats();
+    let counted = stats.lost_lease_expired + stats.lost_not_held_anymore;
+    println!("LOST {lost} {counted} {}", stats.renewals_failed);
+}
+
+/// Pins this process's thread, and the threads it starts from now on, to the first core it
+/// may run on.
+fn pin_to_one_core() {
+    // SAFETY: sched_getaffinity and sched_setaffinity on this thread (pid 0) with a set of
+    // the size they are given.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        assert_eq!(libc::sched_getaffinity(0, size, &mut allowed), 0);
+        let first = (0..libc::CPU_SETSIZE as usize)
+            .find(|&cpu| libc::CPU_ISSET(cpu, &allowed))
+            .expect("a core to run on");
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(first, &mut one);
+        assert_eq!(libc::sched_setaffinity(0, size, &one), 0);
+    }
+}

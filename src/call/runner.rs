@@ -7,7 +7,7 @@
 //! sent once more, with its `WAIT` behind it again.
 
 use std::io;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::{
     Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
@@ -168,14 +168,20 @@ pub(crate) fn run_acknowledged(
 /// `Pipeline::query` waits the full socket timeout for every answer, even after one timed
 /// out, so a silent server would hold it for that timeout times the pipeline's length. Here
 /// the first I/O error or timeout ends the reading.
+///
+/// A process slow to send or to read (starved of CPU, stopped by a quota) does not count that
+/// against the server: the answers get the time they had left when the sending began, from
+/// when it ended, and past their deadline what has arrived is still read ([`LAST_LOOK`]).
 fn query_before(
     connection: &mut Connection,
     pipeline: &Pipeline,
     count: usize,
     deadline: Instant,
 ) -> RedisResult<Vec<Value>> {
+    let answers_within = deadline.saturating_duration_since(Instant::now());
     set_timeout_until(connection, deadline)?;
     connection.send_packed_command(&pipeline.get_packed_pipeline())?;
+    let deadline = deadline.max(Instant::now() + answers_within);
     let mut answers = Vec::with_capacity(count);
     for _ in 0..count {
         set_timeout_until(connection, deadline)?;
@@ -184,9 +190,14 @@ fn query_before(
     Ok(answers)
 }
 
-/// Makes the socket timeouts end at `deadline`, or fails when it has passed.
+/// How long a read or write past its deadline may still wait: only for what is there
+/// already (a socket timeout of zero would mean "wait forever").
+const LAST_LOOK: Duration = Duration::from_millis(1);
+
+/// Makes the socket timeouts end at `deadline`, or, once it has passed, wait no more than
+/// [`LAST_LOOK`].
 fn set_timeout_until(connection: &Connection, deadline: Instant) -> RedisResult<()> {
-    let left = time_left(deadline)?;
+    let left = time_left(deadline).unwrap_or(LAST_LOOK);
     connection.set_read_timeout(Some(left))?;
     connection.set_write_timeout(Some(left))
 }

@@ -66,7 +66,7 @@ use crate::watchdog::lease::{LeaseState, LostLock, RevocationNotice, RiskNotice}
 use loss::{LossReports, LostCounts};
 use receipts::{Queued, ReceiptQueue};
 use registry::{Entry, Registry};
-use renewal::{AckWait, Outcome, Renewal};
+use renewal::{AckWait, Due, Outcome, Renewal};
 use revocation::RevocationReports;
 use risk::{RiskCounts, RiskReports};
 use schedule::{earliest, DueNow, Schedule};
@@ -592,14 +592,18 @@ impl Shared {
                     acks_by,
                 }) => {
                     let acks = self.acks.as_ref().map(|acks| AckWait { acks, by: acks_by });
+                    let due = Due {
+                        taken_at: sent_at,
+                        answer_by,
+                        acks,
+                    };
                     let mut renewed = 0;
                     let unreplicated = renewal::renew_everywhere(
                         &self.router,
                         self.timeout_ms,
                         batch,
                         receipts,
-                        answer_by,
-                        acks,
+                        due,
                         |batch, outcomes| renewed += self.apply(batch, outcomes, sent_at),
                     );
                     if let Some(why) = unreplicated {
@@ -730,19 +734,20 @@ impl Shared {
                 continue;
             }
             let deadline = entry.lease.deadline();
-            if now >= deadline {
-                // A guard past its deadline already reads as lost: whatever came back, a
-                // lost chain stays lost.
-                state.lose(&renewal.key, LostReason::LeaseExpired);
-                continue;
-            }
             let reason = match outcome {
-                Outcome::Renewed => {
+                // Redis found the holder and renewed its lease: the lease never ran out
+                // there, however late this process reads the answer (it was slow to read,
+                // starved of CPU, not the lease). It runs on from the send, unless this
+                // process was slower than a whole lease.
+                Outcome::Renewed if lease::deadline(sent_at, self.timeout) > now => {
                     entry.lease.extend(sent_at, self.timeout);
                     risks.renewed(entry);
                     schedule.renewal(&renewal.key, entry, sent_at + self.interval);
                     continue;
                 }
+                // No renewal by the deadline: the lease may have run out.
+                _ if now >= deadline => LostReason::LeaseExpired,
+                Outcome::Renewed => LostReason::LeaseExpired,
                 Outcome::Failed(reason) => {
                     risks.renewal_failed(entry, reason);
                     schedule.renewal(&renewal.key, entry, (now + retry_delay).min(deadline));

@@ -69,17 +69,39 @@ pub(super) struct AckWait<'a> {
     pub(super) by: Instant,
 }
 
+/// When the answers of a batch taken at `taken_at` are due: `answer_by`, and the `WAIT`'s
+/// answer as `acks` says, both as if the batch were sent when taken. Each pipeline moves them
+/// on by the time from then to its own send (building the pipeline, the pipelines of other
+/// nodes before it, a thread that waited for a core): the answers get their whole time.
+#[derive(Clone, Copy)]
+pub(super) struct Due<'a> {
+    pub(super) taken_at: Instant,
+    pub(super) answer_by: Instant,
+    pub(super) acks: Option<AckWait<'a>>,
+}
+
+impl<'a> Due<'a> {
+    /// The deadlines of a pipeline sent now: moved on by the time since the batch was taken.
+    fn sent_now(self) -> (Instant, Option<AckWait<'a>>) {
+        let late = self.taken_at.elapsed();
+        let acks = self.acks.map(|wait| AckWait {
+            by: wait.by + late,
+            ..wait
+        });
+        (self.answer_by + late, acks)
+    }
+}
+
 /// Renews `batch` and deletes `receipts` wherever their keys are: as one pipeline on a single
-/// server; in cluster mode one per node, in turn, each read against `answer_by` moved on by
-/// the time the ones before took. Hands `apply` the outcomes of each part of the batch,
-/// and answers why some renewals are not known to be on enough replicas, if they are not.
+/// server; in cluster mode one per node, in turn, each read against its deadlines moved on to
+/// its own send ([`Due`]). Hands `apply` the outcomes of each part of the batch, and answers
+/// why some renewals are not known to be on enough replicas, if they are not.
 pub(super) fn renew_everywhere(
     router: &Router,
     lease_ms: u64,
     batch: Vec<Renewal>,
     receipts: Vec<String>,
-    answer_by: Instant,
-    acks: Option<AckWait<'_>>,
+    due: Due<'_>,
     mut apply: impl FnMut(&[Renewal], Vec<Outcome>),
 ) -> Option<Unreplicated> {
     let Router::Cluster(_) = router else {
@@ -89,7 +111,7 @@ pub(super) fn renew_everywhere(
             batch: &batch,
             receipts: &receipts,
         };
-        return renew(share, router, lease_ms, answer_by, acks, |outcomes| {
+        return renew(share, router, lease_ms, due, |outcomes| {
             apply(&batch, outcomes)
         });
     };
@@ -110,23 +132,17 @@ pub(super) fn renew_everywhere(
             .2
             .push(receipt);
     }
-    let started = Instant::now();
     let mut unreplicated = None;
     for (_, (pool, mut renewals, mut receipts)) in by_node {
         // One script call and one deletion per slot (and per thousand).
         renewals.sort_by_cached_key(|renewal| key_slot(renewal_key(renewal).as_bytes()));
         receipts.sort_by_cached_key(|receipt| key_slot(receipt.as_bytes()));
-        let answer_by = answer_by + started.elapsed();
-        let acks = acks.map(|wait| AckWait {
-            by: wait.by + started.elapsed(),
-            ..wait
-        });
         let share = Share {
             pool: &pool,
             batch: &renewals,
             receipts: &receipts,
         };
-        let why = renew(share, router, lease_ms, answer_by, acks, |outcomes| {
+        let why = renew(share, router, lease_ms, due, |outcomes| {
             apply(&renewals, outcomes)
         });
         unreplicated = unreplicated.or(why);
@@ -205,16 +221,15 @@ impl Pipeline {
 }
 
 /// Sends the renewals of `share` to a lease of `lease_ms`, and the deletion of its receipts,
-/// in one pipeline (with the `WAIT` of `acks` at its end when it renews anything), reads the
-/// answers until `answer_by`, and hands `apply` one outcome per renewal (once, whatever
-/// happens). Then reads `WAIT`'s answer, and answers why the renewals are not known to be on
-/// enough replicas, if they are not.
+/// in one pipeline (with the `WAIT` of its acknowledgements at its end when it renews
+/// anything), reads the answers until they are `due`, and hands `apply` one outcome per
+/// renewal (once, whatever happens). Then reads `WAIT`'s answer, and answers why the renewals
+/// are not known to be on enough replicas, if they are not.
 fn renew(
     share: Share<'_>,
     router: &Router,
     lease_ms: u64,
-    answer_by: Instant,
-    acks: Option<AckWait<'_>>,
+    due: Due<'_>,
     apply: impl FnOnce(Vec<Outcome>),
 ) -> Option<Unreplicated> {
     let Share {
@@ -223,6 +238,7 @@ fn renew(
         receipts,
     } = share;
     let pipeline = Pipeline::of(share, lease_ms, router.cluster().is_some());
+    let (answer_by, acks) = due.sent_now();
     // Receipt deletions alone need no acknowledgement: a receipt left behind only expires.
     let acks = acks.filter(|_| !batch.is_empty());
     let read_by = acks.map_or(answer_by, |wait| wait.by.max(answer_by));
