@@ -39,6 +39,8 @@ const COMMANDS: &[&str] = &[
     "+subscribe",
     "+unsubscribe",
     // Run by its scripts.
+    "+time",
+    "+type",
     "+set",
     "+del",
     "+incr",
@@ -49,7 +51,6 @@ const COMMANDS: &[&str] = &[
     "+pexpire",
     "+publish",
     // The fair lock's scripts.
-    "+time",
     "+lindex",
     "+lpop",
     "+rpush",

@@ -169,3 +169,25 @@ fn the_tokens_of_one_lock_fence_a_store_across_holders() {
     second.unlock().unwrap();
     assert_eq!(store.get::<String>().unwrap().as_deref(), Some("second"));
 }
+
+/// A fenced store whose key holds something else than a string refuses to write over it
+/// (`WrongType`), as reading it does, and leaves it as it was.
+#[test]
+fn a_fenced_store_refuses_a_key_of_another_type() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(30));
+    redis.command(&["RPUSH", "fenced:list", "a", "b"]).unwrap();
+    let store = manager.fenced_store("fenced:list");
+    for outcome in [store.set(1, "value"), store.delete(1)] {
+        assert!(
+            matches!(&outcome, Err(Error::WrongType { name }) if name == "fenced:list"),
+            "{outcome:?}"
+        );
+    }
+    assert!(matches!(
+        store.get::<String>(),
+        Err(Error::WrongType { .. } | Error::Redis(_))
+    ));
+    assert_eq!(redis.command(&["LLEN", "fenced:list"]).unwrap(), ":2\r\n");
+    assert_eq!(store.highest_token().unwrap(), 0, "no token recorded");
+}

@@ -5,7 +5,8 @@
 -- ARGV[1]: the writer's fencing token, in decimal without leading zeros
 -- ARGV[2]: 'set' or 'del'
 -- ARGV[3]: the new value, for 'set'
--- Answers {1, token} when the write was done, {0, highest token seen} when it was refused.
+-- Answers {1, token} when the write was done, {0, highest token seen} when it was refused,
+-- an error starting with WRONGTYPE when the value's key holds something else than a string.
 -- Tokens are compared as decimal strings (shorter is smaller, then by character), not as Lua
 -- numbers, which are doubles and would blur tokens above 2^53.
 local function lower(a, b)
@@ -13,6 +14,11 @@ local function lower(a, b)
     return #a < #b
   end
   return a < b
+end
+-- A value key of another type is refused, before anything is written (GET refuses it too).
+local kind = redis.call('type', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE the fenced value is a key of another type')
 end
 local highest = redis.call('get', KEYS[2]) or '0'
 local token = ARGV[1]
