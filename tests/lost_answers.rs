@@ -284,6 +284,42 @@ fn a_grant_that_arrives_past_its_lease_is_not_handed_out() {
     guard.unlock().unwrap();
 }
 
+/// A wait whose every grant comes after its lease ran out (the lease is shorter than the
+/// link's round trip) ends with `LeaseSpent` after three of them in a row, instead of trying
+/// forever.
+#[test]
+fn a_wait_whose_grants_all_come_too_late_ends() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let lock = manager.lock("always-late");
+    let permits = manager.permit_semaphore("always-late-permits");
+    assert!(permits.try_set_permits(1).unwrap());
+    lock.try_lock().unwrap().expect("free").unlock().unwrap(); // the scripts are loaded
+    drop(permits.try_lock().unwrap().expect("free"));
+    proxy.set_latency(Duration::from_millis(300));
+    let lease = Duration::from_millis(100);
+    let started = Instant::now();
+    let outcome = lock.lock_with_lease(lease).map(drop);
+    assert!(
+        matches!(&outcome, Err(Error::LeaseSpent { name, .. }) if name == "always-late"),
+        "{outcome:?}"
+    );
+    let outcome = permits.lock_with_lease(lease).map(drop);
+    assert!(
+        matches!(&outcome, Err(Error::LeaseSpent { name, .. }) if name == "always-late-permits"),
+        "{outcome:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "no hang");
+    proxy.set_latency(Duration::ZERO);
+    // Every late grant was given back.
+    assert!(eventually(PATIENCE, || !lock.is_locked().unwrap()));
+    assert!(eventually(PATIENCE, || permits
+        .available_permits()
+        .unwrap()
+        == 1));
+}
+
 /// The same for a permit: a permit granted after its lease ran out by the local clock is
 /// given back, not handed out lost.
 #[test]

@@ -257,6 +257,14 @@ fn bad_input_gets_typed_errors() {
         lock.lock_with_lease(Duration::MAX),
         Err(Error::InvalidArgument(_))
     ));
+    // Too short to be held: no grant would arrive before it ran out, and the wait would
+    // never end.
+    for lease in [Duration::from_nanos(1), Duration::from_millis(9)] {
+        assert!(
+            matches!(lock.lock_with_lease(lease), Err(Error::InvalidArgument(_))),
+            "{lease:?}"
+        );
+    }
     match lock.try_lock_for(Duration::MAX) {
         Err(Error::InvalidArgument(message)) => {
             assert!(

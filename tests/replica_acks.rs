@@ -173,10 +173,11 @@ fn an_acquisition_short_of_acks_is_undone_and_told() {
     let both = MultiLock::new([manager.lock("acks:m1"), manager.lock("acks:m2")]).unwrap();
 
     replica.pause().expect("SIGSTOP the replica");
-    // Blocking calls: they end with the error instead of trying again.
-    assert_not_replicated("acks:lock", || manager.lock("acks:lock").lock());
+    // Tries: they end with the error (a blocking wait rides it out: see the test after this
+    // one).
+    assert_not_replicated("acks:lock", || manager.lock("acks:lock").try_lock());
     assert!(!exists(&master, "acks:lock"));
-    assert_not_replicated("acks:fair", || manager.fair_lock("acks:fair").lock());
+    assert_not_replicated("acks:fair", || manager.fair_lock("acks:fair").try_lock());
     for key in [
         "acks:fair",
         "redisson_lock_queue:{acks:fair}",
@@ -185,14 +186,14 @@ fn an_acquisition_short_of_acks_is_undone_and_told() {
         assert!(!exists(&master, key), "{key} was left behind");
     }
     let read_write = manager.read_write_lock("acks:rw");
-    assert_not_replicated("acks:rw", || read_write.write().lock());
+    assert_not_replicated("acks:rw", || read_write.write().try_lock());
     assert!(!exists(&master, "acks:rw"));
-    assert_not_replicated("acks:permits", || permits.lock());
+    assert_not_replicated("acks:permits", || permits.try_lock());
     assert!(ask(&master, &["ZCARD", "{acks:permits}:timeout"]).starts_with(":0"));
     assert_eq!(permits.available_permits().unwrap(), 1);
-    assert_not_replicated("acks:counted", || counted.acquire(1));
+    assert_not_replicated("acks:counted", || counted.try_acquire(1));
     assert_eq!(counted.available_permits().unwrap(), 1);
-    assert_not_replicated("acks:m1", || both.lock());
+    assert_not_replicated("acks:m1", || both.try_lock());
     assert!(!exists(&master, "acks:m1") && !exists(&master, "acks:m2"));
     // A fenced write is told too, but stands on the master.
     assert_not_replicated("acks:store", || store.set(1, "unconfirmed"));
@@ -220,6 +221,34 @@ fn an_acquisition_short_of_acks_is_undone_and_told() {
     ] {
         released.unwrap();
     }
+}
+
+/// A blocking wait rides out a replica that does not acknowledge, as it rides out an outage:
+/// each grant short of acknowledgements is given back, and the wait goes on until one is
+/// acknowledged.
+#[test]
+fn a_blocking_wait_rides_out_a_replication_shortfall() {
+    let (master, replica) = pair();
+    let manager = acked_manager(&master, Duration::from_secs(30));
+    replica.pause().expect("SIGSTOP the replica");
+    let waiter = {
+        let manager = manager.clone();
+        std::thread::spawn(move || {
+            manager
+                .lock("acks:waits")
+                .lock()
+                .map(|guard| guard.fencing_token())
+        })
+    };
+    // A few grants are given back meanwhile.
+    assert!(
+        eventually(CATCH_UP, || manager.stats().waiting == 1),
+        "the wait goes on after its first grant was given back"
+    );
+    assert!(!exists(&master, "acks:waits"));
+    resume_and_catch_up(&master, &replica);
+    let token = waiter.join().unwrap();
+    assert!(token.is_ok(), "{token:?}");
 }
 
 #[test]

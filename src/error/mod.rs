@@ -139,10 +139,12 @@ pub enum Error {
         margin: Duration,
     },
 
-    /// A lock over several servers got its quorum, but the servers answered so late that
-    /// nothing of the lease was left (it was taken back): the lease is too short for these
-    /// servers, or they were slow for a moment.
-    #[error("lock {name:?} was taken after {elapsed:?}, too late for its lease")]
+    /// An acquisition was granted so late that nothing of its lease was left by the local
+    /// clock, and it was given back: for a lock over several servers, once its quorum came
+    /// that late; for any other lock or permit, [three grants in a row](crate::guide::guarantees)
+    /// (a wait goes on after one). The lease is too short for these servers and the link to
+    /// them, or they were slow for a while.
+    #[error("{name:?} was granted after {elapsed:?}, too late for its lease")]
     LeaseSpent {
         /// The lock name (the names joined with `+` when they differ).
         name: String,
@@ -154,7 +156,10 @@ pub enum Error {
     /// lock of any kind, a permit, semaphore permits, a member of a group lock) got what it
     /// asked for, but fewer than `required` replicas acknowledged it within the ack timeout,
     /// so a failover now could erase it and hand it to someone else. It was given back: the
-    /// caller holds nothing. A blocking call ends with this error rather than trying again.
+    /// caller holds nothing. A blocking call tries again through it, as through an outage,
+    /// until its deadline (without one, for up to the
+    /// [`outage_grace`](crate::LockManagerBuilder::outage_grace)), then ends with it; a
+    /// `try_lock` ends with it at once.
     ///
     /// For a [`FencedStore`](crate::FencedStore) write (`name` is its key), the write was
     /// made and stands on the master; a failover now may lose it.

@@ -69,7 +69,7 @@ impl Lease {
     /// A fixed lease of `duration`, checked (not zero, a whole number of milliseconds Redis
     /// accepts).
     pub(crate) fn fixed(duration: Duration) -> Result<Lease> {
-        let millis = names::lease_millis("lease", duration)?;
+        let millis = names::holdable_lease_millis("lease", duration)?;
         Ok(Lease::Fixed { duration, millis })
     }
 

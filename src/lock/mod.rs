@@ -121,6 +121,14 @@ impl TryOf<'_> {
     }
 }
 
+/// Why a grant gives no guard.
+enum NoGuard {
+    /// It came after its lease ran out by the local clock.
+    Late,
+    /// It joined a chain given up here meanwhile.
+    ChainGone,
+}
+
 /// A grant's particulars: its fencing token (when taken), when its request was sent, and how
 /// many replicas acknowledged it (when the manager asks for acknowledgements).
 #[derive(Clone, Copy)]
@@ -385,16 +393,16 @@ impl RawLock {
                     // then found by the try below, if it still stands, and given a fresh
                     // lease; one handed in the process is taken back.
                     match self.guard(holder.clone(), false, lease, grant, cancel, &hold) {
-                        Some(guard) => {
+                        Ok(guard) => {
                             self.client.count_handoff();
                             return Ok(wait::Attempt::Taken(guard));
                         }
-                        None if from == Handed::Line => {
+                        Err(_) if from == Handed::Line => {
                             self.undo_given_up(&holder, None);
                             new_chain()?;
                             return Ok(wait::Attempt::Again);
                         }
-                        None => {}
+                        Err(_) => {}
                     }
                 }
                 let grants = self.accepts_grant() && handoffs.hears_grants_for(&holder);
@@ -414,14 +422,20 @@ impl RawLock {
                         let joins = levels_held > 0;
                         let grant = Granted { token, ..grant };
                         match self.guard(holder.clone(), joins, lease, grant, cancel, &hold) {
-                            Some(guard) => wait::Attempt::Taken(guard),
-                            None => {
+                            Ok(guard) => wait::Attempt::Taken(guard),
+                            Err(no_guard) => {
                                 // The level joined a chain given up here meanwhile, or came
                                 // too late to hold anything: take the chain's hold back, and
                                 // start a new chain.
                                 self.undo_given_up(&holder, upgrade.as_deref());
                                 new_chain()?;
-                                wait::Attempt::Again
+                                match no_guard {
+                                    NoGuard::Late => wait::Attempt::TooLate(Error::LeaseSpent {
+                                        name: self.keys.name.clone(),
+                                        elapsed: grant.sent_at.elapsed(),
+                                    }),
+                                    NoGuard::ChainGone => wait::Attempt::Again,
+                                }
                             }
                         }
                     }
@@ -661,10 +675,10 @@ impl RawLock {
         );
     }
 
-    /// The guard of a level granted to `holder` (`joins`: of a chain it holds already);
-    /// `None` when that chain was given up meanwhile, or when the grant of a new chain came
-    /// so late that its lease had run out by the local clock (a slow network, a frozen
-    /// master): such a guard would be lost the moment it is handed out.
+    /// The guard of a level granted to `holder` (`joins`: of a chain it holds already); none
+    /// when that chain was given up meanwhile, or when the grant of a new chain came so late
+    /// that its lease had run out by the local clock (a slow network, a frozen master): such
+    /// a guard would be lost the moment it is handed out.
     fn guard<H: Hold>(
         &self,
         holder: String,
@@ -673,7 +687,7 @@ impl RawLock {
         grant: Granted,
         cancel: Option<&CancelToken>,
         make: impl Fn(LockHold) -> H,
-    ) -> Option<Guard<H>> {
+    ) -> std::result::Result<Guard<H>, NoGuard> {
         let Granted {
             token,
             sent_at,
@@ -686,7 +700,7 @@ impl RawLock {
                 "lock {:?}: a grant came after its lease ran out; giving it back",
                 self.name()
             );
-            return None;
+            return Err(NoGuard::Late);
         }
         let thread = names::thread_number();
         let watch_key = self.watch_key(thread);
@@ -697,10 +711,11 @@ impl RawLock {
             kind: self.hold_kind(),
             thread,
         };
-        let (state, token) =
-            self.client
-                .watchdog()
-                .watch(holding, Grant { token, joins }, sent_at, fixed_lease)?;
+        let (state, token) = self
+            .client
+            .watchdog()
+            .watch(holding, Grant { token, joins }, sent_at, fixed_lease)
+            .ok_or(NoGuard::ChainGone)?;
         let hold = LockHold {
             lock: LockHandle::from_raw(self.clone(), cancel.cloned()),
             holder,
@@ -708,7 +723,7 @@ impl RawLock {
             acknowledged,
             watched: Watched::new(watch_key, &state, fixed_lease),
         };
-        Some(Guard::from_hold(make(hold), state))
+        Ok(Guard::from_hold(make(hold), state))
     }
 
     /// Takes back the hold of a chain this process has given up, and its place in a fair

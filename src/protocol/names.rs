@@ -13,6 +13,11 @@ use crate::layout;
 /// mistakes (and would overflow Redis's absolute expiry time if much longer).
 pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
 
+/// The shortest lease or watchdog timeout accepted. A hold is certain for its lease less 1 %
+/// and 2 ms for clock drift, from when its request was sent: a shorter lease would run out
+/// before most grants arrive, and a wait for one would never end.
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
+
 /// The watchdog's key for the chain by which `thread` holds the lock `name` (a plain or fair
 /// lock, a write lock, a member of a group lock). Keyed by thread, not by name: a grant that
 /// should not have been (a demoted master's) must not stand in for another thread's hold.
@@ -230,6 +235,18 @@ pub(crate) fn new_holder_id(client_id: &str) -> String {
     )
 }
 
+/// A lease or watchdog timeout as whole milliseconds (rounded up), checked against
+/// `MIN_LEASE ..= MAX_LEASE`.
+pub(crate) fn holdable_lease_millis(what: &str, lease: Duration) -> Result<u64> {
+    if !lease.is_zero() && lease < MIN_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {lease:?} is shorter than the minimum of {MIN_LEASE:?}: no grant \
+             would arrive in time to hold it"
+        )));
+    }
+    lease_millis(what, lease)
+}
+
 /// A lease or timeout as whole milliseconds (rounded up), checked against `1 ms ..= MAX_LEASE`.
 pub(crate) fn lease_millis(what: &str, lease: Duration) -> Result<u64> {
     if lease.is_zero() {
@@ -316,6 +333,9 @@ mod tests {
         );
         assert!(lease_millis("lease", Duration::ZERO).is_err());
         assert!(lease_millis("lease", Duration::MAX).is_err());
+        assert!(holdable_lease_millis("lease", Duration::from_nanos(1)).is_err());
+        assert!(holdable_lease_millis("lease", Duration::from_millis(9)).is_err());
+        assert_eq!(holdable_lease_millis("lease", MIN_LEASE).unwrap(), 10);
     }
 
     #[test]

@@ -16,8 +16,10 @@
 //! (Redis unreachable, slow, loading or failing over) is repeated every
 //! [`RETRY_DURING_OUTAGE`] until the wait's deadline, or without one for up to the outage
 //! grace, before the error ends the wait; the same for every primitive on every deployment.
-//! The other transient errors end the wait at once: a grant short of replica
-//! acknowledgements ([`Error::NotReplicated`]), a group lock without quorum.
+//! So is a grant that too few replicas (or disks) acknowledged, which the primitive gave
+//! back ([`Error::NotReplicated`], [`Error::NotPersisted`]): a replica that lags catches up.
+//! The other transient errors end the wait at once: a group lock without quorum, grants that
+//! keep arriving after their lease ran out ([`Attempt::TooLate`]).
 //! A wait may carry a [`Nudge`]: something it does once after it has waited a while (a
 //! waiter that asks the holders to let go), whose time also ends a sleep.
 //! It does no I/O of its own beyond the subscriptions it is handed.
@@ -53,7 +55,14 @@ pub(crate) enum Attempt<T> {
     BackOff { delay: Duration },
     /// Nothing to wait for: try again at once.
     Again,
+    /// Granted, but so late that the lease had run out by the local clock (the grant was
+    /// given back): try again at once, unless [`LATE_GRANTS_IN_A_ROW`] grants in a row came
+    /// this late: the lease is too short for the link, and the wait ends with this error.
+    TooLate(Error),
 }
+
+/// How many grants in a row may come after their lease before a wait gives up.
+pub(crate) const LATE_GRANTS_IN_A_ROW: u32 = 3;
 
 /// How the loop waits before the next try.
 enum Pause {
@@ -134,6 +143,7 @@ where
         woken: Vec::new(),
         outage_since: None,
         nudge: nudge.map(|nudge| (started + nudge.after, nudge.ask)),
+        late_grants: 0,
     };
     loop {
         if cancel.is_some_and(CancelToken::is_cancelled) {
@@ -199,6 +209,8 @@ struct Waiting<'a> {
     outage_since: Option<Instant>,
     /// The nudge still to do, and when: the next sleep ends then at the latest.
     nudge: Option<(Instant, &'a dyn Fn() -> bool)>,
+    /// How many tries in a row were granted after their lease ran out.
+    late_grants: u32,
 }
 
 impl Waiting<'_> {
@@ -206,19 +218,28 @@ impl Waiting<'_> {
         self.deadline.is_some_and(|deadline| now >= deadline)
     }
 
-    /// What a try's outcome means: an outage error is ridden out (until the deadline, or for
-    /// the grace without one), any other error ends the wait.
+    /// What a try's outcome means: an outage error, or a grant too few replicas (or disks)
+    /// acknowledged (given back), is ridden out (until the deadline, or for the grace without
+    /// one), any other error ends the wait.
     fn judge<T>(&mut self, tried: Result<Attempt<T>>) -> Next<T> {
         if tried.is_ok() {
             self.outage_since = None;
         }
+        match &tried {
+            Ok(Attempt::TooLate(_)) => self.late_grants += 1,
+            _ => self.late_grants = 0,
+        }
         match tried {
             Ok(Attempt::Taken(taken)) => Next::Taken(taken),
             Ok(Attempt::Again) => Next::Again,
+            Ok(Attempt::TooLate(err)) if self.late_grants >= LATE_GRANTS_IN_A_ROW => {
+                Next::Fail(err)
+            }
+            Ok(Attempt::TooLate(_)) => Next::Again,
             Ok(Attempt::Held { hint }) => Next::Pause(Pause::Listen { hint }),
             Ok(Attempt::BackOff { delay }) => Next::Pause(Pause::BackOff { delay }),
             Err(err)
-                if err.is_outage()
+                if (err.is_outage() || err.is_ack_shortfall())
                     && rides_out(
                         self.deadline,
                         *self.outage_since.get_or_insert_with(Instant::now),

@@ -249,7 +249,7 @@ impl Watchdog {
             renewal_done: Condvar::new(),
             router,
             timeout,
-            timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
+            timeout_ms: crate::protocol::names::holdable_lease_millis("watchdog timeout", timeout)?,
             interval,
             callbacks,
             acks,
@@ -510,7 +510,8 @@ impl Watchdog {
     }
 
     /// Stops and joins the thread. Held locks are no longer renewed and run out by their
-    /// lease; queued receipts are left to their TTL.
+    /// lease; the receipts still queued are deleted as the thread stops (within a response
+    /// timeout; left to their TTL when Redis cannot be reached).
     pub(crate) fn stop(&self) {
         self.shared.state.lock().stopping = true;
         self.shared.work_arrived.notify_all();
@@ -578,7 +579,7 @@ impl Shared {
         let mut due_now = DueNow::default();
         loop {
             match self.next_work(&mut due_now) {
-                None => return,
+                None => return self.delete_queued_receipts(),
                 Some(Work::Tell(risks, revocations, losses)) => {
                     risk::tell(risks, self.callbacks.on_risk.as_ref());
                     revocation::tell(revocations, self.callbacks.on_revocation.as_ref());
@@ -612,6 +613,23 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Deletes the receipts still queued, once, as the thread stops: what releases just
+    /// before a shutdown left does not wait for its TTL.
+    fn delete_queued_receipts(&self) {
+        let receipts = self.receipts.lock().take();
+        if receipts.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let due = Due {
+            taken_at: now,
+            answer_by: now + self.router.response_timeout(),
+            acks: None,
+        };
+        let (router, lease_ms) = (&self.router, self.timeout_ms);
+        renewal::renew_everywhere(router, lease_ms, Vec::new(), receipts, due, |_, _| {});
     }
 
     /// Sleeps until there is work; `None` when the watchdog stops. Losses are told before a

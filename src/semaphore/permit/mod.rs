@@ -180,7 +180,11 @@ impl RawPermits {
             Ok(match taken {
                 PermitTaken::Taken => match self.guard(id, fixed_lease, sent_at, cancel) {
                     Some(guard) => Attempt::Taken(guard),
-                    None => Attempt::Again,
+                    // Granted after its lease ran out (and given back).
+                    None => Attempt::TooLate(Error::LeaseSpent {
+                        name: self.name().to_owned(),
+                        elapsed: sent_at.elapsed(),
+                    }),
                 },
                 PermitTaken::Held { first_expiry } => Attempt::Held { hint: first_expiry },
             })
