@@ -205,9 +205,11 @@ impl Guard<UpgradableHold> {
 
     /// The write lock, once the hold is found current and the calling thread its holder.
     fn upgrades(&self) -> Result<&Lock> {
-        self.check()?;
         let hold = self.hold();
+        // Read before the check: a hold found lost in between (a force release heard) is
+        // then told as lost, not as another thread's.
         let ours = hold.read.lock.raw().current_chain_holder();
+        self.check()?;
         if ours.as_deref() != Some(self.holder_id()) {
             return Err(Error::InvalidArgument(format!(
                 "upgrade of {:?}: only the thread that holds the upgradable read may upgrade it",
