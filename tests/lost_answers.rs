@@ -689,3 +689,101 @@ fn a_late_copy_before_its_deadline_finds_the_answer_kept() {
     assert_eq!(reply, ":2\r\n", "the answer kept");
     assert_eq!(latch.count().unwrap(), 2, "counted once");
 }
+
+// Late tries: an acquisition try held up past its response timeout, while its undo runs
+// elsewhere and the wait takes the lock with a new try; then the network delivers the late
+// try and drops the connection before the undo queued behind it.
+
+/// A manager through `proxy` like [`impatient_manager_through`], whose leases last 30 s: a
+/// lock taken by a late try and left would stay taken that long.
+fn long_lease_manager_through(proxy: &CuttingProxy) -> LockManager {
+    LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .outage_grace(Duration::from_secs(1))
+        .build()
+        .expect("build manager")
+}
+
+/// Holds back the first try of `take` on the lock named `name`, lets `take` take and give
+/// back the lock with later tries, then delivers the held try alone (cutting the connection
+/// before the undo behind it) and answers what Redis answered it.
+fn late_try_of(
+    proxy: &CuttingProxy,
+    name: &str,
+    take: impl FnOnce() -> Result<(), String>,
+) -> Result<String, String> {
+    let held = proxy.hold_next(&["EVALSHA", name]);
+    take()?;
+    if !held.wait_until_held(Duration::ZERO) {
+        return Err("no try was held back".into());
+    }
+    let reply = held
+        .deliver_first_then_cut()
+        .map_err(|err| err.to_string())?;
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// A late try that reaches the server before its deadline may take the lock; the undo of it
+/// is sent again until it runs after that deadline, so the lock is free again at once, not
+/// after the 30 s lease. For each kind of lock.
+#[test]
+fn a_late_try_before_its_deadline_is_undone_after_it() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = long_lease_manager_through(&proxy);
+    let rw = manager.read_write_lock("late-try-rw");
+    let kinds: [(&str, redlease::Lock); 4] = [
+        ("late-try-plain", manager.lock("late-try-plain")),
+        ("late-try-fair", manager.fair_lock("late-try-fair")),
+        ("late-try-rw", rw.write().clone()),
+        ("late-try-rw", rw.read().clone()),
+    ];
+    for (name, lock) in kinds {
+        // The scripts are loaded: the held try is one call.
+        lock.try_lock().unwrap().expect("free").unlock().unwrap();
+        let reply = late_try_of(&proxy, name, || {
+            let guard = lock
+                .try_lock_for(PATIENCE)
+                .map_err(|err| format!("{err:?}"))?;
+            guard
+                .ok_or("not taken")?
+                .unlock()
+                .map_err(|err| format!("{err:?}"))
+        })
+        .unwrap();
+        assert!(reply.starts_with("*2\r\n"), "{name}: {reply:?}");
+        assert!(
+            eventually(Duration::from_secs(5), || !lock.is_locked().unwrap()),
+            "{name}: the late try's hold was left (it answered {reply:?})"
+        );
+        assert!(
+            eventually(PATIENCE, || manager.stats().cleanup_pending == 0),
+            "{name}: the undo is still pending"
+        );
+    }
+    let queue = redis
+        .command(&["EXISTS", "redisson_lock_queue:{late-try-fair}"])
+        .unwrap();
+    assert_eq!(queue, ":0\r\n", "a place in line was left");
+}
+
+/// A late try that reaches the server after its deadline is refused, and takes nothing.
+#[test]
+fn a_late_try_after_its_deadline_is_refused() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = long_lease_manager_through(&proxy);
+    let lock = manager.lock("late-try-refused");
+    lock.try_lock().unwrap().expect("free").unlock().unwrap();
+    let held = proxy.hold_next(&["EVALSHA", "late-try-refused"]);
+    let guard = lock.try_lock_for(PATIENCE).unwrap().expect("taken");
+    guard.unlock().unwrap();
+    assert!(held.wait_until_held(Duration::ZERO));
+    // The undo is sent again until the try's deadline has passed: once it is done, no copy
+    // of the try can take anything.
+    assert!(eventually(PATIENCE, || manager.stats().cleanup_pending == 0));
+    let reply = String::from_utf8_lossy(&held.deliver_first_then_cut().unwrap()).into_owned();
+    assert!(reply.starts_with("*2\r\n:5\r\n"), "{reply:?}");
+    assert!(!lock.is_locked().unwrap());
+}

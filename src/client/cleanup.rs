@@ -6,9 +6,10 @@
 //! caller hands the undo (a script safe to send twice) to [`Cleanup::keep_trying`] and goes
 //! on; the thread `redlease-cleanup` sends it at once, and again every [`RETRY_EVERY`] until
 //! the server answers, or until what it undoes would have run out by itself (its `until`),
-//! when it gives up with a warning. (An undo of a call that timed out is also queued behind
-//! the call on its connection by the caller, where it runs first if the server was only
-//! slow.) While the server cannot be reached, one failed undo ends the round: the others
+//! when it gives up with a warning. An undo that answers that a copy of what it undoes may
+//! still come ([`undo_again`]: the try's deadline has not passed) is sent again too, until it
+//! runs after that deadline. (An undo of a call that timed out is also queued behind the call
+//! on its connection by the caller, where it runs first if the server was only slow.) While the server cannot be reached, one failed undo ends the round: the others
 //! wait for the next. The client owns the thread and stops it ([`Cleanup::stop`]): undos
 //! still queued then are logged, and run out with their leases. Sends through the router;
 //! knows nothing of the primitives.
@@ -23,6 +24,7 @@ use parking_lot::Mutex;
 
 use crate::call::route::Router;
 use crate::error::{Error, Result};
+use crate::protocol::request::undo_again;
 use crate::protocol::ScriptCall;
 
 /// How often the thread sends the undos it keeps again.
@@ -171,6 +173,13 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
     let mut live = live.into_iter();
     for mut undo in live.by_ref() {
         match router.run_script::<redis::Value>(&undo.call) {
+            Ok(answer) if undo_again(&answer) => {
+                log::debug!(
+                    "{}: undone, and sent again until no late copy can come",
+                    undo.what
+                );
+                kept.push(undo);
+            }
             Ok(answer) => {
                 log::debug!("{}: undone", undo.what);
                 if let Some(then) = undo.then.take() {

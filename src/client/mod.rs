@@ -347,10 +347,26 @@ impl Client {
         let Some(server_ms) = request::refused_late(err) else {
             return false;
         };
-        let now = Instant::now();
-        self.clock.read(server_ms, now, now);
+        self.server_time_was(server_ms);
         log::debug!("a request reached the server after its deadline: {err}");
         true
+    }
+
+    /// The server answered, just now, that its time was `server_ms` (refusing a copy that
+    /// came after its deadline): the estimate of its clock is read anew from it.
+    pub(crate) fn server_time_was(&self, server_ms: u64) {
+        let now = Instant::now();
+        self.clock.read(server_ms, now, now);
+    }
+
+    /// The deadline of an acquisition try sent now, on the server's clock (ms since the
+    /// epoch): a copy of it that reaches the server later is refused. One send from now (a
+    /// new connection and an answer, after which the caller gives up on it) and the margin
+    /// of the clock's estimate.
+    pub(crate) fn try_deadline_ms(&self) -> u64 {
+        let after = self.one_send + request::DEADLINE_MARGIN;
+        let after = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        self.clock.now_ms().saturating_add(after)
     }
 
     /// Sends a call that changes the primitive `name` and carries a request id (or is safe
@@ -524,7 +540,9 @@ impl Client {
     ) {
         if when == Undoing::Now {
             match self.run_script::<redis::Value>(&call) {
-                Ok(_) => return,
+                // (A copy of what it undoes may still come: the cleanup thread sends it again.)
+                Ok(answer) if !request::undo_again(&answer) => return,
+                Ok(_) => {}
                 Err(err) if err.is_outage() => {}
                 Err(err) => return log::warn!("{}: the undo was refused: {err}", what()),
             }

@@ -234,6 +234,7 @@ impl Group {
                     lease_ms[index],
                     None,
                     false,
+                    member.client().try_deadline_ms(),
                 );
                 Request::new(member.client(), call)
             })
@@ -291,11 +292,13 @@ impl Group {
         for (position, &index) in asked.members.iter().enumerate() {
             if fan_out.is_pending(position) {
                 let member = self.members[index].raw();
+                // Sent once, within the attempt (see the module's doc).
                 let undo = protocol::undo(
                     member.keys_unchecked(),
                     &holders[index],
                     levels_held[index],
                     None,
+                    0,
                 );
                 let undo = member.client().in_dialect(undo);
                 fan_out.abandon(position, &undo.as_eval().get_packed_command());
@@ -375,6 +378,16 @@ impl Group {
                 let member = self.members[index].raw();
                 let key = member.watch_key(crate::protocol::names::thread_number());
                 member.client().watchdog().chain_gone(&key, holder);
+            }
+            Ok(Acked {
+                answer: Acquired::Late { server_ms },
+                ..
+            }) => {
+                // Refused for coming after its deadline: nothing taken, the clock read anew.
+                self.members[index]
+                    .raw()
+                    .client()
+                    .server_time_was(server_ms);
             }
             Ok(Acked {
                 answer: Acquired::Held { ttl, .. },
@@ -469,6 +482,7 @@ impl Group {
                         &holders[index],
                         levels_held[index],
                         None,
+                        0,
                     ),
                 )
                 .without_acks()

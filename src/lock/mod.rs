@@ -115,9 +115,16 @@ struct TryOf<'a> {
 }
 
 impl TryOf<'_> {
-    /// The script that takes back what this try may have added.
-    fn undo(self, keys: &LockKeys) -> crate::protocol::ScriptCall {
-        protocol::undo(keys, self.holder, self.levels_held, self.upgrade)
+    /// The script that takes back what this try may have added, sent again until it runs
+    /// after `not_before` (the try's deadline, or a later one: see `protocol::undo`).
+    fn undo(self, keys: &LockKeys, not_before: u64) -> crate::protocol::ScriptCall {
+        protocol::undo(
+            keys,
+            self.holder,
+            self.levels_held,
+            self.upgrade,
+            not_before,
+        )
     }
 }
 
@@ -444,6 +451,12 @@ impl RawLock {
                         handoffs.held(grant.sent_at, counter);
                         wait::Attempt::Held { hint: ttl }
                     }
+                    Acquired::Late { server_ms } => {
+                        // The try came after its deadline by the server's clock, and changed
+                        // nothing: the estimate of that clock was off, and is read anew.
+                        self.client.server_time_was(server_ms);
+                        wait::Attempt::Again
+                    }
                     Acquired::ChainGone => {
                         let watchdog = self.client.watchdog();
                         watchdog.chain_gone(&self.watch_key(thread), &holder);
@@ -609,14 +622,24 @@ impl RawLock {
             upgrade: upgrade.as_deref(),
         };
         let try_id = this_try.upgrade;
-        let call = protocol::acquire(&self.keys, holder, levels_held, lease_ms, try_id, grants);
+        let deadline_ms = self.client.try_deadline_ms();
+        let call = protocol::acquire(
+            &self.keys,
+            holder,
+            levels_held,
+            lease_ms,
+            try_id,
+            grants,
+            deadline_ms,
+        );
         let sent_at = Instant::now();
         let answer = self
             .client
             .run_acknowledged::<Acquired>(&call, |connection| {
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
-                let undo = self.client.in_dialect(this_try.undo(&self.keys));
+                let undo = this_try.undo(&self.keys, deadline_ms);
+                let undo = self.client.in_dialect(undo);
                 let _ = connection.send_packed_command(&undo.as_eval().get_packed_command());
             });
         match answer {
@@ -653,7 +676,9 @@ impl RawLock {
     /// Takes back what the acquisition try `this_try` may have added beyond the levels its
     /// chain had, and its place in a fair lock's queue, after `cause`. Unanswered, the undo
     /// is sent again by the cleanup thread until the server answers, or until the place and
-    /// the lease it asked for would have run out by themselves.
+    /// the lease it asked for would have run out by themselves; answered before the deadline
+    /// of every try made so far has passed, until it runs after it (a copy of the try may
+    /// still come).
     fn take_back(&self, this_try: TryOf<'_>, cause: &dyn fmt::Display, when: Undoing) {
         let holder = this_try.holder;
         let client = &self.client;
@@ -670,7 +695,7 @@ impl RawLock {
                     self.name()
                 )
             },
-            this_try.undo(&self.keys),
+            this_try.undo(&self.keys, client.try_deadline_ms()),
             until,
         );
     }

@@ -16,27 +16,37 @@ use super::names::{LockKeys, LockKind, RELEASE_MESSAGE, WAKE_ALL_MESSAGE};
 use super::script::{lua_script, ScriptCall};
 use super::Request;
 
-lua_script!(ACQUIRE = "acquire_levels.lua" + "lock_take.lua" + "acquire.lua");
+lua_script!(ACQUIRE = "try_deadline.lua" + "acquire_levels.lua" + "lock_take.lua" + "acquire.lua");
 lua_script!(RELEASE = "release_levels.lua" + "lock_give.lua" + "release.lua");
-lua_script!(UNDO = "undo.lua");
+lua_script!(UNDO = "try_undo_begin.lua" + "undo.lua" + "try_undo_end.lua");
 lua_script!(FORCE_RELEASE = "request_begin.lua" + "force_release.lua" + "request_end.lua");
-lua_script!(FAIR_ACQUIRE = "fair_queue.lua" + "acquire_levels.lua" + "fair_acquire.lua");
+lua_script!(
+    FAIR_ACQUIRE =
+        "try_deadline.lua" + "fair_queue.lua" + "acquire_levels.lua" + "fair_acquire.lua"
+);
 lua_script!(FAIR_RELEASE = "fair_queue.lua" + "release_levels.lua" + "fair_release.lua");
-lua_script!(FAIR_UNDO = "fair_undo.lua");
+lua_script!(FAIR_UNDO = "try_undo_begin.lua" + "fair_undo.lua" + "try_undo_end.lua");
 lua_script!(
     FAIR_FORCE_RELEASE = "request_begin.lua" + "fair_force_release.lua" + "request_end.lua"
 );
-lua_script!(READ_ACQUIRE = "acquire_levels.lua" + "read_levels.lua" + "read_acquire.lua");
 lua_script!(
-    UPGRADABLE_ACQUIRE = "acquire_levels.lua"
+    READ_ACQUIRE =
+        "try_deadline.lua" + "acquire_levels.lua" + "read_levels.lua" + "read_acquire.lua"
+);
+lua_script!(
+    UPGRADABLE_ACQUIRE = "try_deadline.lua"
+        + "acquire_levels.lua"
         + "read_levels.lua"
         + "rwlock_longest_read.lua"
         + "upgradable_acquire.lua"
 );
 lua_script!(READ_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "read_release.lua");
-lua_script!(WRITE_ACQUIRE = "acquire_levels.lua" + "rwlock_longest_read.lua" + "write_acquire.lua");
+lua_script!(
+    WRITE_ACQUIRE =
+        "try_deadline.lua" + "acquire_levels.lua" + "rwlock_longest_read.lua" + "write_acquire.lua"
+);
 lua_script!(WRITE_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "write_release.lua");
-lua_script!(RWLOCK_UNDO = "rwlock_undo.lua");
+lua_script!(RWLOCK_UNDO = "try_undo_begin.lua" + "rwlock_undo.lua" + "try_undo_end.lua");
 lua_script!(REQUEST_REVOCATION = "revoke.lua");
 lua_script!(
     RWLOCK_FORCE_RELEASE = "request_begin.lua" + "rwlock_force_release.lua" + "request_end.lua"
@@ -45,7 +55,9 @@ lua_script!(
 /// Takes the lock for the chain `holder`, which holds `levels_held` levels already (0: a new
 /// chain), with a lease of `lease_ms`; for a write lock taken by the upgradable reader, an
 /// upgrade, with the id of this try. A fair-lock waiter that `accepts_grant` may be handed
-/// the lock by a release while it waits (see [`grant_of`]).
+/// the lock by a release while it waits (see [`grant_of`]). The try is refused
+/// ([`Acquired::Late`]) when it reaches the server after `deadline_ms` (ms since the epoch,
+/// on the server's clock).
 pub(crate) fn acquire(
     keys: &LockKeys,
     holder: &str,
@@ -53,8 +65,9 @@ pub(crate) fn acquire(
     lease_ms: u64,
     upgrade: Option<&str>,
     accepts_grant: bool,
+    deadline_ms: u64,
 ) -> ScriptCall {
-    match keys.kind {
+    let call = match keys.kind {
         LockKind::Plain | LockKind::Leader => ScriptCall::new(&ACQUIRE, &[&keys.name, &keys.token])
             .arg(lease_ms)
             .arg(holder)
@@ -92,7 +105,8 @@ pub(crate) fn acquire(
             .arg(holder)
             .arg(layout::suffixed(&keys.name, ""))
             .arg(upgrade.unwrap_or_default()),
-    }
+    };
+    call.arg(deadline_ms)
 }
 
 /// What an acquisition answered.
@@ -111,6 +125,9 @@ pub(crate) enum Acquired {
     ChainGone,
     /// An upgrade found the upgradable hold it upgrades gone.
     UpgradableGone,
+    /// The try reached the server after its deadline, and changed nothing; the server's time
+    /// then (ms since the epoch).
+    Late { server_ms: u64 },
 }
 
 impl FromRedisValue for Acquired {
@@ -126,6 +143,9 @@ impl FromRedisValue for Acquired {
             },
             3 => Acquired::ChainGone,
             4 => Acquired::UpgradableGone,
+            5 => Acquired::Late {
+                server_ms: value.max(0) as u64,
+            },
             _ => Acquired::Held {
                 ttl: u64::try_from(value).ok().map(Duration::from_millis),
                 counter: answer
@@ -265,13 +285,17 @@ pub(crate) fn handed(answer: &Value) -> Option<u64> {
 ///
 /// For a fair lock it also takes the holder's place in the queue back: the same call serves a
 /// waiter that gives up. The undo of an upgrade's try takes back only that try's grant.
+/// Until `not_before` (the deadline of the try it undoes, ms since the epoch on the server's
+/// clock; 0: none) a copy of the try may still come: the undo answers
+/// [`undo_again`](super::request::undo_again) then.
 pub(crate) fn undo(
     keys: &LockKeys,
     holder: &str,
     levels_held: u32,
     upgrade: Option<&str>,
+    not_before: u64,
 ) -> ScriptCall {
-    match keys.kind {
+    let call = match keys.kind {
         LockKind::Plain | LockKind::Leader => ScriptCall::new(&UNDO, &[&keys.name, &keys.channel])
             .arg(holder)
             .arg(levels_held)
@@ -300,7 +324,8 @@ pub(crate) fn undo(
             .arg("")
             .arg(WAKE_ALL_MESSAGE)
             .arg(upgrade.unwrap_or_default()),
-    }
+    };
+    call.arg(not_before)
 }
 
 /// Frees the lock whoever holds it, telling each holder on the force-release channel.

@@ -19,7 +19,13 @@
 //! ran is kept [until after it](Request::keep_until_ms) by that same clock. Whichever copy
 //! runs first, every later one finds its answer: none runs twice, however late it comes. The
 //! client sends copies only while the deadline has not passed by its estimate
-//! ([`Request::send_until`]). Pure: no I/O.
+//! ([`Request::send_until`]).
+//!
+//! An acquisition try (of the lock's kinds) is not a request: it has no key that keeps its
+//! answer, but it has a deadline too (`try_deadline.lua`). A copy that comes after it is
+//! refused; one that comes before it runs, and an undo of the try answers [`undo_again`]
+//! until the deadline has passed, so that it is sent again until no copy can come any more.
+//! Pure: no I/O.
 
 use std::time::{Duration, Instant};
 
@@ -107,6 +113,13 @@ impl Request {
     pub(crate) fn into_key(self) -> String {
         self.key
     }
+}
+
+/// Whether an undo of an acquisition try answered that a copy of the try may still come (its
+/// deadline has not passed on the server's clock: `try_undo_end.lua`): it must be sent again
+/// until it runs after the deadline.
+pub(crate) fn undo_again(answer: &redis::Value) -> bool {
+    matches!(answer, redis::Value::Int(-1))
 }
 
 /// The server's time (ms since the epoch) in a refusal of a late copy, when `err` is one.
