@@ -787,3 +787,48 @@ fn a_late_try_after_its_deadline_is_refused() {
     assert!(reply.starts_with("*2\r\n:5\r\n"), "{reply:?}");
     assert!(!lock.is_locked().unwrap());
 }
+
+/// A late copy of a release of one reentrant level, delivered after the thread has taken the
+/// level again, is refused: it must not take away the level taken since.
+#[test]
+fn a_late_copy_of_a_release_is_refused_after_its_deadline() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .outage_grace(Duration::from_secs(1))
+        .watchdog_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let lock = manager.lock("late-release");
+    let _outer = lock.lock().unwrap();
+    let inner = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    // The release is the only call that names a release receipt.
+    let held = proxy.hold_next(&["EVALSHA", "redisson_unlock_latch"]);
+    inner.unlock().unwrap();
+    assert!(held.wait_until_held(Duration::ZERO));
+    let _again = lock.lock().unwrap();
+    assert_eq!(lock.hold_count().unwrap(), 2);
+    let receipts = || {
+        redis
+            .command(&[
+                "EVAL",
+                "return #redis.call('keys', 'redisson_unlock_latch:*')",
+                "0",
+            ])
+            .unwrap()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || receipts() == ":0\r\n"),
+        "receipts are still there after 30 s"
+    );
+    let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
+    assert!(reply.starts_with("-REDLEASE_LATE"), "{reply:?}");
+    assert_eq!(
+        lock.hold_count().unwrap(),
+        2,
+        "a level taken since was taken away"
+    );
+}

@@ -344,7 +344,10 @@ fn misuse_is_an_error_not_a_deadlock() {
     // Freed by force: an upgrade finds its upgradable read gone, and takes nothing.
     rw.read().force_unlock().unwrap();
     let outcome = upgradable.upgrade().map(|guard| guard.fencing_token());
-    assert!(matches!(outcome, Err(Error::LockLost { .. })), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(Error::LockLost { .. })),
+        "{outcome:?}"
+    );
     assert!(upgradable.is_lost());
     assert!(!raw.exists::<_, bool>("misuse").unwrap());
 }

@@ -121,7 +121,6 @@ impl Client {
             one_send: timeouts.connect + timeouts.response,
             clock: reached.clock,
             switch_watcher,
-            answer_keep_ms: answer_keep_ms(outage_grace, timeouts.response),
             cleanup,
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
@@ -319,12 +318,4 @@ fn read_clock(router: &Router) -> ServerClock {
         }
     }
     clock
-}
-
-/// How long a release's receipt is kept for a repeat: a release is sent again for up to the
-/// grace after it was first sent, and its answer must still be there then.
-fn answer_keep_ms(outage_grace: Duration, response_timeout: Duration) -> u64 {
-    (outage_grace + response_timeout * 4)
-        .max(Duration::from_secs(10))
-        .as_millis() as u64
 }

@@ -111,8 +111,6 @@ pub(crate) struct Client {
     outage_grace: Duration,
     /// How long one send may take: a new connection and an answer.
     one_send: Duration,
-    /// How long a release's answer is kept for a repeat of the same release.
-    answer_keep_ms: u64,
     /// The server's clock, on which requests have their deadlines.
     clock: ServerClock,
     /// Sends again the undos that failed.
@@ -317,9 +315,9 @@ impl Client {
         Request::new(name, &self.next_request_id(), self.window(send_for))
     }
 
-    /// How long a request made now is sent, and its answer kept after its deadline: for as
-    /// long as an undo of it may still be sent (through an outage).
-    fn window(&self, send_for: Duration) -> Window {
+    /// How long a call (a request, a release) made now is sent, and its answer kept after
+    /// its deadline: for as long as an undo of it may still be sent (through an outage).
+    pub(crate) fn window(&self, send_for: Duration) -> Window {
         Window {
             server_now_ms: self.clock.now_ms(),
             send_for,
@@ -364,9 +362,13 @@ impl Client {
     /// new connection and an answer, after which the caller gives up on it) and the margin
     /// of the clock's estimate.
     pub(crate) fn try_deadline_ms(&self) -> u64 {
-        let after = self.one_send + request::DEADLINE_MARGIN;
-        let after = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
-        self.clock.now_ms().saturating_add(after)
+        self.window(self.one_send).deadline_ms()
+    }
+
+    /// The window of a release whose copies may be sent for `send_for` (through an outage,
+    /// or by the cleanup thread until the lease would run out): one send more.
+    pub(crate) fn release_window(&self, send_for: Duration) -> Window {
+        self.window(send_for + self.one_send)
     }
 
     /// Sends a call that changes the primitive `name` and carries a request id (or is safe
@@ -580,11 +582,6 @@ impl Client {
     /// The lease of watched locks in whole milliseconds, as scripts take it.
     pub(crate) fn watchdog_timeout_ms(&self) -> u64 {
         self.watchdog.timeout_ms()
-    }
-
-    /// How long a release's or a request's answer is kept for a repeat of it, in ms.
-    pub(crate) fn answer_keep_ms(&self) -> u64 {
-        self.answer_keep_ms
     }
 
     /// A release request id unique to this client: the client id is random, the counter

@@ -504,7 +504,7 @@ impl Group {
                         receipt,
                         &holders[index],
                         lease_ms[index],
-                        member.raw().client().answer_keep_ms(),
+                        member.raw().client().release_window(self.attempt_timeout),
                         left.total(),
                         protocol::Handing::No,
                     ),

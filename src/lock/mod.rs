@@ -781,16 +781,23 @@ impl RawLock {
             _ => client.watchdog_timeout_ms(),
         };
         let receipt = self.keys.release_receipt(&client.next_request_id());
-        let release = |handing: protocol::Handing<'_>| {
-            let keep_ms = client.answer_keep_ms();
-            let levels = left.total();
-            protocol::release(
-                &self.keys, &receipt, holder, lease_ms, keep_ms, levels, handing,
-            )
-        };
         let offer = match left.total() {
             0 => self.handoff_offer(),
             _ => None,
+        };
+        // Copies of the release are sent through an outage, by the cleanup thread until the
+        // lease would have run out (a dropped guard's), and after a handoff until the handed
+        // lease and an outage grace have gone by (see `settle_offer`).
+        let longest_lease = offer
+            .as_ref()
+            .map_or(lease_ms, |offer| lease_ms.max(offer.lease_ms()));
+        let window =
+            client.release_window(Duration::from_millis(longest_lease) + client.outage_grace());
+        let release = |handing: protocol::Handing<'_>| {
+            let levels = left.total();
+            protocol::release(
+                &self.keys, &receipt, holder, lease_ms, window, levels, handing,
+            )
         };
         // The release, and for a handoff its repeat without it (see `Client::release`).
         let plain = release(protocol::Handing::No);

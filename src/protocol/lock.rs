@@ -13,6 +13,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, Value};
 
 use super::names::{LockKeys, LockKind, RELEASE_MESSAGE, WAKE_ALL_MESSAGE};
+use super::request::Window;
 use super::script::{lua_script, ScriptCall};
 use super::Request;
 
@@ -178,22 +179,25 @@ impl Handing<'_> {
 }
 
 /// Releases one level of the chain `holder`, which keeps `levels_left` levels; remaining
-/// levels get at least `lease_ms`. The answer is kept `receipt_ms` under `receipt` for a retry.
-/// A plain lock's last level is handed on as `handing` says (see [`handed`]).
+/// levels get at least `lease_ms`. The answer is kept as `window` says under `receipt` for a
+/// retry; a copy that comes after the window's deadline is refused (`REDLEASE_LATE`). A plain
+/// lock's last level is handed on as `handing` says (see [`handed`]).
 pub(crate) fn release(
     keys: &LockKeys,
     receipt: &str,
     holder: &str,
     lease_ms: u64,
-    receipt_ms: u64,
+    window: Window,
     levels_left: u32,
     handing: Handing<'_>,
 ) -> ScriptCall {
-    if let (LockKind::Leader, Some(election)) = (keys.kind, &keys.election) {
-        let release = (holder, lease_ms, receipt_ms, levels_left);
-        return super::election::resign(keys, election, receipt, release);
-    }
-    match keys.kind {
+    let receipt_ms = window.keep_ms();
+    let call = match keys.kind {
+        LockKind::Leader if keys.election.is_some() => {
+            let election = keys.election.as_ref().expect("an election's keys");
+            let release = (holder, lease_ms, receipt_ms, levels_left);
+            super::election::resign(keys, election, receipt, release)
+        }
         LockKind::Plain | LockKind::Leader => {
             let (to, to_lease_ms) = handing.args(str::to_owned);
             let script_keys = [&keys.name, &keys.channel, receipt, &keys.token];
@@ -247,7 +251,8 @@ pub(crate) fn release(
                 .arg(to)
                 .arg(to_lease_ms)
         }
-    }
+    };
+    call.arg(window.deadline_ms())
 }
 
 /// Whether a release found the chain holding the lock (`nil` from the script: it did not).

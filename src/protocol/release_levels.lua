@@ -1,11 +1,22 @@
 -- Helpers of the release scripts of the reentrant locks (lock, fair lock, write and read
--- locks), whose hash is KEYS[1].
+-- locks), whose hash is KEYS[1]. Their last argument is the release's deadline (ms since the
+-- epoch, on the server's clock), before which every copy of it is sent, and until after
+-- which its latch key keeps its answer.
 
 -- The answer a release request already got, kept under its latch key, if any: a number, or
--- 'h<token>' for a release that handed the lock on ({2, token}).
+-- 'h<token>' for a release that handed the lock on ({2, token}). A copy of a release that
+-- comes after its deadline and finds no answer is refused (an error starting with
+-- REDLEASE_LATE and the server's time): held up in the network past every resend of it, it
+-- must not take away levels its holder has taken since.
 local function earlier_answer(latch)
   local answered = redis.call('get', latch)
   if not answered then
+    local time = redis.call('time')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    if now > tonumber(ARGV[#ARGV]) then
+      return redis.error_reply('REDLEASE_LATE ' .. string.format('%d', now) ..
+        ' the release reached the server after its deadline ' .. ARGV[#ARGV])
+    end
     return nil
   end
   if string.sub(answered, 1, 1) == 'h' then

@@ -62,15 +62,28 @@ pub(crate) struct Window {
     pub(crate) keep_after: Duration,
 }
 
+impl Window {
+    /// The deadline of a call made now with this window, on the server's clock: after its
+    /// last send, and the margin of the clock's estimate.
+    pub(crate) fn deadline_ms(&self) -> u64 {
+        self.server_now_ms
+            .saturating_add(millis(self.send_for + DEADLINE_MARGIN))
+    }
+
+    /// For how long from now the answer of a call made now is kept: until after its
+    /// deadline.
+    pub(crate) fn keep_ms(&self) -> u64 {
+        millis(self.send_for + DEADLINE_MARGIN + self.keep_after).max(1)
+    }
+}
+
 impl Request {
     /// The request `id` (unique to its client) of a call on the primitive `name`, sent and
     /// kept as `window` says.
     pub(crate) fn new(name: &str, id: &str, window: Window) -> Self {
         let key = layout::request_key(name, id);
         let now = Instant::now();
-        let deadline_ms = window
-            .server_now_ms
-            .saturating_add(millis(window.send_for + DEADLINE_MARGIN));
+        let deadline_ms = window.deadline_ms();
         Request {
             key,
             deadline_ms,
