@@ -832,3 +832,28 @@ fn a_late_copy_of_a_release_is_refused_after_its_deadline() {
         "a level taken since was taken away"
     );
 }
+
+/// A late copy of a revocation request, delivered after the holder it was meant for let go
+/// and another took the lock, is refused: the new holder is not asked.
+#[test]
+fn a_late_revocation_request_does_not_reach_a_later_holder() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = long_lease_manager_through(&proxy);
+    let lock = manager.lock("late-revoke");
+    let first = lock.lock().unwrap();
+    assert_eq!(lock.request_revocation().unwrap(), 1, "scripts loaded");
+    assert!(eventually(PATIENCE, || first.is_revocation_requested()));
+    let held = proxy.hold_next(&["EVALSHA", "late-revoke", "revoke"]);
+    assert!(lock.request_revocation().is_err(), "its answer never came");
+    first.unlock().unwrap();
+    let second = lock.lock().unwrap();
+    assert!(held.wait_until_held(Duration::ZERO));
+    // One send, and its deadline (one send from it, and a second) has passed.
+    std::thread::sleep(Duration::from_secs(3));
+    let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
+    assert!(reply.starts_with("-REDLEASE_LATE"), "{reply:?}");
+    // A request of its own, after it, reaches the second holder: the notices flow.
+    assert_eq!(lock.request_revocation().unwrap(), 1);
+    assert!(eventually(PATIENCE, || second.is_revocation_requested()));
+}

@@ -155,8 +155,18 @@ impl RawAcquire for RawLock {
 
 impl RawRevocable for RawLock {
     fn request_revocation(&self) -> Result<usize> {
-        let call = protocol::request_revocation(self.keys()?, self.upgrading.as_deref());
-        self.client.run_script(&call)
+        let keys = self.keys()?;
+        let ask = || {
+            let deadline_ms = self.client.try_deadline_ms();
+            let call = protocol::request_revocation(keys, self.upgrading.as_deref(), deadline_ms);
+            self.client.run_script(&call)
+        };
+        match ask() {
+            // Refused for coming late (the clock's estimate was off, and is read anew): it
+            // asked nobody.
+            Err(err) if self.client.refused_late(&err) => ask(),
+            asked => asked,
+        }
     }
 }
 

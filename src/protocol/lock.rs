@@ -48,7 +48,7 @@ lua_script!(
 );
 lua_script!(WRITE_RELEASE = "release_levels.lua" + "rwlock_longest_read.lua" + "write_release.lua");
 lua_script!(RWLOCK_UNDO = "try_undo_begin.lua" + "rwlock_undo.lua" + "try_undo_end.lua");
-lua_script!(REQUEST_REVOCATION = "revoke.lua");
+lua_script!(REQUEST_REVOCATION = "call_deadline.lua" + "revoke.lua");
 lua_script!(
     RWLOCK_FORCE_RELEASE = "request_begin.lua" + "rwlock_force_release.lua" + "request_end.lua"
 );
@@ -365,7 +365,11 @@ pub(crate) fn force_release(keys: &LockKeys, request: &Request) -> ScriptCall {
 /// channel: a reader's, the writer; an upgradable reader's, the writer and the upgradable
 /// reader; any other's, every holder; never `except` (an upgrade's own upgradable read).
 /// Answers how many holds were asked.
-pub(crate) fn request_revocation(keys: &LockKeys, except: Option<&str>) -> ScriptCall {
+pub(crate) fn request_revocation(
+    keys: &LockKeys,
+    except: Option<&str>,
+    deadline_ms: u64,
+) -> ScriptCall {
     let whom = match keys.kind {
         LockKind::Read => "writer",
         LockKind::Upgradable => "upgrade",
@@ -375,6 +379,7 @@ pub(crate) fn request_revocation(keys: &LockKeys, except: Option<&str>) -> Scrip
         .arg(layout::FORCE_RELEASE_CHANNEL)
         .arg(whom)
         .arg(except.unwrap_or_default())
+        .arg(deadline_ms)
 }
 
 /// The hash field that counts `holder`'s levels in a lock of this kind.
