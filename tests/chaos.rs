@@ -1,15 +1,32 @@
-//! The synchronizers under contention through faults: several processes take a lock, a fair
-//! lock and a semaphore of two permits, and count a latch down and wait for it, through a
-//! proxy that resets every connection and adds latency, while Redis (with an append-only
-//! file, so that a restart keeps what it acknowledged) is paused and restarted, at seeded
-//! random times. Every process records, on the host's monotonic clock, when each of its
-//! holds began and ended; the checks: never two holders of a lock or a fair lock at once, never
-//! more than two of the semaphore, the latch open only after its last count-down was sent,
-//! and nothing left once the faults stop (every permit back, no lock key, no place in line,
-//! no undo pending, every request key with an expiry).
+//! The fault runner: every primitive's history under seeded, random faults, checked against
+//! its promises.
 //!
-//! 20 s by default; `REDLEASE_CHAOS_SECONDS=60 REDLEASE_CHAOS_SEED=7 cargo test --release
-//! --test chaos -- --nocapture` for a longer run with a chosen seed (the seed is printed).
+//! Several processes take a lock, a fair lock, the write and read locks of a read-write
+//! lock, a semaphore of two permits and a permit semaphore of two; write a counter only while
+//! they hold a lock (guarded writes); campaign in an election and follow it; count a latch
+//! down and wait for it. All of it goes through a proxy, and at seeded random times the runner
+//! makes one fault at a time:
+//! - every connection reset;
+//! - latency on every request for a while;
+//! - one request held up in the network past its response timeout, its resend and its answer,
+//!   then delivered (with what its client sent after it, or alone and its connection cut);
+//! - Redis paused for longer than the response timeout;
+//! - Redis restarted (with an append-only file, so that it keeps what it acknowledged);
+//! - a client process stopped (`SIGSTOP`) for a while, then resumed.
+//!
+//! Every process records, on the host's monotonic clock, when each of its holds began and
+//! ended, and what each change answered. The checks: never two holders of a lock, a fair
+//! lock, the guarded lock or the leadership at once, never a writer beside a reader or
+//! another writer, never more holders of a semaphore than permits; the guarded counter was
+//! incremented once per write answered `Ok`, at most once more per write whose outcome is
+//! unknown, never twice by one write; an observer was told only of leaders that held the
+//! lock (or of one that resigned right away); the latch opened only after its last
+//! count-down was sent; and once the faults stop nothing is left (every permit back, no lock
+//! key, no place in line, no undo pending, every request key with an expiry).
+//!
+//! 20 s by default (the seed is printed: it is in the output of a failed run);
+//! `REDLEASE_CHAOS_SECONDS=120 REDLEASE_CHAOS_SEED=7 cargo test --release --test chaos --
+//! --nocapture` for a longer run with a chosen seed.
 
 mod common;
 
@@ -21,9 +38,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    child_role, env, error_name, events_path, now_ns, spawn_child, KillOnDrop, Random, RedisServer,
+    child_role, env, error_name, events_path, now_ns, signal, spawn_child, KillOnDrop, Random,
+    RedisServer,
 };
-use redlease::{Error, LockManager};
+use redlease::{Error, LeaderChange, LockManager, Writes};
 use redlease_testing::CuttingProxy;
 
 const PROCESSES: usize = 3;
@@ -32,11 +50,17 @@ const COUNT_DOWNS: usize = 5;
 const PERMITS: usize = 2;
 const LOCK: &str = "chaos:lock";
 const FAIR: &str = "chaos:fair";
+const READ_WRITE: &str = "chaos:rw";
 const SEMAPHORE: &str = "chaos:semaphore";
+const PERMIT_SEMAPHORE: &str = "chaos:permits";
+const GUARDED: &str = "chaos:guarded";
+/// The counter the holders of [`GUARDED`] increment (in its slot).
+const COUNTER: &str = "{chaos:guarded}:counter";
+const ELECTION: &str = "chaos:election";
 const LATCH: &str = "chaos:latch";
 
 #[test]
-fn synchronizers_keep_their_promises_through_resets_latency_pauses_and_restarts() {
+fn every_primitive_keeps_its_promises_through_random_faults() {
     let seconds: u64 = std::env::var("REDLEASE_CHAOS_SECONDS")
         .ok()
         .and_then(|value| value.parse().ok())
@@ -45,7 +69,7 @@ fn synchronizers_keep_their_promises_through_resets_latency_pauses_and_restarts(
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| now_ns() | 1);
-    println!("chaos: {seconds} s, seed {seed}");
+    println!("chaos: {seconds} s, seed {seed} (REDLEASE_CHAOS_SEED={seed} repeats the faults)");
     let mut redis =
         RedisServer::start_with_args(&["--appendonly", "yes", "--appendfsync", "always"])
             .expect("redis-server");
@@ -57,6 +81,10 @@ fn synchronizers_keep_their_promises_through_resets_latency_pauses_and_restarts(
         .unwrap());
     assert!(setup
         .semaphore(SEMAPHORE)
+        .try_set_permits(PERMITS as u32)
+        .unwrap());
+    assert!(setup
+        .permit_semaphore(PERMIT_SEMAPHORE)
         .try_set_permits(PERMITS as u32)
         .unwrap());
 
@@ -72,6 +100,7 @@ fn synchronizers_keep_their_promises_through_resets_latency_pauses_and_restarts(
                     ("REDLEASE_TEST_URL", proxy.url()),
                     ("REDLEASE_CHAOS_UNTIL", run_until_ns.to_string()),
                     ("REDLEASE_CHAOS_SEED", (seed + index as u64).to_string()),
+                    ("REDLEASE_CHAOS_INDEX", index.to_string()),
                     (
                         "REDLEASE_CHAOS_EVENTS",
                         events_path(&dir, index).display().to_string(),
@@ -81,17 +110,24 @@ fn synchronizers_keep_their_promises_through_resets_latency_pauses_and_restarts(
         })
         .collect();
 
-    let faults = inject_faults(&mut redis, &proxy, seed, run_until_ns);
+    let faults = inject_faults(&mut redis, &proxy, &children, seed, run_until_ns);
     for child in &mut children {
         let status = child.wait_within(Duration::from_secs(seconds + 90));
-        assert!(status.success(), "a chaos process failed");
+        assert!(status.success(), "a chaos process failed (seed {seed})");
     }
     println!("chaos: faults {faults:?}");
     let events: Vec<Event> = (0..PROCESSES)
         .flat_map(|index| read_events(&events_path(&dir, index)))
         .collect();
     let _ = fs::remove_dir_all(&dir);
-    check(&events);
+    let counter = redis
+        .command(&["GET", COUNTER])
+        .unwrap()
+        .lines()
+        .nth(1)
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(0);
+    check(&events, counter);
     assert_nothing_left(&setup, &redis);
 }
 
@@ -105,54 +141,57 @@ fn chaos_process() {
     let manager = manager(&env("REDLEASE_TEST_URL"));
     let until: u64 = env("REDLEASE_CHAOS_UNTIL").parse().unwrap();
     let seed: u64 = env("REDLEASE_CHAOS_SEED").parse().unwrap();
+    let index: usize = env("REDLEASE_CHAOS_INDEX").parse().unwrap();
     let (sender, events) = crossbeam_channel::unbounded::<String>();
     let counting_done = Arc::new(AtomicBool::new(false));
     std::thread::scope(|scope| {
-        for worker in 0..2u64 {
-            let (manager, sender) = (&manager, sender.clone());
-            scope.spawn(move || {
-                hold_repeatedly("lock", until, seed + worker, &sender, || {
-                    let guard = manager.lock(LOCK).try_lock_for(Duration::from_secs(5))?;
-                    Ok(guard.map(|guard| {
-                        Box::new(move || (guard.is_lost(), guard.unlock().map(drop)))
-                            as Box<dyn FnOnce() -> (bool, redlease::Result<()>)>
-                    }))
-                })
-            });
+        let manager = &manager;
+        let holds: Vec<(&str, u64, Take<'_>)> = vec![
+            ("lock", 0, Box::new(move |_| lock(manager.lock(LOCK)))),
+            ("lock", 1, Box::new(move |_| lock(manager.lock(LOCK)))),
+            ("fair", 2, Box::new(move |_| lock(manager.fair_lock(FAIR)))),
+            (
+                "write",
+                3,
+                Box::new(move |_| lock(manager.read_write_lock(READ_WRITE).write().clone())),
+            ),
+            (
+                "read",
+                4,
+                Box::new(move |_| lock(manager.read_write_lock(READ_WRITE).read().clone())),
+            ),
+            ("semaphore", 5, Box::new(move |_| take_permit(manager))),
+            ("semaphore", 6, Box::new(move |_| take_permit(manager))),
+            (
+                "permit",
+                7,
+                Box::new(move |_| take_expirable_permit(manager)),
+            ),
+            (
+                "guarded",
+                8,
+                Box::new(move |events| write_guarded(manager, events)),
+            ),
+            (
+                "leader",
+                9,
+                Box::new(move |events| lead(manager, index, events)),
+            ),
+        ];
+        for (kind, worker, take) in holds {
+            let sender = sender.clone();
+            scope.spawn(move || hold_repeatedly(kind, until, seed + 17 * worker, &sender, take));
+        }
+        if index == 0 {
+            let sender = sender.clone();
+            scope.spawn(move || observe(manager, until, &sender));
         }
         {
-            let (manager, sender) = (&manager, sender.clone());
-            scope.spawn(move || {
-                hold_repeatedly("fair", until, seed + 7, &sender, || {
-                    let guard = manager
-                        .fair_lock(FAIR)
-                        .try_lock_for(Duration::from_secs(5))?;
-                    Ok(guard.map(|guard| {
-                        Box::new(move || (guard.is_lost(), guard.unlock().map(drop)))
-                            as Box<dyn FnOnce() -> (bool, redlease::Result<()>)>
-                    }))
-                })
-            });
-        }
-        for worker in 0..2u64 {
-            let (manager, sender) = (&manager, sender.clone());
-            scope.spawn(move || {
-                hold_repeatedly("semaphore", until, seed + 11 + worker, &sender, || {
-                    let semaphore = manager.semaphore(SEMAPHORE);
-                    let taken = semaphore.try_acquire_for(1, Duration::from_secs(5))?;
-                    Ok(taken.then(|| {
-                        Box::new(move || (false, semaphore.release(1)))
-                            as Box<dyn FnOnce() -> (bool, redlease::Result<()>)>
-                    }))
-                })
-            });
-        }
-        {
-            let (manager, sender, done) = (&manager, sender.clone(), &counting_done);
+            let (sender, done) = (sender.clone(), &counting_done);
             scope.spawn(move || count_down(manager, until, seed + 13, &sender, done));
         }
         {
-            let (manager, sender) = (&manager, sender.clone());
+            let sender = sender.clone();
             scope.spawn(move || wait_for_latch(manager, until, &sender));
         }
     });
@@ -180,7 +219,81 @@ fn manager(url: &str) -> LockManager {
 }
 
 /// A taken hold: when let go, whether it was known lost and how its release went.
-type Release = Box<dyn FnOnce() -> (bool, redlease::Result<()>)>;
+type Release<'a> = Box<dyn FnOnce() -> (bool, redlease::Result<()>) + 'a>;
+
+/// One try to take a hold, told where to record what it did beside.
+type Take<'a> = Box<
+    dyn FnMut(&crossbeam_channel::Sender<String>) -> redlease::Result<Option<Release<'a>>>
+        + Send
+        + 'a,
+>;
+
+/// How long a worker waits for its hold at most.
+const WAIT: Duration = Duration::from_secs(5);
+
+fn lock<'a>(lock: redlease::Lock) -> redlease::Result<Option<Release<'a>>> {
+    Ok(lock
+        .try_lock_for(WAIT)?
+        .map(|guard| Box::new(move || (guard.is_lost(), guard.unlock())) as Release<'a>))
+}
+
+fn take_permit(manager: &LockManager) -> redlease::Result<Option<Release<'_>>> {
+    let semaphore = manager.semaphore(SEMAPHORE);
+    let taken = semaphore.try_acquire_for(1, WAIT)?;
+    Ok(taken.then(|| Box::new(move || (false, semaphore.release(1))) as Release<'_>))
+}
+
+fn take_expirable_permit(manager: &LockManager) -> redlease::Result<Option<Release<'_>>> {
+    let permits = manager.permit_semaphore(PERMIT_SEMAPHORE);
+    Ok(permits
+        .try_lock_for(WAIT)?
+        .map(|guard| Box::new(move || (guard.is_lost(), guard.release())) as Release<'_>))
+}
+
+/// Takes the guarded lock, and while holding it increments the counter by guarded writes,
+/// one to twenty of them over up to 4 s (so that a late copy of one may come while the same
+/// hold lasts), recording `incr <ok|maybe|no>` for each: answered, unknown, surely not
+/// applied.
+fn write_guarded<'a>(
+    manager: &'a LockManager,
+    events: &crossbeam_channel::Sender<String>,
+) -> redlease::Result<Option<Release<'a>>> {
+    let events = events.clone();
+    let mut random = Random(now_ns() | 1);
+    Ok(manager.lock(GUARDED).try_lock_for(WAIT)?.map(|guard| {
+        Box::new(move || {
+            let mut writes = Writes::new();
+            writes.increment_by(COUNTER, 1);
+            for _ in 0..1 + random.below(20) {
+                let outcome = match guard.guarded_write(&writes) {
+                    Ok(_) => "ok",
+                    Err(Error::Indeterminate { .. }) => "maybe",
+                    Err(_) => "no",
+                };
+                let _ = events.send(format!("incr {outcome}"));
+                std::thread::sleep(random.millis(0, 200));
+            }
+            (guard.is_lost(), guard.unlock())
+        }) as Release<'a>
+    }))
+}
+
+/// Campaigns for a random while (a campaign given up must never be announced), recording
+/// `term <term>` for each leadership won.
+fn lead<'a>(
+    manager: &'a LockManager,
+    index: usize,
+    events: &crossbeam_channel::Sender<String>,
+) -> redlease::Result<Option<Release<'a>>> {
+    let candidate = manager
+        .leader_election(ELECTION)
+        .candidate(&format!("process-{index}"));
+    let wait = Duration::from_millis(200 + now_ns() % 2_000);
+    Ok(candidate.try_lock_for(wait)?.map(|leading| {
+        let _ = events.send(format!("term {}", leading.term()));
+        Box::new(move || (leading.is_lost(), leading.resign())) as Release<'a>
+    }))
+}
 
 /// Takes and lets go of one primitive until `until`, recording each hold as
 /// `<kind> <began> <ended> <lost>` and each failure as `<kind>-error <what>`.
@@ -189,11 +302,11 @@ fn hold_repeatedly(
     until: u64,
     seed: u64,
     events: &crossbeam_channel::Sender<String>,
-    mut take: impl FnMut() -> redlease::Result<Option<Release>>,
+    mut take: Take<'_>,
 ) {
     let mut random = Random(seed | 1);
     while now_ns() < until {
-        match take() {
+        match take(events) {
             Ok(Some(release)) => {
                 let began = now_ns();
                 std::thread::sleep(random.millis(1, 15));
@@ -211,6 +324,36 @@ fn hold_repeatedly(
             }
         }
         std::thread::sleep(random.millis(0, 5));
+    }
+}
+
+/// Follows the election until `until`, recording `observed <elected|resigned> <term>`.
+fn observe(manager: &LockManager, until: u64, events: &crossbeam_channel::Sender<String>) {
+    let mut observer = loop {
+        match manager.leader_election(ELECTION).observe() {
+            Ok(observer) => break observer,
+            Err(err) if now_ns() < until => {
+                let _ = events.send(format!("observe-error {}", error_name(&err)));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(err) => panic!("cannot observe the election: {err}"),
+        }
+    };
+    // A little past the end: the last changes are told too.
+    while now_ns() < until + 3_000_000_000 {
+        match observer.next_change_for(Duration::from_secs(1)) {
+            Ok(Some(LeaderChange::Elected(leader))) => {
+                let _ = events.send(format!("observed elected {}", leader.term));
+            }
+            Ok(Some(LeaderChange::Resigned(leader))) => {
+                let _ = events.send(format!("observed resigned {}", leader.term));
+            }
+            Ok(_) => {}
+            Err(err) => {
+                let _ = events.send(format!("observe-error {}", error_name(&err)));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 }
 
@@ -274,20 +417,30 @@ fn wait_for_latch(manager: &LockManager, until: u64, events: &crossbeam_channel:
 struct Faults {
     resets: u32,
     latencies: u32,
-    pauses: u32,
+    late_deliveries: u32,
+    server_pauses: u32,
     restarts: u32,
+    client_pauses: u32,
 }
 
-/// Until `until`, every 0.3 to 1.5 s: all connections reset, latency for a while, Redis
-/// paused for up to 2.5 s, or Redis restarted (its data kept in the append-only file).
-fn inject_faults(redis: &mut RedisServer, proxy: &CuttingProxy, seed: u64, until: u64) -> Faults {
+/// Until `until`, every 0.3 to 1.5 s, one fault: all connections reset, latency for a while,
+/// a request held up for up to 8 s then delivered, Redis paused for up to 2.5 s, Redis
+/// restarted (its data kept in the append-only file), or a client process stopped for up to
+/// 2 s (a fifth of its lease).
+fn inject_faults(
+    redis: &mut RedisServer,
+    proxy: &CuttingProxy,
+    children: &[KillOnDrop],
+    seed: u64,
+    until: u64,
+) -> Faults {
     let mut random = Random(seed | 1);
     let mut faults = Faults::default();
     // Let every process start first.
     std::thread::sleep(Duration::from_secs(1));
     while now_ns() + 3_000_000_000 < until {
         std::thread::sleep(random.millis(300, 1500));
-        match random.below(4) {
+        match random.below(6) {
             0 => {
                 proxy.reset_all();
                 faults.resets += 1;
@@ -299,14 +452,42 @@ fn inject_faults(redis: &mut RedisServer, proxy: &CuttingProxy, seed: u64, until
                 faults.latencies += 1;
             }
             2 => {
-                redis.pause().unwrap();
-                std::thread::sleep(random.millis(100, 2500));
-                redis.resume().unwrap();
-                faults.pauses += 1;
+                // A call of one primitive or another (a guarded write, a count-down, a
+                // semaphore's take or release, a permit's, a lock's release), or any.
+                let targets: [&[&str]; 6] = [
+                    &["EVALSHA", COUNTER],
+                    &["EVALSHA", LATCH],
+                    &["EVALSHA", SEMAPHORE],
+                    &["EVALSHA", PERMIT_SEMAPHORE],
+                    &["EVALSHA", "redisson_unlock_latch"],
+                    &["EVALSHA"],
+                ];
+                let held = proxy.hold_next(targets[random.below(6) as usize]);
+                if held.wait_until_held(Duration::from_secs(2)) {
+                    std::thread::sleep(random.millis(1000, 8000));
+                    let _ = match random.below(2) {
+                        0 => held.deliver(),
+                        _ => held.deliver_first_then_cut(),
+                    };
+                    faults.late_deliveries += 1;
+                }
             }
-            _ => {
+            3 => {
+                redis.pause().unwrap();
+                std::thread::sleep(random.millis(1100, 2500));
+                redis.resume().unwrap();
+                faults.server_pauses += 1;
+            }
+            4 => {
                 redis.restart().unwrap();
                 faults.restarts += 1;
+            }
+            _ => {
+                let child = &children[random.below(children.len() as u64) as usize];
+                signal(child, libc::SIGSTOP);
+                std::thread::sleep(random.millis(200, 2000));
+                signal(child, libc::SIGCONT);
+                faults.client_pauses += 1;
             }
         }
     }
@@ -328,6 +509,15 @@ enum Event {
     Opened {
         at: u64,
     },
+    /// A guarded increment: `Some(true)` answered, `None` unknown, `Some(false)` not applied.
+    Increment(Option<bool>),
+    /// A leadership won, in this term.
+    Term(u64),
+    /// An observer was told of an election (`true`) or a resignation in this term.
+    Observed {
+        elected: bool,
+        term: u64,
+    },
     Error {
         what: String,
     },
@@ -339,18 +529,28 @@ fn read_events(path: &Path) -> Vec<Event> {
         .map(|line| {
             let words: Vec<&str> = line.split(' ').collect();
             match words.as_slice() {
-                [kind, began, ended, lost] => Event::Hold {
-                    kind: kind.to_string(),
-                    began: began.parse().unwrap(),
-                    ended: ended.parse().unwrap(),
-                    lost: *lost == "true",
-                },
                 ["countdown", sent, outcome] => Event::CountDown {
                     sent: sent.parse().unwrap(),
                     applied: *outcome == "ok",
                 },
                 ["opened", at] => Event::Opened {
                     at: at.parse().unwrap(),
+                },
+                ["incr", outcome] => Event::Increment(match *outcome {
+                    "ok" => Some(true),
+                    "no" => Some(false),
+                    _ => None,
+                }),
+                ["term", term] => Event::Term(term.parse().unwrap()),
+                ["observed", change, term] => Event::Observed {
+                    elected: *change == "elected",
+                    term: term.parse().unwrap(),
+                },
+                [kind, began, ended, lost] => Event::Hold {
+                    kind: kind.to_string(),
+                    began: began.parse().unwrap(),
+                    ended: ended.parse().unwrap(),
+                    lost: *lost == "true",
                 },
                 [kind, what] => Event::Error {
                     what: format!("{kind} {what}"),
@@ -361,7 +561,8 @@ fn read_events(path: &Path) -> Vec<Event> {
         .collect()
 }
 
-fn check(events: &[Event]) {
+/// Checks the history against every promise; `counter` is the guarded counter's last value.
+fn check(events: &[Event], counter: u64) {
     let holds = |wanted: &str| -> Vec<(u64, u64)> {
         events
             .iter()
@@ -386,26 +587,107 @@ fn check(events: &[Event]) {
             *errors.entry(what).or_default() += 1;
         }
     }
-    let (locks, fair, permits) = (holds("lock"), holds("fair"), holds("semaphore"));
-    println!(
-        "chaos: holds: lock {}, fair {}, semaphore {}; lost {lost}; errors {errors:?}",
-        locks.len(),
-        fair.len(),
-        permits.len()
-    );
-    assert!(!locks.is_empty() && !fair.is_empty() && !permits.is_empty());
-    assert_eq!(most_at_once(&locks), 1, "two holders of the lock at once");
-    assert_eq!(
-        most_at_once(&fair),
-        1,
-        "two holders of the fair lock at once"
-    );
-    assert!(
-        most_at_once(&permits) <= PERMITS,
-        "more holders of the semaphore than permits: {}",
-        most_at_once(&permits)
-    );
+    let counts: Vec<(&str, usize)> = [
+        "lock",
+        "fair",
+        "write",
+        "read",
+        "semaphore",
+        "permit",
+        "guarded",
+        "leader",
+    ]
+    .into_iter()
+    .map(|kind| (kind, holds(kind).len()))
+    .collect();
+    println!("chaos: holds {counts:?}; lost {lost}; errors {errors:?}");
+    for (kind, count) in &counts {
+        assert!(*count > 0, "no {kind} was ever held");
+    }
+    for kind in ["lock", "fair", "write", "guarded", "leader"] {
+        assert_eq!(
+            most_at_once(&holds(kind)),
+            1,
+            "two holders of the {kind} at once"
+        );
+    }
+    for kind in ["semaphore", "permit"] {
+        let most = most_at_once(&holds(kind));
+        assert!(
+            most <= PERMITS,
+            "{most} holders of the {kind}, of {PERMITS} permits"
+        );
+    }
+    let reads = holds("read");
+    for (began, ended) in holds("write") {
+        assert!(
+            !reads
+                .iter()
+                .any(|&(read_began, read_ended)| read_began < ended && began < read_ended),
+            "a reader held the read-write lock beside its writer"
+        );
+    }
+    check_counter(events, counter);
+    check_observed(events);
+    check_latch(events);
+}
 
+/// The guarded counter: incremented once per write answered `Ok`, at most once more per
+/// write whose outcome is unknown (never twice by one, however late a copy of it came).
+fn check_counter(events: &[Event], counter: u64) {
+    let (mut applied, mut unknown) = (0, 0);
+    for event in events {
+        match event {
+            Event::Increment(Some(true)) => applied += 1,
+            Event::Increment(None) => unknown += 1,
+            _ => {}
+        }
+    }
+    println!("chaos: guarded counter {counter}: {applied} writes answered, {unknown} unknown");
+    assert!(applied > 0, "no guarded write went through");
+    assert!(
+        applied <= counter && counter <= applied + unknown,
+        "the counter is {counter} after {applied} writes answered and {unknown} unknown: a \
+         write was applied twice, or one answered was not applied"
+    );
+}
+
+/// The observers were told only of leaders that held the lock: of a term some candidate won,
+/// or (its candidate's call failed after the announcement) one whose resignation followed.
+fn check_observed(events: &[Event]) {
+    let won: Vec<u64> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Term(term) => Some(*term),
+            _ => None,
+        })
+        .collect();
+    let observed = |elected: bool| -> Vec<u64> {
+        events
+            .iter()
+            .filter_map(|event| match event {
+                Event::Observed { elected: e, term } if *e == elected => Some(*term),
+                _ => None,
+            })
+            .collect()
+    };
+    let (elected, resigned) = (observed(true), observed(false));
+    assert!(!elected.is_empty(), "the observer was told of no election");
+    assert!(
+        elected.windows(2).all(|pair| pair[0] < pair[1]),
+        "elections told out of order: {elected:?}"
+    );
+    for term in &elected {
+        assert!(
+            won.contains(term) || resigned.contains(term),
+            "the observer was told of a leader in term {term}, which no candidate held"
+        );
+    }
+}
+
+/// The latch opened only after its last count-down was sent, and for every waiter when
+/// every count-down was applied.
+fn check_latch(events: &[Event]) {
     let mut sent: Vec<(u64, bool)> = events
         .iter()
         .filter_map(|event| match event {
@@ -457,20 +739,27 @@ fn most_at_once(intervals: &[(u64, u64)]) -> usize {
 
 fn assert_nothing_left(manager: &LockManager, redis: &RedisServer) {
     let semaphore = manager.semaphore(SEMAPHORE);
+    let permits = manager.permit_semaphore(PERMIT_SEMAPHORE);
+    let free = |name: &str| !manager.lock(name).is_locked().unwrap_or(true);
     let settled = common::eventually(Duration::from_secs(30), || {
         semaphore.available_permits().ok() == Some(PERMITS as u64)
-            && !manager.lock(LOCK).is_locked().unwrap_or(true)
-            && !manager.fair_lock(FAIR).is_locked().unwrap_or(true)
+            && permits.available_permits().ok() == Some(PERMITS as u64)
+            && [LOCK, FAIR, READ_WRITE, GUARDED, ELECTION]
+                .into_iter()
+                .all(free)
             && redis
                 .command(&["LLEN", "redisson_lock_queue:{chaos:fair}"])
                 .is_ok_and(|reply| reply == ":0\r\n")
     });
     assert!(
         settled,
-        "left behind: {} permits of {PERMITS}, lock {:?}, fair lock {:?}, queue {:?}",
+        "left behind: {} permits of {PERMITS}, {} expirable permits, locked: {:?}, queue {:?}",
         semaphore.available_permits().unwrap_or(0),
-        manager.lock(LOCK).is_locked(),
-        manager.fair_lock(FAIR).is_locked(),
+        permits.available_permits().unwrap_or(0),
+        [LOCK, FAIR, READ_WRITE, GUARDED, ELECTION]
+            .into_iter()
+            .filter(|name| !free(name))
+            .collect::<Vec<_>>(),
         redis.command(&["LLEN", "redisson_lock_queue:{chaos:fair}"])
     );
     let keys = redis
