@@ -1,8 +1,8 @@
 //! The fault runner: every primitive's history under seeded, random faults, checked against
 //! its promises.
 //!
-//! Several processes take a lock, a fair lock, the write and read locks of a read-write
-//! lock, a semaphore of two permits and a permit semaphore of two; write a counter only while
+//! Several processes take a lock, a fair lock, the write and read locks and the upgradable
+//! read of a read-write lock (and upgrade it now and then), a semaphore of two permits and a permit semaphore of two; write a counter only while
 //! they hold a lock (guarded writes); campaign in an election and follow it; count a latch
 //! down and wait for it. All of it goes through a proxy, and at seeded random times the runner
 //! makes one fault at a time:
@@ -16,8 +16,8 @@
 //!
 //! Every process records, on the host's monotonic clock, when each of its holds began and
 //! ended, and what each change answered. The checks: never two holders of a lock, a fair
-//! lock, the guarded lock or the leadership at once, never a writer beside a reader or
-//! another writer, never more holders of a semaphore than permits; the guarded counter was
+//! lock, the guarded lock, the upgradable read or the leadership at once, never a writer
+//! (plain or upgraded) beside a reader or another writer, never more holders of a semaphore than permits; the guarded counter was
 //! incremented once per write answered `Ok`, at most once more per write whose outcome is
 //! unknown, never twice by one write; an observer was told only of leaders that held the
 //! lock (or of one that resigned right away); the latch opened only after its last
@@ -160,6 +160,11 @@ fn chaos_process() {
                 4,
                 Box::new(move |_| lock(manager.read_write_lock(READ_WRITE).read().clone())),
             ),
+            (
+                "upgradable",
+                10,
+                Box::new(move |events| read_upgradable(manager, events)),
+            ),
             ("semaphore", 5, Box::new(move |_| take_permit(manager))),
             ("semaphore", 6, Box::new(move |_| take_permit(manager))),
             (
@@ -274,6 +279,37 @@ fn write_guarded<'a>(
                 std::thread::sleep(random.millis(0, 200));
             }
             (guard.is_lost(), guard.unlock())
+        }) as Release<'a>
+    }))
+}
+
+/// Takes the upgradable read, and now and then upgrades it for a while, recording the
+/// upgrade as an `upgrade` hold.
+fn read_upgradable<'a>(
+    manager: &'a LockManager,
+    events: &crossbeam_channel::Sender<String>,
+) -> redlease::Result<Option<Release<'a>>> {
+    let events = events.clone();
+    let upgradable = manager.read_write_lock(READ_WRITE).upgradable().clone();
+    Ok(upgradable.try_lock_for(WAIT)?.map(|reading| {
+        Box::new(move || {
+            if now_ns() % 2 == 0 {
+                match reading.try_upgrade_for(Duration::from_secs(1)) {
+                    Ok(Some(writing)) => {
+                        let began = now_ns();
+                        std::thread::sleep(Duration::from_millis(5));
+                        let ended = now_ns();
+                        let lost = writing.is_lost();
+                        let _ = writing.unlock();
+                        let _ = events.send(format!("upgrade {began} {ended} {lost}"));
+                    }
+                    Ok(None) => {}
+                    Err(err) => {
+                        let _ = events.send(format!("upgrade-error {}", error_name(&err)));
+                    }
+                }
+            }
+            (reading.is_lost(), reading.unlock())
         }) as Release<'a>
     }))
 }
@@ -592,6 +628,8 @@ fn check(events: &[Event], counter: u64) {
         "fair",
         "write",
         "read",
+        "upgradable",
+        "upgrade",
         "semaphore",
         "permit",
         "guarded",
@@ -604,7 +642,7 @@ fn check(events: &[Event], counter: u64) {
     for (kind, count) in &counts {
         assert!(*count > 0, "no {kind} was ever held");
     }
-    for kind in ["lock", "fair", "write", "guarded", "leader"] {
+    for kind in ["lock", "fair", "write", "upgradable", "guarded", "leader"] {
         assert_eq!(
             most_at_once(&holds(kind)),
             1,
@@ -618,15 +656,22 @@ fn check(events: &[Event], counter: u64) {
             "{most} holders of the {kind}, of {PERMITS} permits"
         );
     }
-    let reads = holds("read");
-    for (began, ended) in holds("write") {
-        assert!(
-            !reads
-                .iter()
-                .any(|&(read_began, read_ended)| read_began < ended && began < read_ended),
-            "a reader held the read-write lock beside its writer"
-        );
-    }
+    // A writer, plain or upgraded, is alone: no other writer, no reader (the upgradable
+    // reader reads too, but an upgrade is its own).
+    let writers: Vec<(u64, u64)> = [holds("write"), holds("upgrade")].concat();
+    assert_eq!(
+        most_at_once(&writers),
+        1,
+        "two writers of the read-write lock at once"
+    );
+    assert!(
+        !overlap(&writers, &holds("read")),
+        "a reader beside a writer"
+    );
+    assert!(
+        !overlap(&holds("write"), &holds("upgradable")),
+        "an upgradable reader beside a writer"
+    );
     check_counter(events, counter);
     check_observed(events);
     check_latch(events);
@@ -719,6 +764,15 @@ fn check_latch(events: &[Event]) {
     if sent.iter().all(|(_, applied)| *applied) {
         assert_eq!(opened.len(), PROCESSES, "every waiter saw the latch open");
     }
+}
+
+/// Whether an interval of `one` overlaps one of `other` (touching is not overlapping).
+fn overlap(one: &[(u64, u64)], other: &[(u64, u64)]) -> bool {
+    one.iter().any(|&(began, ended)| {
+        other
+            .iter()
+            .any(|&(other_began, other_ended)| other_began < ended && began < other_ended)
+    })
 }
 
 /// The most intervals that overlap at one instant.
