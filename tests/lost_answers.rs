@@ -857,3 +857,288 @@ fn a_late_revocation_request_does_not_reach_a_later_holder() {
     assert_eq!(lock.request_revocation().unwrap(), 1);
     assert!(eventually(PATIENCE, || second.is_revocation_requested()));
 }
+
+// Lost answers, for every kind of call that changes state: the proxy lets the call run and
+// cuts its connection before the answer; the call is sent again and answered, and what it
+// changed, it changed once.
+
+/// One kind of change, whose answer is lost once.
+type CutCase = fn(&RedisServer, &CuttingProxy, &LockManager) -> Result<(), String>;
+
+/// Runs `change` with the answer of the next call that contains `words` cut (once), and
+/// fails unless a cut happened.
+fn with_cut_answer(
+    proxy: &CuttingProxy,
+    words: &[&str],
+    change: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    let before = proxy.cuts();
+    proxy.cut_next(words);
+    change()?;
+    expect("answers cut", proxy.cuts(), before + 1)
+}
+
+fn cut_latch_set_and_delete(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let latch = manager.count_down_latch("cut-latch-set");
+    ok(latch.try_set_count(1))?;
+    ok(latch.delete())?; // the scripts are loaded
+    with_cut_answer(proxy, &["EVALSHA", "cut-latch-set"], || {
+        expect("set", ok(latch.try_set_count(3))?, true)
+    })?;
+    expect("count", ok(latch.count())?, 3)?;
+    with_cut_answer(proxy, &["EVALSHA", "cut-latch-set"], || {
+        expect("deleted", ok(latch.delete())?, true)
+    })?;
+    expect("key", get(redis, "cut-latch-set"), "$-1\r\n".to_owned())
+}
+
+fn cut_semaphore_changes(
+    _: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let semaphore = manager.semaphore("cut-changes");
+    ok(semaphore.try_set_permits(1))?;
+    ok(semaphore.add_permits(1))?; // the scripts are loaded
+    ok(semaphore.drain_permits())?;
+    with_cut_answer(proxy, &["EVALSHA", "cut-changes"], || {
+        expect("added", ok(semaphore.add_permits(3))?, 3)
+    })?;
+    with_cut_answer(proxy, &["EVALSHA", "cut-changes"], || {
+        expect("taken away", ok(semaphore.add_permits(-2))?, 1)
+    })?;
+    expect("available", ok(semaphore.available_permits())?, 1)?;
+    with_cut_answer(proxy, &["EVALSHA", "cut-changes"], || {
+        expect("drained", ok(semaphore.drain_permits())?, 1)
+    })?;
+    expect("available", ok(semaphore.available_permits())?, 0)
+}
+
+fn cut_permit_release(
+    _: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let permits = manager.permit_semaphore("cut-permit-release");
+    ok(permits.try_set_permits(2))?;
+    ok(ok(permits.lock())?.release())?; // the scripts are loaded
+    let first = ok(permits.lock())?;
+    let _second = ok(permits.lock())?;
+    with_cut_answer(proxy, &["EVALSHA", "cut-permit-release"], || {
+        ok(first.release())
+    })?;
+    expect("available", ok(permits.available_permits())?, 1)
+}
+
+fn cut_force_unlock(
+    _: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let lock = manager.lock("cut-force");
+    ok(lock.force_unlock())?; // the script is loaded
+    let guard = ok(lock.lock())?;
+    with_cut_answer(proxy, &["EVALSHA", "cut-force"], || {
+        expect("freed", ok(lock.force_unlock())?, true)
+    })?;
+    expect(
+        "its holder told",
+        eventually(PATIENCE, || guard.is_lost()),
+        true,
+    )?;
+    expect("locked", ok(lock.is_locked())?, false)
+}
+
+fn cut_fenced_writes(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let store = manager.fenced_store("cut-fenced");
+    ok(store.set(1, "first"))?; // the script is loaded
+    with_cut_answer(proxy, &["EVALSHA", "cut-fenced"], || {
+        ok(store.set(2, "second"))
+    })?;
+    expect(
+        "value",
+        ok(store.get::<String>())?,
+        Some("second".to_owned()),
+    )?;
+    with_cut_answer(proxy, &["EVALSHA", "cut-fenced"], || ok(store.delete(3)))?;
+    expect("value", get(redis, "cut-fenced"), "$-1\r\n".to_owned())?;
+    expect("highest", ok(store.highest_token())?, 3)
+}
+
+fn cut_guarded_script(
+    redis: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let guard = ok(manager.lock("cut-script").lock())?;
+    let script = redlease::GuardedScript::new("return redis.call('incr', KEYS[1])");
+    let key = "{cut-script}:runs";
+    ok(guard.run_guarded(&script, &[key], &[] as &[&str]))?; // the script is loaded
+    with_cut_answer(proxy, &["EVALSHA", key], || {
+        ok(guard.run_guarded(&script, &[key], &[] as &[&str])).map(drop)
+    })?;
+    expect("runs", get(redis, key), "$1\r\n2\r\n".to_owned())
+}
+
+fn cut_lock_kinds(
+    _: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let rw = manager.read_write_lock("cut-kinds-rw");
+    let kinds: [(&str, redlease::Lock); 4] = [
+        ("cut-kinds-plain", manager.lock("cut-kinds-plain")),
+        ("cut-kinds-fair", manager.fair_lock("cut-kinds-fair")),
+        ("cut-kinds-rw", rw.write().clone()),
+        ("cut-kinds-rw", rw.read().clone()),
+    ];
+    for (name, lock) in kinds {
+        ok(ok(lock.lock())?.unlock())?; // the scripts are loaded
+        let mut guards = Vec::new();
+        // A take, and a reentrant level, whose answers are lost: a level each.
+        for _ in 0..2 {
+            with_cut_answer(proxy, &["EVALSHA", name], || {
+                guards.push(ok(lock.lock())?);
+                Ok(())
+            })?;
+        }
+        expect(&format!("{name}: levels"), ok(lock.hold_count())?, 2)?;
+        // Releases whose answers are lost: a level each.
+        let inner = guards.pop().ok_or("no guard")?;
+        with_cut_answer(proxy, &["EVALSHA", name], || ok(inner.unlock()))?;
+        expect(&format!("{name}: levels"), ok(lock.hold_count())?, 1)?;
+        let outer = guards.pop().ok_or("no guard")?;
+        with_cut_answer(proxy, &["EVALSHA", name], || ok(outer.unlock()))?;
+        expect(&format!("{name}: held"), ok(lock.is_locked())?, false)?;
+    }
+    Ok(())
+}
+
+fn cut_upgrade(_: &RedisServer, proxy: &CuttingProxy, manager: &LockManager) -> Result<(), String> {
+    let rw = manager.read_write_lock("cut-upgrade");
+    let reading = ok(rw.upgradable().lock())?;
+    ok(ok(reading.upgrade())?.unlock())?; // the scripts are loaded
+    with_cut_answer(proxy, &["EVALSHA", "cut-upgrade"], || {
+        let writing = ok(reading.upgrade())?;
+        expect("writes", writing.holder_id(), reading.holder_id())?;
+        ok(writing.unlock())
+    })?;
+    expect("still upgradable", ok(rw.upgradable().is_locked())?, true)?;
+    ok(reading.unlock())?;
+    expect("free", ok(rw.write().is_locked())?, false)
+}
+
+fn cut_election(
+    _: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let election = manager.leader_election("cut-election");
+    let mut observer = ok(election.observe())?;
+    ok(ok(election.candidate("warm").lock())?.resign())?; // the scripts are loaded
+    let candidate = election.candidate("host-a");
+    // Its campaign (the lock's take), its announcement and its resignation each lose an
+    // answer.
+    let mut leading = None;
+    with_cut_answer(
+        proxy,
+        &["EVALSHA", "redisson_lock_token:{cut-election}"],
+        || {
+            leading = Some(ok(candidate.lock())?);
+            Ok(())
+        },
+    )?;
+    ok(ok(candidate.lock())?.resign()).map_err(|why| format!("a level: {why}"))?;
+    ok(leading.take().ok_or("not leading")?.resign())?;
+    with_cut_answer(
+        proxy,
+        &["EVALSHA", "redlease_leader_log:{cut-election}"],
+        || {
+            leading = Some(ok(candidate.lock())?);
+            Ok(())
+        },
+    )?;
+    with_cut_answer(
+        proxy,
+        &["EVALSHA", "redisson_unlock_latch:{cut-election}"],
+        || ok(leading.take().ok_or("not leading")?.resign()),
+    )?;
+    let mut changes = Vec::new();
+    while let Some(change) = ok(observer.next_change_for(Duration::from_millis(500)))? {
+        changes.push(change);
+    }
+    // The warm-up's election and resignation, then host-a's two: each logged once.
+    expect("changes", changes.len(), 6)?;
+    expect("leader", ok(election.leader())?, None)
+}
+
+fn cut_revocation(
+    _: &RedisServer,
+    proxy: &CuttingProxy,
+    manager: &LockManager,
+) -> Result<(), String> {
+    let lock = manager.lock("cut-revoke");
+    let guard = ok(lock.lock())?;
+    ok(lock.request_revocation())?; // the script is loaded
+    with_cut_answer(proxy, &["EVALSHA", "cut-revoke", "revoke"], || {
+        expect(
+            "asked",
+            ok(lock.request_revocation()).map(|asked| asked >= 1)?,
+            true,
+        )
+    })
+    .or_else(|why| match why.contains("Unreachable") {
+        // Not sent again by itself: a lost answer is the caller's error, and asking again
+        // is harmless (a holder asked twice is told once).
+        true => Ok(()),
+        false => Err(why),
+    })?;
+    expect(
+        "told",
+        eventually(PATIENCE, || guard.is_revocation_requested()),
+        true,
+    )
+}
+
+/// Every kind of call that changes state, its answer lost once after it ran: sent again
+/// and answered, it changed what it changes once.
+#[test]
+fn every_change_whose_answer_is_lost_is_applied_once() {
+    let cases: [(&str, CutCase); 10] = [
+        ("latch try_set_count and delete", cut_latch_set_and_delete),
+        ("semaphore add, take away, drain", cut_semaphore_changes),
+        ("permit release", cut_permit_release),
+        ("force_unlock", cut_force_unlock),
+        ("fenced set and delete", cut_fenced_writes),
+        ("run_guarded", cut_guarded_script),
+        ("lock kinds: take, level, releases", cut_lock_kinds),
+        ("upgrade", cut_upgrade),
+        ("election: campaign and resignation", cut_election),
+        ("revocation request", cut_revocation),
+    ];
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|&(name, case)| {
+                scope.spawn(move || {
+                    let redis = server();
+                    let proxy = CuttingProxy::start(redis.port()).unwrap();
+                    let manager = manager_through(&proxy);
+                    case(&redis, &proxy, &manager).map_err(|why| format!("{name}: {why}"))
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .filter_map(|run| run.join().unwrap().err())
+            .collect()
+    });
+    assert!(failures.is_empty(), "{failures:#?}");
+}

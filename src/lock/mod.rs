@@ -382,6 +382,9 @@ impl RawLock {
         let chain = RefCell::new(self.chain_to_join(thread)?);
         // Whether an attempt may have put the chain in a fair lock's queue.
         let queued = Cell::new(false);
+        // Whether a try of a reentrant level may have added it (its answer lost, or short of
+        // acknowledgements): taken back if the wait ends without the level.
+        let level_may_stand = Cell::new(false);
         // What a release may hand the chain: its place in the line of this process's waiters
         // (left when the chain is given up), a fair lock's grant.
         let handoffs = Handoffs::default();
@@ -424,10 +427,13 @@ impl RawLock {
                 }
                 let grants = self.accepts_grant() && handoffs.hears_grants_for(&holder);
                 let tried = self.attempt(&holder, levels_held, upgrade, lease, grants);
-                if levels_held == 0 && tried.as_ref().is_err_and(undo_may_come_late) {
-                    // The try's undo may reach the server late (sent again by the cleanup
-                    // thread): a later try of the same chain must not be what it undoes.
-                    new_chain()?;
+                if tried.as_ref().is_err_and(undo_may_come_late) {
+                    match levels_held {
+                        // The try's undo may reach the server late (sent again by the cleanup
+                        // thread): a later try of the same chain must not be what it undoes.
+                        0 => new_chain()?,
+                        _ => level_may_stand.set(true),
+                    }
                 }
                 let Tried {
                     acquired,
@@ -496,13 +502,23 @@ impl RawLock {
             }),
             subscribe_first,
         });
-        handoffs.end(matches!(outcome, Ok(Some(_))));
-        if queued.get() && !matches!(outcome, Ok(Some(_))) {
+        let taken = matches!(outcome, Ok(Some(_)));
+        handoffs.end(taken);
+        if queued.get() && !taken {
             if let LockKind::Fair { .. } = self.keys.kind {
                 // Gave up (or failed) while in line: leave the queue, so that those behind do
                 // not wait for a place nobody will take.
                 self.undo_given_up(&chain.borrow().holder, None);
             }
+        }
+        if level_may_stand.get() && !taken {
+            let chain = chain.borrow();
+            let level = TryOf {
+                holder: &chain.holder,
+                levels_held: chain.levels_held,
+                upgrade: None,
+            };
+            self.take_back(level, &"a wait that ended without it", Undoing::Now);
         }
         outcome
     }
@@ -643,9 +659,16 @@ impl RawLock {
             deadline_ms,
         );
         let sent_at = Instant::now();
+        // A try of a reentrant level is not undone here: it sets the chain's count (a repeat
+        // or a later try of the same level sets the same), and the wait takes the level back
+        // once, if it ends without it (an undo racing a later try would take that one).
+        let reentrant = levels_held > 0;
         let answer = self
             .client
             .run_acknowledged::<Acquired>(&call, |connection| {
+                if reentrant {
+                    return;
+                }
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
                 let undo = this_try.undo(&self.keys, deadline_ms);
@@ -656,7 +679,9 @@ impl RawLock {
             Err(err) if err.may_have_run() => {
                 // The connection broke, or no answer came, after the request went out: it
                 // may have run.
-                self.take_back(this_try, &err, Undoing::Later);
+                if !reentrant {
+                    self.take_back(this_try, &err, Undoing::Later);
+                }
                 Err(err)
             }
             Ok(Acked {
@@ -664,7 +689,9 @@ impl RawLock {
                 unreplicated: Some(why),
                 ..
             }) => {
-                self.take_back(this_try, &why, Undoing::Now);
+                if !reentrant {
+                    self.take_back(this_try, &why, Undoing::Now);
+                }
                 Err(why.into_error(self.name()))
             }
             answer => {

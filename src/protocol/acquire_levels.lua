@@ -6,11 +6,13 @@ local function current_token(token_key)
   return tonumber(redis.call('get', token_key)) or redis.call('incr', token_key)
 end
 
--- One more level of the chain `field` holds: answers {2, token}. A reentrant level never
--- shortens the lease the outer levels have.
-local function enter_again(field, lease_ms, token_key)
+-- One more level of the chain `field` holds, which held `levels_held` levels: answers
+-- {2, token}. The count is set to one more than the levels held, not incremented, so that a
+-- repeat of the same try (its first answer was lost) adds no second level. A reentrant level
+-- never shortens the lease the outer levels have.
+local function enter_again(field, lease_ms, token_key, levels_held)
   local token = current_token(token_key)
-  redis.call('hincrby', KEYS[1], field, 1)
+  redis.call('hset', KEYS[1], field, tonumber(levels_held) + 1)
   if redis.call('pttl', KEYS[1]) < tonumber(lease_ms) then
     redis.call('pexpire', KEYS[1], lease_ms)
   end

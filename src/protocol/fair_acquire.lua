@@ -24,7 +24,7 @@ if ARGV[3] ~= '0' then
   if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {3, 0}
   end
-  return enter_again(ARGV[2], ARGV[1], KEYS[4])
+  return enter_again(ARGV[2], ARGV[1], KEYS[4], ARGV[3])
 end
 
 if redis.call('exists', KEYS[1]) == 0 then

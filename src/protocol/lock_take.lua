@@ -30,5 +30,5 @@ local function take_lock()
   if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {3, 0}
   end
-  return enter_again(ARGV[2], ARGV[1], KEYS[2])
+  return enter_again(ARGV[2], ARGV[1], KEYS[2], ARGV[3])
 end

@@ -38,8 +38,12 @@ local function enter_reading(mode, may_start, field, levels_held, prefix, lease)
   if redis.call('hexists', KEYS[1], field) == 0 then
     return {3, 0}
   end
+  -- One more than the levels held, set rather than incremented: a repeat of the same try
+  -- adds no second level.
   local current = current_token(KEYS[2])
-  lease_read_level(prefix .. ':' .. redis.call('hincrby', KEYS[1], field, 1), lease)
+  local level = tonumber(levels_held) + 1
+  redis.call('hset', KEYS[1], field, level)
+  lease_read_level(prefix .. ':' .. level, lease)
   return {2, current}
 end
 

@@ -21,7 +21,7 @@ if ARGV[3] ~= '0' then
   if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return {3, 0}
   end
-  return enter_again(ARGV[2], ARGV[1], KEYS[2])
+  return enter_again(ARGV[2], ARGV[1], KEYS[2], ARGV[3])
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   if ARGV[6] ~= '' then
