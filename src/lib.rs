@@ -103,13 +103,18 @@
 //! A call sent to Redis whose answer does not come (the connection reset, the server paused,
 //! restarted or failing over) may or may not have run. `redlease` never guesses:
 //!
-//! - **Nothing is applied twice.** Every call that changes state is safe to send twice. The
-//!   changes that could not tell a repeat from a new call by themselves (a count-down, a
-//!   take, release or change of permits, a forced release, a fenced write) carry a request id:
-//!   their script runs once per id and keeps its answer for a repeat, so a call sent again
-//!   after its connection broke is answered again, not applied again. An acquisition finds
-//!   its own earlier run by its holder id; a lock's release has its release receipt (the
-//!   `redisson_unlock_latch` key Redisson's releases leave).
+//! - **Nothing is applied twice, however late a copy arrives.** Every call that changes
+//!   state is safe to send twice. The changes that could not tell a repeat from a new call by
+//!   themselves (a count-down, a take, release or change of permits, a forced release, a
+//!   fenced or guarded write) carry a request id: their script runs once per id and keeps its
+//!   answer for a repeat, so a call sent again after its connection broke is answered again,
+//!   not applied again. An acquisition finds its own earlier run by its holder id (a
+//!   reentrant level sets its count, rather than adding to it); a lock's release has its
+//!   release receipt (the `redisson_unlock_latch` key Redisson's releases leave). And every
+//!   such call carries a deadline on the server's clock: a copy held up in the network past
+//!   its response timeout, its resends and their answers is refused when it comes after the
+//!   deadline, and finds the answer kept when it comes before (see [late
+//!   copies](guide::guarantees#late-copies)).
 //! - **Every wait rides out an outage**, the same way for every primitive on every
 //!   deployment: a wait with a deadline tries again every 100 ms until it, then fails with
 //!   the last error (not `Ok(None)`); one without a deadline for up to the
@@ -135,17 +140,22 @@
 //!   sentinel mode confirms with `ROLE` that it reached a master. `-UNBLOCKED` (a master
 //!   demoted under a `WAIT`) is an outage like the others.
 //! - **No guard is handed out already lost.** A grant that arrives after its lease ran out by
-//!   the local clock is given back, and the wait goes on.
+//!   the local clock is given back, and the wait goes on (three in a row end it with
+//!   [`Error::LeaseSpent`]: the lease is too short for the link).
+//! - **A slow process keeps what Redis keeps.** A renewal that Redis answered counts, however
+//!   late this process (starved of CPU, throttled by a quota) reads the answer: its time
+//!   counts from the send, and what has arrived is read past the deadline.
 //!
 //! Per primitive, what a repeat of a call may and may not do:
 //!
 //! | call | sent again after a lost answer | when no answer comes at all |
 //! | --- | --- | --- |
-//! | lock, fair, read, write, upgradable, candidate: take | finds its own hold (holder id), adds no level; a campaign records its election once | undone (level, place); the next try is a new chain |
+//! | lock, fair, read, write, upgradable, candidate: take | finds its own hold (holder id), adds no level; a reentrant level sets its count | undone (place; a level, if the wait ends without it); the next try is a new chain; a copy after the try's deadline takes nothing, and the undo is sent until that deadline has passed |
+//! | leader: announcement (once the candidate's guard exists) | finds the record naming it: logged once | the campaign fails, and its lock is given back |
 //! | upgradable: `upgrade` (the write lock) | finds its own write field | undone, that try's grant only (a try id in the hash): back to the upgradable read |
 //! | leader: `resign`, guard drop | answered from its release receipt (the resignation is logged once) | as a lock's release |
-//! | `request_revocation` | sends the notices again: a holder asked twice is told once | the error |
-//! | lock: `unlock`, guard drop | answered from its release receipt (a handoff too); a repeat never hands the lock on | `Indeterminate` (`unlock`), or sent again in the background (drop); one that may have handed the lock on is sent again until answered, and a hold handed to a thread that stopped waiting taken back |
+//! | `request_revocation` | sends the notices again: a holder asked twice is told once; a copy after its deadline asks nobody | the error |
+//! | lock: `unlock`, guard drop | answered from its release receipt (a handoff too); a repeat never hands the lock on; a copy after its deadline changes nothing | `Indeterminate` (`unlock`), or sent again in the background (drop); one that may have handed the lock on is sent again until answered, and a hold handed to a thread that stopped waiting taken back |
 //! | `force_unlock` | answered from its request | `Indeterminate` |
 //! | [`Semaphore`]: take | answered from its request | undone: the permits it took are given back |
 //! | [`Semaphore`]: `release`, `add_permits`, `drain_permits`, `try_set_permits` | answered from its request | `Indeterminate` |
@@ -156,9 +166,11 @@
 //! | [`LockGuard`]: `guarded_write`, `run_guarded` | answered from its request | `Indeterminate` |
 //! | renewals, reads (`count`, `is_locked`, ...) | repeated as they are: they change nothing, or extend a lease again | the error |
 //!
-//! A request's answer is kept in Redis under `redlease_request:{name}:<id>` for the outage
-//! grace plus four response timeouts (at least 10 s), and deleted once its answer has
-//! arrived. The group locks ([`RedLock`], [`MultiLock`]) keep their own rules: a member whose
+//! A request's answer is kept in Redis under `redlease_request:{name}:<id>` until a little
+//! after its deadline (with the default settings, its deadline is 37 s after it was made:
+//! the outage grace, a connect and a response timeout, and a second; a take's, 7 s, and its
+//! answer is kept for its undo for the outage grace beyond), and deleted at once when its
+//! only send was answered. The group locks ([`RedLock`], [`MultiLock`]) keep their own rules: a member whose
 //! answer is lost counts as not taken and is undone within the attempt, once; an undo that
 //! does not reach its member leaves a level that runs out with its lease (the cleanup thread
 //! does not send group undos yet).

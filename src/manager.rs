@@ -520,7 +520,9 @@ impl LockManagerBuilder {
     ///   permits, and a [`RedLock`](crate::RedLock) or [`MultiLock`](crate::MultiLock)
     ///   member of this manager) that too few replicas acknowledged are given back and fail
     ///   with [`Error::NotReplicated`], transient: the caller never holds what a failover
-    ///   could erase. A blocking call ends with the error too. With the replicas lagging,
+    ///   could erase. A blocking call tries again through it, as through an outage, until
+    ///   its deadline (without one, for up to the outage grace); a `try_lock` ends with it
+    ///   at once. With the replicas lagging,
     ///   every attempt, taken or not, may wait up to `timeout` (`WAIT` also covers the
     ///   connection's earlier writes).
     /// - **Renewals** and **releases** stand whatever the replicas did: a short renewal keeps

@@ -306,7 +306,12 @@ impl Client {
     /// A new request of a take (of permits, of a permit under the id `id`): sent once, and
     /// undone through an outage should its answer not come.
     pub(crate) fn take_request(&self, name: &str, id: &str) -> Request {
-        Request::new(name, id, self.window(self.one_send))
+        let window = Window {
+            // Its undo finds what it took for as long as the undo may be sent.
+            keep_after: self.outage_grace + self.one_send,
+            ..self.window(self.one_send)
+        };
+        Request::new(name, id, window)
     }
 
     /// A new request whose copies may be sent for `send_for` (a dropped guard's release,
@@ -316,12 +321,13 @@ impl Client {
     }
 
     /// How long a call (a request, a release) made now is sent, and its answer kept after
-    /// its deadline: for as long as an undo of it may still be sent (through an outage).
+    /// its deadline: one send longer, so that a copy that reaches the server just after it
+    /// still finds the answer.
     pub(crate) fn window(&self, send_for: Duration) -> Window {
         Window {
             server_now_ms: self.clock.now_ms(),
             send_for,
-            keep_after: self.outage_grace + self.one_send,
+            keep_after: self.one_send,
         }
     }
 

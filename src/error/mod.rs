@@ -253,8 +253,9 @@ pub enum Error {
         name: String,
     },
 
-    /// An argument is out of range: an empty lock name, a zero or too long duration, a zero
-    /// permit count, a change that would leave a semaphore with fewer than no permits.
+    /// An argument is out of range: an empty lock name, a zero or too long duration, a lease
+    /// shorter than 10 ms (no grant would arrive in time to hold it), a zero permit count, a
+    /// change that would leave a semaphore with fewer than no permits.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 

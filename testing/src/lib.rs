@@ -27,7 +27,7 @@
 mod proxy;
 pub mod sentinel;
 
-pub use proxy::CuttingProxy;
+pub use proxy::{CuttingProxy, Held};
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
