@@ -150,7 +150,7 @@
 //!
 //! | call | sent again after a lost answer | when no answer comes at all |
 //! | --- | --- | --- |
-//! | lock, fair, read, write, upgradable, candidate: take | finds its own hold (holder id), adds no level; a reentrant level sets its count | undone (place; a level, if the wait ends without it); the next try is a new chain; a copy after the try's deadline takes nothing, and the undo is sent until that deadline has passed |
+//! | lock, fair, read, write, upgradable, candidate: take | finds its own hold (holder id), adds no level; a reentrant level sets its count | undone (place; a level, if the wait ends without it); the next try is a new chain; a copy after the try's deadline takes nothing, and the undo is sent once more when that deadline has passed |
 //! | leader: announcement (once the candidate's guard exists) | finds the record naming it: logged once | the campaign fails, and its lock is given back |
 //! | upgradable: `upgrade` (the write lock) | finds its own write field | undone, that try's grant only (a try id in the hash): back to the upgradable read |
 //! | leader: `resign`, guard drop | answered from its release receipt (the resignation is logged once) | as a lock's release |
@@ -169,8 +169,8 @@
 //! A request's answer is kept in Redis under `redlease_request:{name}:<id>` until a little
 //! after its deadline (with the default settings, its deadline is 37 s after it was made:
 //! the outage grace, a connect and a response timeout, and a second; a take's, 7 s, and its
-//! answer is kept for its undo for the outage grace beyond), and deleted at once when its
-//! only send was answered. The group locks ([`RedLock`], [`MultiLock`]) keep their own rules: a member whose
+//! answer is kept for its undo for the outage grace and one send beyond), and deleted at once
+//! when its only send was answered. The group locks ([`RedLock`], [`MultiLock`]) keep their own rules: a member whose
 //! answer is lost counts as not taken and is undone within the attempt, once; an undo that
 //! does not reach its member leaves a level that runs out with its lease (the cleanup thread
 //! does not send group undos yet).

@@ -839,7 +839,7 @@ impl LockManagerBuilder {
     pub fn build(self) -> Result<LockManager> {
         names::lease_millis("connect timeout", self.connect_timeout)?;
         names::lease_millis("response timeout", self.response_timeout)?;
-        names::holdable_lease_millis("watchdog timeout", self.watchdog_timeout)?;
+        names::lease_millis("watchdog timeout", self.watchdog_timeout)?;
         let fair_place_ms =
             names::lease_millis("fair lock place timeout", self.fair_lock_place_timeout)?;
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {

@@ -63,7 +63,9 @@ pub struct Stats {
     /// Undos the manager's cleanup thread is sending now, until Redis answers them: of what
     /// failed or abandoned calls may have left in Redis (a lock level or a fair waiter's
     /// place whose acquisition got no answer, permits a take took, a lock whose dropped
-    /// guard could not release it).
+    /// guard could not release it). The undo of an acquisition try counts until it has run
+    /// once after the try's deadline (a late copy of the try can come until then: a few
+    /// seconds).
     pub cleanup_pending: usize,
     /// Of those, the ones Redis answered: done.
     pub cleanup_done: u64,

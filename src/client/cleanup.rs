@@ -7,9 +7,9 @@
 //! on; the thread `redlease-cleanup` sends it at once, and again every [`RETRY_EVERY`] until
 //! the server answers, or until what it undoes would have run out by itself (its `until`),
 //! when it gives up with a warning. An undo that answers that a copy of what it undoes may
-//! still come ([`undo_again`]: the try's deadline has not passed) is sent again too, until it
-//! runs after that deadline. (An undo of a call that timed out is also queued behind the call
-//! on its connection by the caller, where it runs first if the server was only slow.) While the server cannot be reached, one failed undo ends the round: the others
+//! still come ([`undo_again`]: the try's deadline has not passed) is sent once more after
+//! that deadline. (An undo of a call that timed out is also queued behind the call on its
+//! connection by the caller, where it runs first if the server was only slow.) While the server cannot be reached, one failed undo ends the round: the others
 //! wait for the next. The client owns the thread and stops it ([`Cleanup::stop`]): undos
 //! still queued then are logged, and run out with their leases. Sends through the router;
 //! knows nothing of the primitives.
@@ -40,6 +40,9 @@ pub(crate) struct Undo {
     /// What to do with its answer, if anything (a release sent again tells the thread it
     /// may have handed the lock to how that turned out); run on the cleanup thread.
     pub(crate) then: Option<Answered>,
+    /// Not sent before then (an undo that answered that a copy of what it undoes may still
+    /// come, until then).
+    pub(crate) after: Option<Instant>,
 }
 
 /// Takes the answer of an undo, on the cleanup thread.
@@ -170,16 +173,23 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
     for undo in expired {
         abandon(&undo, counts, "what it undoes has run out by itself");
     }
+    let (live, waiting): (Vec<Undo>, Vec<Undo>) = live
+        .into_iter()
+        .partition(|undo| undo.after.is_none_or(|after| after <= now));
+    kept.extend(waiting);
     let mut live = live.into_iter();
     for mut undo in live.by_ref() {
-        match router.run_script::<redis::Value>(&undo.call) {
-            Ok(answer) if undo_again(&answer) => {
-                log::debug!(
-                    "{}: undone, and sent again until no late copy can come",
-                    undo.what
-                );
-                kept.push(undo);
-            }
+        let answer = router.run_script::<redis::Value>(&undo.call);
+        if let Some(left) = answer.as_ref().ok().and_then(undo_again) {
+            log::debug!(
+                "{}: undone; sent again once no late copy can come",
+                undo.what
+            );
+            undo.after = Some(Instant::now() + left + RETRY_EVERY);
+            kept.push(undo);
+            continue;
+        }
+        match answer {
             Ok(answer) => {
                 log::debug!("{}: undone", undo.what);
                 if let Some(then) = undo.then.take() {

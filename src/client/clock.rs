@@ -12,9 +12,11 @@
 //! clock, and keep a request's answer until after it by that same clock. Without a reading
 //! (the user may not run `TIME`), the local wall clock stands in. No I/O here.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
+
+use crate::protocol::request::millis;
 
 /// The server's time in milliseconds since the Unix epoch, as last read, and when.
 #[derive(Clone, Copy, Debug)]
@@ -59,13 +61,10 @@ impl ServerClock {
     }
 }
 
-/// `duration` in whole milliseconds (saturating).
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -106,12 +106,14 @@ impl<'a> FanOut<'a> {
             .zip(idle)
             .map(|((request, packed), idle)| {
                 idle.map(|connection| {
+                    request.call.note_sent();
                     send(&request.pool, packed, Some(connection), deadline, budget)
                 })
             })
             .collect();
         for ((request, packed), flight) in requests.iter().zip(&packed).zip(&mut flights) {
             if flight.is_none() {
+                request.call.note_sent();
                 *flight = Some(send(&request.pool, packed, None, deadline, budget));
             }
         }
@@ -167,6 +169,7 @@ impl<'a> FanOut<'a> {
             // The idle connection was dead before the request reached the server: once more
             // on a fresh one (a fresh connection is not retried, so this ends).
             Err(err) if was_idle && pool::is_stale_connection(&err) => {
+                request.call.note_sent();
                 self.flights[index] =
                     Some(send(pool, &self.packed[index], None, answer_by, budget));
                 return self.read(index, answer_by);

@@ -371,6 +371,14 @@ impl Client {
         self.window(self.one_send).deadline_ms()
     }
 
+    /// A little after the server's clock passes `deadline_ms`, by the local clock (as the
+    /// estimate of the server's clock has it): when an undo sent then finds that no copy of
+    /// what it undoes can come any more.
+    pub(crate) fn past(&self, deadline_ms: u64) -> Instant {
+        let left = deadline_ms.saturating_sub(self.clock.now_ms());
+        Instant::now() + Duration::from_millis(left) + request::DEADLINE_MARGIN
+    }
+
     /// The window of a release whose copies may be sent for `send_for` (through an outage,
     /// or by the cleanup thread until the lease would run out): one send more.
     pub(crate) fn release_window(&self, send_for: Duration) -> Window {
@@ -520,6 +528,7 @@ impl Client {
                         call: again.unwrap_or_else(|| call.clone()),
                         until: until(),
                         then: None,
+                        after: None,
                     });
                 }
             }),
@@ -546,11 +555,15 @@ impl Client {
         call: ScriptCall,
         until: Instant,
     ) {
+        let mut after = None;
         if when == Undoing::Now {
             match self.run_script::<redis::Value>(&call) {
-                // (A copy of what it undoes may still come: the cleanup thread sends it again.)
-                Ok(answer) if !request::undo_again(&answer) => return,
-                Ok(_) => {}
+                // A copy of what it undoes may still come: the cleanup thread sends it again
+                // once none can.
+                Ok(answer) => match request::undo_again(&answer) {
+                    Some(left) => after = Some(Instant::now() + left),
+                    None => return,
+                },
                 Err(err) if err.is_outage() => {}
                 Err(err) => return log::warn!("{}: the undo was refused: {err}", what()),
             }
@@ -560,6 +573,7 @@ impl Client {
             call,
             until,
             then: None,
+            after,
         });
     }
 
@@ -577,6 +591,7 @@ impl Client {
             call,
             until,
             then: Some(Box::new(then)),
+            after: None,
         });
     }
 

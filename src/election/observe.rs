@@ -1,7 +1,8 @@
 //! [`LeaderObserver`]: follows an election's change log, woken by the election's channel.
 //!
-//! Each change (an election, a resignation) is an entry of a stream in Redis, written in the
-//! same step as the change; an observer remembers the last entry it told and reads the next.
+//! Each change (an election, a resignation) is an entry of a stream in Redis, written by the
+//! announcement of a leader that holds the lock, or in the same step as its resignation; an
+//! observer remembers the last entry it told and reads the next.
 //! Waiting for one is the shared wait loop: subscribed to the election's channel (every
 //! message wakes it), riding out outages like every other wait.
 

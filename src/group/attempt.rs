@@ -234,7 +234,8 @@ impl Group {
                     lease_ms[index],
                     None,
                     false,
-                    member.client().try_deadline_ms(),
+                    // Read until the attempt's deadline: a try that comes later is refused.
+                    member.client().window(self.attempt_timeout).deadline_ms(),
                 );
                 Request::new(member.client(), call)
             })

@@ -507,7 +507,8 @@ impl Group {
                         member.raw().client().release_window(self.attempt_timeout),
                         left.total(),
                         protocol::Handing::No,
-                    ),
+                    )
+                    .counting_sends(),
                 )
             })
             .collect();
@@ -518,11 +519,17 @@ impl Group {
         }
         let deadline = Instant::now() + self.attempt_timeout;
         let answers = fanout::call_all(&requests, deadline);
-        for (((index, _), receipt), answer) in asked.into_iter().zip(receipts).zip(answers) {
+        let sent = requests.iter().map(|request| request.call.sent_once());
+        for ((((index, _), receipt), answer), sent_once) in
+            asked.into_iter().zip(receipts).zip(answers).zip(sent)
+        {
             let member = &self.members[index];
             let released = answer.map(|acked| {
-                // The answer has arrived: the receipt will not be asked again.
-                member.raw().client().watchdog().discard_receipt(receipt);
+                // The answer has arrived: the receipt will not be asked again (unless another
+                // copy is on its way: then it stays until after the release's deadline).
+                if sent_once {
+                    member.raw().client().watchdog().discard_receipt(receipt);
+                }
                 let released = protocol::released(&acked.answer);
                 if let (true, Some(why)) = (released, acked.unreplicated) {
                     member

@@ -104,14 +104,16 @@ impl Chain {
     }
 }
 
-/// What an acquisition try is for: the chain's holder id and the levels it holds, and for an
+/// What an acquisition try is for: the chain's holder id and the levels it holds, for an
 /// upgrade (the write lock taken by the upgradable reader) the id of this try, so that its
-/// undo takes back only its own grant.
+/// undo takes back only its own grant, and its deadline (ms since the epoch on the server's
+/// clock; 0 for the tries of a chain given up, whose undo takes the latest deadline then).
 #[derive(Clone, Copy)]
 struct TryOf<'a> {
     holder: &'a str,
     levels_held: u32,
     upgrade: Option<&'a str>,
+    deadline_ms: u64,
 }
 
 impl TryOf<'_> {
@@ -504,23 +506,28 @@ impl RawLock {
         });
         let taken = matches!(outcome, Ok(Some(_)));
         handoffs.end(taken);
-        if queued.get() && !taken {
-            if let LockKind::Fair { .. } = self.keys.kind {
-                // Gave up (or failed) while in line: leave the queue, so that those behind do
-                // not wait for a place nobody will take.
-                self.undo_given_up(&chain.borrow().holder, None);
-            }
+        if !taken {
+            self.left_without(&chain.borrow(), queued.get(), level_may_stand.get());
         }
-        if level_may_stand.get() && !taken {
-            let chain = chain.borrow();
+        outcome
+    }
+
+    /// A wait for `chain` ended without the lock: it leaves a fair lock's queue if it may
+    /// have `queued` (so that those behind do not wait for a place nobody will take), and
+    /// takes back the level a try of it may have added if one may have (`level_may_stand`).
+    fn left_without(&self, chain: &Chain, queued: bool, level_may_stand: bool) {
+        if queued && matches!(self.keys.kind, LockKind::Fair { .. }) {
+            self.undo_given_up(&chain.holder, None);
+        }
+        if level_may_stand {
             let level = TryOf {
                 holder: &chain.holder,
                 levels_held: chain.levels_held,
                 upgrade: None,
+                deadline_ms: 0,
             };
             self.take_back(level, &"a wait that ended without it", Undoing::Now);
         }
-        outcome
     }
 
     /// A waiter's request that the holders let go (see `revoking_after`): answers whether it
@@ -642,13 +649,14 @@ impl RawLock {
         let lease_ms = lease.millis_or(self.client.watchdog_timeout_ms());
         // An upgrade's try has an id, so that its undo takes back only its own grant.
         let upgrade = upgrade.then(|| self.client.next_request_id());
+        let deadline_ms = self.client.try_deadline_ms();
         let this_try = TryOf {
             holder,
             levels_held,
             upgrade: upgrade.as_deref(),
+            deadline_ms,
         };
         let try_id = this_try.upgrade;
-        let deadline_ms = self.client.try_deadline_ms();
         let call = protocol::acquire(
             &self.keys,
             holder,
@@ -714,14 +722,21 @@ impl RawLock {
     /// chain had, and its place in a fair lock's queue, after `cause`. Unanswered, the undo
     /// is sent again by the cleanup thread until the server answers, or until the place and
     /// the lease it asked for would have run out by themselves; answered before the deadline
-    /// of every try made so far has passed, until it runs after it (a copy of the try may
-    /// still come).
+    /// of every try of the chain made so far has passed (a copy of one may still come), once
+    /// more after it. A reentrant level's undo is sent until answered only.
     fn take_back(&self, this_try: TryOf<'_>, cause: &dyn fmt::Display, when: Undoing) {
         let holder = this_try.holder;
         let client = &self.client;
         let place = match self.keys.kind {
             LockKind::Fair { place_ms } => Duration::from_millis(place_ms),
             _ => Duration::ZERO,
+        };
+        // Sent again until no copy of a try of the chain can come any more; a reentrant
+        // level's undo once (a later try of the same level sets the same count: a resend
+        // would take that one back).
+        let not_before = match this_try.levels_held {
+            0 => this_try.deadline_ms.max(client.try_deadline_ms()),
+            _ => 0,
         };
         let until = Instant::now() + place.max(client.watchdog_timeout()) + client.outage_grace();
         client.undo(
@@ -732,8 +747,8 @@ impl RawLock {
                     self.name()
                 )
             },
-            this_try.undo(&self.keys, client.try_deadline_ms()),
-            until,
+            this_try.undo(&self.keys, not_before),
+            until.max(client.past(not_before)),
         );
     }
 
@@ -795,6 +810,7 @@ impl RawLock {
             holder,
             levels_held: 0,
             upgrade,
+            deadline_ms: 0,
         };
         self.take_back(given_up, &"giving the chain up", Undoing::Now);
     }
@@ -823,13 +839,14 @@ impl RawLock {
             _ => None,
         };
         // Copies of the release are sent through an outage, by the cleanup thread until the
-        // lease would have run out (a dropped guard's), and after a handoff until the handed
-        // lease and an outage grace have gone by (see `settle_offer`).
+        // lease would have run out (a dropped guard's), and after a handoff, once the release
+        // is settled, until the handed lease and an outage grace have gone by (see
+        // `settle_offer`).
         let longest_lease = offer
             .as_ref()
             .map_or(lease_ms, |offer| lease_ms.max(offer.lease_ms()));
-        let window =
-            client.release_window(Duration::from_millis(longest_lease) + client.outage_grace());
+        let send_for = Duration::from_millis(longest_lease) + client.outage_grace() * 2;
+        let window = client.release_window(send_for);
         let release = |handing: protocol::Handing<'_>| {
             let levels = left.total();
             protocol::release(

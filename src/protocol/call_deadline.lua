@@ -3,10 +3,8 @@
 -- network past it is refused with an error starting with REDLEASE_LATE and the server's
 -- time, and changes nothing.
 do
-  local time = redis.call('time')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local now = server_now_ms()
   if now > tonumber(ARGV[#ARGV]) then
-    return redis.error_reply('REDLEASE_LATE ' .. string.format('%d', now) ..
-      ' the call reached the server after its deadline ' .. ARGV[#ARGV])
+    return refused_late(now, 'the call')
   end
 end

@@ -49,7 +49,7 @@ pub(crate) fn resign(
     receipt: &str,
     release: (&str, u64, u64, u32),
 ) -> ScriptCall {
-    let (holder, lease_ms, receipt_ms, levels_left) = release;
+    let (holder, lease_ms, receipt_until, levels_left) = release;
     let keys = [
         &*keys.name,
         &keys.channel,
@@ -61,7 +61,7 @@ pub(crate) fn resign(
     ScriptCall::new(&RESIGN, &keys)
         .arg(holder)
         .arg(lease_ms)
-        .arg(receipt_ms)
+        .arg(receipt_until)
         .arg(RELEASE_MESSAGE)
         .arg(levels_left)
         .arg(LOG_LENGTH)

@@ -9,7 +9,7 @@
 -- KEYS[6]: the fencing token counter of the lock name
 -- ARGV[1]: the holder id
 -- ARGV[2]: the lease in ms the remaining levels get at least
--- ARGV[3]: how long the latch keeps the answer, in ms
+-- ARGV[3]: until when the latch keeps the answer (ms since the epoch, on the server's clock)
 -- ARGV[4]: the release message
 -- ARGV[5]: how many levels the holder's process keeps after this release
 -- ARGV[6]: the prefix of the waiters' channels ('<prefix>:<holder id>')
@@ -35,7 +35,7 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
 end
 if tonumber(ARGV[5]) > 0 then
-  return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[4], ARGV[3])
+  return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[4])
 end
 -- The next in line, when it accepts a grant, holds the lock from here: its holder id with one
 -- level, a fresh fencing token, the lease it asked for but no longer than a place's wait (so a
@@ -56,5 +56,5 @@ if lease then
 else
   wake_next()
 end
-redis.call('set', KEYS[4], 1, 'px', ARGV[3])
+redis.call('set', KEYS[4], 1, 'px', latch_ms())
 return 1

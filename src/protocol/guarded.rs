@@ -78,7 +78,8 @@ pub(crate) fn guarded_write(
 /// and the body sees its own keys and arguments only.
 pub(crate) fn script_around(body: &str) -> Arc<LuaScript> {
     let source = format!(
-        "{PLAIN_PRELUDE}{}{body}\nend\n{}{}{}{}",
+        "{PLAIN_PRELUDE}{}{}{body}\nend\n{}{}{}{}",
+        include_str!("deadline.lua"),
         include_str!("guarded_script_begin.lua"),
         include_str!("request_begin.lua"),
         include_str!("guarded_check.lua"),

@@ -191,11 +191,11 @@ pub(crate) fn release(
     levels_left: u32,
     handing: Handing<'_>,
 ) -> ScriptCall {
-    let receipt_ms = window.keep_ms();
+    let receipt_until = window.keep_until_ms();
     let call = match keys.kind {
         LockKind::Leader if keys.election.is_some() => {
             let election = keys.election.as_ref().expect("an election's keys");
-            let release = (holder, lease_ms, receipt_ms, levels_left);
+            let release = (holder, lease_ms, receipt_until, levels_left);
             super::election::resign(keys, election, receipt, release)
         }
         LockKind::Plain | LockKind::Leader => {
@@ -204,7 +204,7 @@ pub(crate) fn release(
             ScriptCall::new(&RELEASE, &script_keys)
                 .arg(holder)
                 .arg(lease_ms)
-                .arg(receipt_ms)
+                .arg(receipt_until)
                 .arg(RELEASE_MESSAGE)
                 .arg(levels_left)
                 .arg(to)
@@ -223,7 +223,7 @@ pub(crate) fn release(
         )
         .arg(holder)
         .arg(lease_ms)
-        .arg(receipt_ms)
+        .arg(receipt_until)
         .arg(RELEASE_MESSAGE)
         .arg(levels_left)
         .arg(&keys.channel)
@@ -232,7 +232,7 @@ pub(crate) fn release(
             ScriptCall::new(&READ_RELEASE, &[&keys.name, &keys.channel, receipt])
                 .arg(holder)
                 .arg(lease_ms)
-                .arg(receipt_ms)
+                .arg(receipt_until)
                 .arg(RELEASE_MESSAGE)
                 .arg(levels_left)
                 .arg(layout::suffixed(&keys.name, ""))
@@ -244,7 +244,7 @@ pub(crate) fn release(
             ScriptCall::new(&WRITE_RELEASE, &script_keys)
                 .arg(layout::writer_field(holder))
                 .arg(lease_ms)
-                .arg(receipt_ms)
+                .arg(receipt_until)
                 .arg(WAKE_ALL_MESSAGE)
                 .arg(levels_left)
                 .arg(layout::suffixed(&keys.name, ""))

@@ -6,7 +6,7 @@
 -- ARGV[1]: the holder id (unique to one acquisition chain, so a late release of an earlier
 --          chain finds nothing of its own in a later one)
 -- ARGV[2]: the lease in ms the remaining levels get at least
--- ARGV[3]: how long the latch keeps the answer, in ms
+-- ARGV[3]: until when the latch keeps the answer (ms since the epoch, on the server's clock)
 -- ARGV[4]: the release message
 -- ARGV[5]: how many levels the holder's process keeps after this release
 -- Answers nil when the holder does not hold the lock, 0 when levels remain, 1 when freed.
@@ -21,10 +21,10 @@ local function give_lock()
     return nil
   end
   if tonumber(ARGV[5]) > 0 then
-    return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3], ARGV[3])
+    return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3])
   end
   redis.call('del', KEYS[1])
   redis.call(publish_command, KEYS[2], ARGV[4])
-  redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+  redis.call('set', KEYS[3], 1, 'px', latch_ms())
   return 1
 end

@@ -1,4 +1,4 @@
--- The lock's acquisition (shared by the lock's acquire script and an election's campaign):
+-- The lock's acquisition (the acquire script of the lock, and of an election's campaign):
 -- takes the lock for a new acquisition chain, or enters it once more for a chain that has it.
 -- KEYS[1]: the lock hash (field = holder id, value = reentrancy count)
 -- KEYS[2]: the fencing token counter of the lock name

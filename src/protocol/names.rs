@@ -13,9 +13,9 @@ use crate::layout;
 /// mistakes (and would overflow Redis's absolute expiry time if much longer).
 pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 40);
 
-/// The shortest lease or watchdog timeout accepted. A hold is certain for its lease less 1 %
-/// and 2 ms for clock drift, from when its request was sent: a shorter lease would run out
-/// before most grants arrive, and a wait for one would never end.
+/// The shortest lease accepted (the watchdog timeout has a floor of its own, higher). A hold is
+/// certain for its lease less 1 % and 2 ms for clock drift, from when its request was sent: a
+/// shorter lease would run out before most grants arrive, and a wait for one would never end.
 pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
 
 /// The watchdog's key for the chain by which `thread` holds the lock `name` (a plain or fair
@@ -235,8 +235,7 @@ pub(crate) fn new_holder_id(client_id: &str) -> String {
     )
 }
 
-/// A lease or watchdog timeout as whole milliseconds (rounded up), checked against
-/// `MIN_LEASE ..= MAX_LEASE`.
+/// A lease as whole milliseconds (rounded up), checked against `MIN_LEASE ..= MAX_LEASE`.
 pub(crate) fn holdable_lease_millis(what: &str, lease: Duration) -> Result<u64> {
     if !lease.is_zero() && lease < MIN_LEASE {
         return Err(Error::InvalidArgument(format!(

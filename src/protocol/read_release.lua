@@ -6,7 +6,7 @@
 -- KEYS[3]: the latch key of this release request
 -- ARGV[1]: the reader's field (its holder id)
 -- ARGV[2]: the lease in ms the remaining levels get at least
--- ARGV[3]: how long the latch keeps the answer, in ms
+-- ARGV[3]: until when the latch keeps the answer (ms since the epoch, on the server's clock)
 -- ARGV[4]: the release message
 -- ARGV[5]: how many levels the holder's process keeps after this release
 -- ARGV[6]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
@@ -41,7 +41,7 @@ if left > 0 then
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
-  redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+  redis.call('set', KEYS[3], 0, 'px', latch_ms())
   return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])
@@ -52,7 +52,7 @@ end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if redis.call('hlen', KEYS[1]) > 1 then
   if mode == 'write' then
-    redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+    redis.call('set', KEYS[3], 0, 'px', latch_ms())
     return 0
   end
   -- Other readers: the lock lives as long as their longest level.
@@ -63,11 +63,11 @@ if redis.call('hlen', KEYS[1]) > 1 then
       -- The upgradable reader may now upgrade, or another take its place: wake them all.
       redis.call(publish_command, KEYS[2], ARGV[7])
     end
-    redis.call('set', KEYS[3], 0, 'px', ARGV[3])
+    redis.call('set', KEYS[3], 0, 'px', latch_ms())
     return 0
   end
 end
 redis.call('del', KEYS[1])
 redis.call(publish_command, KEYS[2], ARGV[4])
-redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+redis.call('set', KEYS[3], 1, 'px', latch_ms())
 return 1

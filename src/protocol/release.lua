@@ -11,7 +11,7 @@ if ARGV[6] ~= '' and ARGV[5] == '0' then
     return answered
   end
   if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-    return hand_over(ARGV[1], ARGV[6], ARGV[7], KEYS[4], KEYS[3], ARGV[3])
+    return hand_over(ARGV[1], ARGV[6], ARGV[7], KEYS[4], KEYS[3])
   end
 end
 return give_lock()

@@ -70,10 +70,11 @@ impl Window {
             .saturating_add(millis(self.send_for + DEADLINE_MARGIN))
     }
 
-    /// For how long from now the answer of a call made now is kept: until after its
-    /// deadline.
-    pub(crate) fn keep_ms(&self) -> u64 {
-        millis(self.send_for + DEADLINE_MARGIN + self.keep_after).max(1)
+    /// Until when the answer of a call made now is kept, on the server's clock (ms since
+    /// the epoch): a while after its deadline.
+    pub(crate) fn keep_until_ms(&self) -> u64 {
+        self.deadline_ms()
+            .saturating_add(millis(self.keep_after).max(1))
     }
 }
 
@@ -87,7 +88,7 @@ impl Request {
         Request {
             key,
             deadline_ms,
-            keep_until_ms: deadline_ms.saturating_add(millis(window.keep_after).max(1)),
+            keep_until_ms: window.keep_until_ms(),
             send_until: now + window.send_for,
             undo_until: now + window.send_for + window.keep_after,
         }
@@ -128,11 +129,19 @@ impl Request {
     }
 }
 
-/// Whether an undo of an acquisition try answered that a copy of the try may still come (its
-/// deadline has not passed on the server's clock: `try_undo_end.lua`): it must be sent again
-/// until it runs after the deadline.
-pub(crate) fn undo_again(answer: &redis::Value) -> bool {
-    matches!(answer, redis::Value::Int(-1))
+/// When an undo of an acquisition try answered that a copy of the try may still come (its
+/// deadline has not passed on the server's clock: `try_undo_end.lua`), how long until that
+/// deadline: the undo must be sent again after it.
+pub(crate) fn undo_again(answer: &redis::Value) -> Option<Duration> {
+    match answer {
+        redis::Value::Array(items) => match items.as_slice() {
+            [redis::Value::Int(-1), redis::Value::Int(left)] => {
+                Some(Duration::from_millis(u64::try_from(*left).unwrap_or(0)))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The server's time (ms since the epoch) in a refusal of a late copy, when `err` is one.
@@ -143,7 +152,8 @@ pub(crate) fn refused_late(err: &redis::RedisError) -> Option<u64> {
     err.detail()?.split_whitespace().next()?.parse().ok()
 }
 
-fn millis(duration: Duration) -> u64 {
+/// `duration` in whole milliseconds (saturating).
+pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -19,8 +19,7 @@ end
 local now = server_now_ms()
 local deadline = tonumber(ARGV[#ARGV - 1])
 if now > deadline then
-  return redis.error_reply('REDLEASE_LATE ' .. string.format('%d', now) ..
-    ' the request reached the server after its deadline ' .. ARGV[#ARGV - 1])
+  return refused_late(now, 'the request')
 end
 local answer = body()
 redis.call('set', request, cmsgpack.pack({answer}), 'px', tonumber(ARGV[#ARGV]) - now)

@@ -14,9 +14,7 @@ local function undo_request()
   if kept == UNDONE then
     return nil, true
   end
-  local time = redis.call('time')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  local keep_for = tonumber(ARGV[#ARGV]) - now
+  local keep_for = tonumber(ARGV[#ARGV]) - server_now_ms()
   if keep_for > 0 then
     redis.call('set', request, UNDONE, 'px', keep_for)
   end

@@ -76,13 +76,15 @@ impl LuaScript {
 
 /// Declares a `static` [`LuaScript`] from a `.lua` file next to this module, or from several
 /// joined in order (`"shared.lua" + "body.lua"`: scripts cannot call each other, so code that
-/// several scripts run is a file they all start with).
+/// several scripts run is a file they all start with). Every script starts with
+/// `deadline.lua`: the server's clock and the refusal of a late copy.
 macro_rules! lua_script {
     ($(#[$doc:meta])* $name:ident = $first:literal $(+ $more:literal)*) => {
         $(#[$doc])*
         pub(crate) static $name: $crate::protocol::script::LuaScript =
             $crate::protocol::script::LuaScript::new(concat!(
                 "local publish_command = 'publish'\n",
+                include_str!("deadline.lua"),
                 include_str!($first) $(, include_str!($more))*
             ));
     };

@@ -4,8 +4,7 @@
 -- longer than that), and an undo of it may have run already: a try held up in the network
 -- past both must not take what nobody will hold. Answers {5, the server's time} then.
 do
-  local time = redis.call('time')
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local now = server_now_ms()
   if now > tonumber(ARGV[#ARGV]) then
     return {5, now}
   end

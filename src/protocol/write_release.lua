@@ -9,7 +9,7 @@
 -- KEYS[4]: the fencing token counter of the lock name
 -- ARGV[1]: the writer's field ('<holder id>:write')
 -- ARGV[2]: the lease in ms the remaining levels get at least
--- ARGV[3]: how long the latch keeps the answer, in ms
+-- ARGV[3]: until when the latch keeps the answer (ms since the epoch, on the server's clock)
 -- ARGV[4]: the message that wakes every waiter
 -- ARGV[5]: how many levels the holder's process keeps after this release
 -- ARGV[6]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
@@ -29,11 +29,11 @@ local function release_write()
     return nil
   end
   if tonumber(ARGV[5]) > 0 then
-    return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3], ARGV[3])
+    return keep_levels(ARGV[1], ARGV[5], ARGV[2], KEYS[3])
   end
   if ARGV[7] ~= '' and redis.call('hlen', KEYS[1]) == 2 then
     -- The writer holds nothing but its write lock ('mode' and its field): hand it on.
-    return hand_over(ARGV[1], ARGV[7], ARGV[8], KEYS[4], KEYS[3], ARGV[3])
+    return hand_over(ARGV[1], ARGV[7], ARGV[8], KEYS[4], KEYS[3])
   end
   redis.call('hdel', KEYS[1], ARGV[1], 'upgrading')
   if redis.call('hlen', KEYS[1]) == 1 then
@@ -46,7 +46,7 @@ local function release_write()
     end
   end
   redis.call(publish_command, KEYS[2], ARGV[4])
-  redis.call('set', KEYS[3], 1, 'px', ARGV[3])
+  redis.call('set', KEYS[3], 1, 'px', latch_ms())
   return 1
 end
 

@@ -36,6 +36,9 @@ pub(crate) type RiskObserver = Arc<dyn Fn() + Send + Sync>;
 struct Inner {
     /// When the lease runs out by the local clock unless it is renewed.
     deadline: Instant,
+    /// Someone was told the lease had run out by that deadline (before the loss was
+    /// recorded): a renewal read late does not bring it back.
+    expiry_told: bool,
     /// Why the last renewal failed, while none has succeeded since.
     risk: Option<RiskReason>,
     signals: Vec<Sender<LostReason>>,
@@ -68,6 +71,7 @@ impl LeaseState {
             token,
             inner: Mutex::new(Inner {
                 deadline: deadline(sent_at, lease),
+                expiry_told: false,
                 risk: None,
                 signals: Vec::new(),
                 observers: Vec::new(),
@@ -95,6 +99,18 @@ impl LeaseState {
         let mut inner = self.inner.lock();
         inner.deadline = inner.deadline.max(deadline(sent_at, lease));
         inner.deadline
+    }
+
+    /// Moves the deadline on for a renewal granted by a request sent at `sent_at` for
+    /// `lease`, unless its holder was told meanwhile that the deadline had passed (a lost
+    /// hold stays lost). Answers whether it did.
+    pub(crate) fn renew(&self, sent_at: Instant, lease: Duration) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.expiry_told {
+            return false;
+        }
+        inner.deadline = inner.deadline.max(deadline(sent_at, lease));
+        true
     }
 
     /// Records the loss; the first call wins and wakes every signal. Answers whether this call
@@ -239,7 +255,12 @@ impl LeaseState {
         if let Some(reason) = self.lost.get() {
             return Some(*reason);
         }
-        (Instant::now() >= self.deadline()).then_some(LostReason::LeaseExpired)
+        let mut inner = self.inner.lock();
+        if Instant::now() < inner.deadline {
+            return None;
+        }
+        inner.expiry_told = true;
+        Some(LostReason::LeaseExpired)
     }
 
     /// A receiver that gets the reason once the loss is recorded (at once if it already is).

@@ -249,7 +249,7 @@ impl Watchdog {
             renewal_done: Condvar::new(),
             router,
             timeout,
-            timeout_ms: crate::protocol::names::holdable_lease_millis("watchdog timeout", timeout)?,
+            timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
             interval,
             callbacks,
             acks,
@@ -756,9 +756,12 @@ impl Shared {
                 // Redis found the holder and renewed its lease: the lease never ran out
                 // there, however late this process reads the answer (it was slow to read,
                 // starved of CPU, not the lease). It runs on from the send, unless this
-                // process was slower than a whole lease.
-                Outcome::Renewed if lease::deadline(sent_at, self.timeout) > now => {
-                    entry.lease.extend(sent_at, self.timeout);
+                // process was slower than a whole lease, or its holder was told meanwhile
+                // that the local deadline had passed (a lost hold stays lost).
+                Outcome::Renewed
+                    if lease::deadline(sent_at, self.timeout) > now
+                        && entry.lease.renew(sent_at, self.timeout) =>
+                {
                     risks.renewed(entry);
                     schedule.renewal(&renewal.key, entry, sent_at + self.interval);
                     continue;
