@@ -21,8 +21,7 @@ end
 if recorded == ARGV[1] then
   return 1
 end
-local time = redis.call('time')
-local since = time[1] .. string.format('%03d', math.floor(tonumber(time[2]) / 1000))
+local since = string.format('%d', server_now_ms())
 redis.call('hset', KEYS[2], 'holder', ARGV[1], 'value', ARGV[2], 'term', ARGV[3],
   'since', since)
 redis.call('xadd', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'change', 'elected',

@@ -4,8 +4,7 @@
 -- KEYS[2]: the queue of waiters (a list of holder ids, head first)
 -- KEYS[3]: when each waiter's place in the queue expires (a zset, epoch ms of the server)
 -- KEYS[5]: the waiters that accept a grant inside a release (a hash, holder id -> lease ms)
-local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = server_now_ms()
 while true do
   local head = redis.call('lindex', KEYS[2], 0)
   if not head then

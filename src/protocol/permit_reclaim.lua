@@ -10,8 +10,7 @@
 local NO_EXPIRY = 922337203685477
 -- Bounds one script's work; the rest are given back by the next script.
 local RECLAIM_AT_MOST = 1000
-local time = redis.call('time')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = server_now_ms()
 local expired = redis.call('zrangebyscore', KEYS[3], 0, now, 'LIMIT', 0, RECLAIM_AT_MOST)
 if #expired > 0 then
   read_count(KEYS[1])

@@ -25,8 +25,7 @@ for i, key in ipairs(KEYS) do
     local score = redis.pcall('zscore', key, field)
     if type(score) == 'string' then
       if now == nil then
-        local time = redis.call('time')
-        now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+        now = server_now_ms()
       end
       if tonumber(score) > now then
         redis.call('zadd', key, 'XX', now + lease, field)
