@@ -25,6 +25,7 @@ use crate::protocol::names::{self, LockKind};
 use crate::semaphore::permit::PermitSemaphore;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
+use crate::topology::pool::PoolSizes;
 use crate::topology::tls::{self, TlsOptions};
 use crate::watchdog::lease::{LostLock, RevocationNotice, RiskNotice};
 use crate::watchdog::Callbacks;
@@ -32,7 +33,10 @@ use crate::watchdog::Callbacks;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
-const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
+/// As in Redisson (`connectionPoolSize`, per node).
+const DEFAULT_MAX_CONNECTIONS: usize = 64;
+/// Every connection a burst opened stays for the next one: no handshake paid twice.
+const DEFAULT_MAX_IDLE_CONNECTIONS: usize = DEFAULT_MAX_CONNECTIONS;
 /// As in Redisson (`fairLockWaitTimeout`).
 const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// How many times in a row a release may hand a plain lock to another thread of the same
@@ -81,6 +85,7 @@ pub struct LockManagerBuilder {
     response_timeout: Duration,
     watchdog_timeout: Duration,
     max_idle_connections: usize,
+    max_connections: usize,
     fair_lock_place_timeout: Duration,
     local_handoffs: u32,
     callbacks: Callbacks,
@@ -132,6 +137,7 @@ impl LockManager {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             max_idle_connections: DEFAULT_MAX_IDLE_CONNECTIONS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             local_handoffs: DEFAULT_LOCAL_HANDOFFS,
             callbacks: Callbacks::default(),
@@ -477,9 +483,26 @@ impl LockManagerBuilder {
         self
     }
 
-    /// How many idle command connections are kept for reuse (default 32).
+    /// How many idle command connections are kept for reuse (default 64, as many as may be
+    /// open: a burst's connections stay for the next one; at most
+    /// [`max_connections`](Self::max_connections)).
     pub fn max_idle_connections(mut self, count: usize) -> Self {
         self.max_idle_connections = count;
+        self
+    }
+
+    /// How many command connections may be open at once to one server (to each node, in
+    /// cluster mode), idle and in use (default 64, as Redisson's `connectionPoolSize`). A
+    /// call that finds them all in use waits for one, within its connect timeout (or its
+    /// deadline), and fails with [`Error::Timeout`] if none comes: a burst of threads never
+    /// opens more, so it cannot exhaust the server's `maxclients` (or a proxy's), nor pay a
+    /// TLS handshake per thread. The pub/sub connection is not counted. A group lock whose
+    /// members share a server needs one connection per member at once.
+    ///
+    /// # Errors
+    /// `build` answers [`Error::InvalidArgument`] for zero.
+    pub fn max_connections(mut self, count: usize) -> Self {
+        self.max_connections = count;
         self
     }
 
@@ -848,6 +871,11 @@ impl LockManagerBuilder {
                 self.watchdog_timeout
             )));
         }
+        if self.max_connections == 0 {
+            return Err(Error::InvalidArgument(
+                "max_connections must not be zero: no call could run".into(),
+            ));
+        }
         let acks = match (self.replica_acks, self.aof_acks) {
             (Some(_), Some(_)) => {
                 return Err(Error::InvalidArgument(
@@ -913,7 +941,10 @@ impl LockManagerBuilder {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             watchdog_timeout: self.watchdog_timeout,
-            max_idle_connections: self.max_idle_connections,
+            pool_sizes: PoolSizes {
+                max_idle: self.max_idle_connections.min(self.max_connections),
+                max_open: self.max_connections,
+            },
             callbacks: self.callbacks,
             replica_acks,
             tls: self.tls,

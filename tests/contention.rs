@@ -115,3 +115,90 @@ fn thirty_two_threads_on_five_names_share_one_listener_and_leave_nothing() {
         assert!(!manager.lock(name).is_locked().unwrap());
     }
 }
+
+/// How many clients the server has connected now (`INFO clients`).
+fn connected_clients(redis: &common::RedisServer) -> usize {
+    redis
+        .command(&["INFO", "clients"])
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("connected_clients:"))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A burst of threads that all start waiting at once never opens more command connections
+/// than the manager's bound: the others wait for a connection, and every thread still gets
+/// its lock.
+#[test]
+fn a_burst_of_waiters_opens_no_more_connections_than_the_bound() {
+    const THREADS: usize = 64;
+    const BOUND: usize = 4;
+    let redis = server();
+    let manager = redlease::LockManager::builder(redis.url())
+        .max_connections(BOUND)
+        .build()
+        .unwrap();
+    let start = std::sync::Barrier::new(THREADS + 1);
+    let running = AtomicBool::new(true);
+    let most = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while running.load(Ordering::SeqCst) {
+                most.fetch_max(connected_clients(&redis), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let workers: Vec<_> = (0..THREADS)
+            .map(|index| {
+                let (manager, start) = (&manager, &start);
+                scope.spawn(move || {
+                    let lock = manager.lock(&format!("burst:{}", index % 8));
+                    start.wait();
+                    let guard = lock.try_lock_for(Duration::from_secs(30)).unwrap();
+                    guard.expect("taken").unlock().unwrap();
+                })
+            })
+            .collect();
+        start.wait();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        running.store(false, Ordering::SeqCst);
+    });
+    // The command connections, the pub/sub connection, and the sampler's own.
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= BOUND + 2, "{most} clients connected at once");
+}
+
+/// A call that finds every connection in use, held by a call that waits for a paused server,
+/// waits for one within its connect timeout and fails with `Timeout`: never a hang.
+#[test]
+fn a_call_that_finds_every_connection_in_use_times_out() {
+    let redis = server();
+    let manager = redlease::LockManager::builder(redis.url())
+        .max_connections(1)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(2))
+        .outage_grace(Duration::ZERO)
+        .build()
+        .unwrap();
+    let lock = manager.lock("one-connection");
+    assert!(!lock.is_locked().unwrap());
+    redis.pause().unwrap();
+    std::thread::scope(|scope| {
+        let held = scope.spawn(|| lock.is_locked());
+        std::thread::sleep(Duration::from_millis(200));
+        let started = std::time::Instant::now();
+        let waited = manager.lock("other").is_locked();
+        let took = started.elapsed();
+        redis.resume().unwrap();
+        assert!(
+            matches!(waited, Err(redlease::Error::Timeout(_))),
+            "{waited:?}"
+        );
+        assert!(took < Duration::from_secs(2), "waited {took:?}");
+        let _ = held.join().unwrap(); // answered once the server resumed, or timed out
+    });
+    assert!(!lock.is_locked().unwrap(), "a connection is free again");
+}

@@ -18,7 +18,7 @@ use crate::protocol::names::Notice;
 use crate::pubsub::{Notices, PubSub};
 use crate::stats::WaitRecorder;
 use crate::topology::cluster::Cluster;
-use crate::topology::pool::{Pool, Target};
+use crate::topology::pool::{Pool, PoolSizes, PoolTimeouts, Target};
 use crate::topology::resolve::Resolver;
 use crate::topology::sentinel::{MasterLocator, SwitchWatcher};
 use crate::topology::tls::{self, TlsConnector, TlsOptions};
@@ -75,7 +75,7 @@ impl Client {
             connect_timeout,
             response_timeout,
             watchdog_timeout,
-            max_idle_connections,
+            pool_sizes,
             callbacks,
             replica_acks,
             tls,
@@ -85,14 +85,7 @@ impl Client {
             connect: connect_timeout,
             response: response_timeout,
         };
-        let mut reached = Reached::reach(
-            info,
-            sentinel,
-            cluster_seeds,
-            tls,
-            timeouts,
-            max_idle_connections,
-        )?;
+        let mut reached = Reached::reach(info, sentinel, cluster_seeds, tls, timeouts, pool_sizes)?;
         if let Some(acks) = &replica_acks {
             for pool in reached.router.master_pools() {
                 pool.run(|connection| Ok(acks.probe(connection)))??;
@@ -155,7 +148,7 @@ impl Reached {
         cluster_seeds: Option<Vec<redis::ConnectionInfo>>,
         tls: TlsOptions,
         timeouts: Timeouts,
-        max_idle_connections: usize,
+        pool_sizes: PoolSizes,
     ) -> Result<Reached> {
         let info = without_set_info(info);
         // The command connections' client, and for TLS the pub/sub connection's set-up, made
@@ -165,13 +158,16 @@ impl Reached {
         // The master's settings (or every node's), TLS parameters included.
         let server_info = redis_client.get_connection_info().clone();
         let locator = locate_master(sentinel, &server_info, timeouts)?;
+        let pool_timeouts = PoolTimeouts {
+            connect: timeouts.connect,
+            response: timeouts.response,
+        };
         let router = Arc::new(match cluster_seeds {
             Some(seeds) => Router::Cluster(Cluster::discover(
                 &seeds,
                 server_info,
-                timeouts.connect,
-                timeouts.response,
-                max_idle_connections,
+                pool_timeouts,
+                pool_sizes,
             )?),
             None => {
                 let target = match &locator {
@@ -181,8 +177,7 @@ impl Reached {
                         resolver: resolver.clone(),
                     },
                 };
-                let (connect, response) = (timeouts.connect, timeouts.response);
-                let pool = Pool::new(target, connect, response, max_idle_connections);
+                let pool = Pool::new(target, pool_timeouts, pool_sizes);
                 Router::Single(Arc::new(pool))
             }
         });

@@ -60,7 +60,8 @@ pub(crate) struct Settings {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
-    pub(crate) max_idle_connections: usize,
+    /// How many command connections each pool keeps idle, and may have open at once.
+    pub(crate) pool_sizes: crate::topology::pool::PoolSizes,
     /// What the watchdog tells of losses and risks.
     pub(crate) callbacks: Callbacks,
     /// `rediss://` settings.

@@ -34,7 +34,7 @@ use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, ServerErrorKi
 
 use crate::error::{Error, Result};
 use crate::protocol::slot::SLOTS;
-use crate::topology::pool::{Pool, Reading, Target};
+use crate::topology::pool::{Pool, PoolSizes, PoolTimeouts, Reading, Target};
 use crate::topology::resolve::{self, Resolver};
 
 /// The map is asked for again at most this often.
@@ -176,9 +176,9 @@ pub(crate) struct Cluster {
     seeds: Vec<NodeAddress>,
     /// The manager's settings (credentials, TLS), for every node at its own address.
     template: ConnectionInfo,
-    connect_timeout: Duration,
-    response_timeout: Duration,
-    max_idle_connections: usize,
+    timeouts: PoolTimeouts,
+    /// Of each node's pool.
+    sizes: PoolSizes,
     map: RwLock<Arc<SlotMap>>,
     pools: Mutex<HashMap<NodeAddress, Arc<Pool>>>,
     generation: AtomicU64,
@@ -201,9 +201,8 @@ impl Cluster {
     pub(crate) fn discover(
         seeds: &[ConnectionInfo],
         template: ConnectionInfo,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-        max_idle_connections: usize,
+        timeouts: PoolTimeouts,
+        sizes: PoolSizes,
     ) -> Result<Arc<Cluster>> {
         let seeds = seeds
             .iter()
@@ -232,9 +231,8 @@ impl Cluster {
         let cluster = Arc::new_cyclic(|this| Cluster {
             seeds,
             template,
-            connect_timeout,
-            response_timeout,
-            max_idle_connections,
+            timeouts,
+            sizes,
             map: RwLock::new(Arc::new(SlotMap {
                 owners: vec![NO_OWNER; usize::from(SLOTS)],
                 masters: Vec::new(),
@@ -262,7 +260,7 @@ impl Cluster {
         let mut last_error = None;
         for node in nodes {
             // A frozen node must not hold the refresh for a whole (long) response timeout.
-            let deadline = Instant::now() + self.response_timeout.min(MAP_ANSWER_WITHIN);
+            let deadline = Instant::now() + self.timeouts.response.min(MAP_ANSWER_WITHIN);
             let answer = self.pool_at(node).run_before(deadline, |connection| {
                 let map = redis::cmd("CLUSTER")
                     .arg("SLOTS")
@@ -387,13 +385,7 @@ impl Cluster {
             // The template made a client already: its settings at another address do too.
             Err(err) => unreachable!("connection settings refused at {address}: {err}"),
         };
-        Pool::new(
-            target,
-            self.connect_timeout,
-            self.response_timeout,
-            self.max_idle_connections,
-        )
-        .with_failure_hook(Box::new(move |err| {
+        Pool::new(target, self.timeouts, self.sizes).with_failure_hook(Box::new(move |err| {
             if let Some(cluster) = this.upgrade() {
                 cluster.call_failed(err);
             }
@@ -505,7 +497,7 @@ impl Cluster {
     }
 
     pub(crate) fn response_timeout(&self) -> Duration {
-        self.response_timeout
+        self.timeouts.response
     }
 
     /// Which cluster this is, to tell managers apart: its seeds.

@@ -5,7 +5,9 @@
 //! error or a timeout is dropped, never reused: its stream may hold a late answer; so is one
 //! whose command gave up on an answer on purpose (a `WAIT` that only reports). No thread
 //! of its own; connections are made on demand by the calling thread and kept idle up to a
-//! bound.
+//! bound. The connections open at once, idle and in use, have a bound too: a call that finds
+//! them all in use waits for one to come back or close, within its connect timeout (or its
+//! deadline), and fails with [`Error::Timeout`] if none does.
 //!
 //! A plaintext connection to a host name is made to the addresses the manager's [`Resolver`]
 //! looks up within the connect timeout. A TLS connection cannot be: redis-rs checks the
@@ -51,7 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use redis::{
     Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, ErrorKind, RedisError, RedisResult,
     ServerErrorKind, Value,
@@ -73,6 +75,21 @@ pub(crate) enum Target {
     },
     /// The master the sentinels name now.
     Sentinel(Arc<MasterLocator>),
+}
+
+/// A pool's timeouts: for a new connection (set-up included), and for each answer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolTimeouts {
+    pub(crate) connect: Duration,
+    pub(crate) response: Duration,
+}
+
+/// How many connections a pool keeps idle, and how many it may have open at once (idle and
+/// in use).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolSizes {
+    pub(crate) max_idle: usize,
+    pub(crate) max_open: usize,
 }
 
 /// Told of every call of a pool that failed, before the error is sorted: in cluster mode,
@@ -109,6 +126,8 @@ pub(crate) struct Pool {
     ping_to_handshake: bool,
     /// Idle connections.
     idle: Mutex<Vec<Pooled>>,
+    /// How many connections are open (idle or in use), against the most there may be.
+    open: Arc<OpenCount>,
     /// The generation of a pool with a fixed target: moves when it is retired.
     epoch: AtomicU64,
     /// The pool was retired: it serves no call any more.
@@ -121,10 +140,39 @@ pub(crate) struct Pool {
     on_failure: Option<FailureHook>,
 }
 
-/// A connection of the pool, and the generation of the topology it was made for.
+/// A connection of the pool, the generation of the topology it was made for, and its place
+/// among the pool's open connections (given back when it is dropped).
 pub(crate) struct Pooled {
     connection: Connection,
     generation: u64,
+    _place: Place,
+}
+
+/// How many connections of a pool are open, against the most it may have.
+struct OpenCount {
+    open: Mutex<usize>,
+    /// Told of every connection closed and every one made idle: a caller waiting for one may
+    /// go on.
+    changed: Condvar,
+    most: usize,
+}
+
+/// A place among a pool's open connections: taken before a connection is made, given back
+/// when it is dropped (or when making it failed).
+struct Place(Arc<OpenCount>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let count = &*self.0;
+        *count.open.lock() -= 1;
+        count.changed.notify_one();
+    }
+}
+
+/// What a call may run on: an idle connection, or a place to make a new one.
+enum Available {
+    Idle(Pooled),
+    Place(Place),
 }
 
 impl Deref for Pooled {
@@ -142,12 +190,11 @@ impl DerefMut for Pooled {
 }
 
 impl Pool {
-    pub(crate) fn new(
-        target: Target,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-        max_idle: usize,
-    ) -> Self {
+    pub(crate) fn new(target: Target, timeouts: PoolTimeouts, sizes: PoolSizes) -> Self {
+        let PoolTimeouts {
+            connect: connect_timeout,
+            response: response_timeout,
+        } = timeouts;
         let info = match &target {
             Target::Fixed { client, .. } => client.get_connection_info().clone(),
             Target::Sentinel(locator) => locator.master_info(),
@@ -164,9 +211,14 @@ impl Pool {
             ping_to_handshake: tls && setup_replies == 0,
             target,
             idle: Mutex::new(Vec::new()),
+            open: Arc::new(OpenCount {
+                open: Mutex::new(0),
+                changed: Condvar::new(),
+                most: sizes.max_open.max(1),
+            }),
             epoch: AtomicU64::new(0),
             retired: AtomicBool::new(false),
-            max_idle,
+            max_idle: sizes.max_idle,
             connect_timeout,
             response_timeout,
             on_failure: None,
@@ -253,35 +305,44 @@ impl Pool {
         mut command: impl FnMut(&mut Connection) -> RedisResult<(T, Reading)>,
     ) -> Result<T> {
         self.refuse_if_retired()?;
-        let pooled = self.take_idle();
-        if let Some(connection) = pooled {
+        // A connection, idle or new, within the connect timeout (or the deadline): a call
+        // waits for one while the pool has as many open as it may.
+        let connected_by = match deadline {
+            Some(deadline) => deadline.min(Instant::now() + self.connect_timeout),
+            None => Instant::now() + self.connect_timeout,
+        };
+        let mut available = self.available(connected_by, true)?;
+        if let Available::Idle(connection) = available {
             match self.run_on(connection, timeout, deadline, timeouts, &mut command) {
                 Err(err) if is_stale_connection(&err) => {
                     log::debug!("dropping idle redis connections after: {err}");
-                    self.idle.lock().clear();
+                    self.forget_idle();
                     self.failed(&err);
                 }
                 outcome => return self.sorted(outcome, timeout),
             }
+            // A fresh connection: the idle ones may all be dead.
+            available = self.available(connected_by, false)?;
+        }
+        let Available::Place(place) = available else {
+            unreachable!("only a place is asked for");
+        };
+        // redis-rs gives the TCP connect and each reply of its set-up commands the whole
+        // timeout: share what is left among them.
+        let left = connected_by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(timeout));
         }
         let connect_timeout = match deadline {
-            None => self.connect_timeout,
-            // redis-rs gives the TCP connect and each reply of its set-up commands the whole
-            // timeout: share what is left among them.
-            Some(deadline) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(Error::Timeout(timeout));
-                }
-                self.connect_timeout.min(left / self.setup_replies)
-            }
+            None => left,
+            Some(_) => left / self.setup_replies,
         };
         // A stale connection may have been stale because the pool was retired meanwhile.
         self.refuse_if_retired()?;
         // What the call may take from here: a connection and an answer, or until its deadline.
         let give_up_at = deadline.unwrap_or_else(|| Instant::now() + connect_timeout + timeout);
         let connection = self
-            .connect(connect_timeout)
+            .connect(connect_timeout, place)
             .map_err(|err| self.explain_fresh_failure(err, Stage::Connecting, give_up_at))?;
         let outcome = self.run_on(connection, timeout, deadline, timeouts, &mut command);
         self.sorted(outcome, timeout)
@@ -319,9 +380,47 @@ impl Pool {
         }
     }
 
-    /// Drops every idle connection (the master moved).
+    /// Drops every idle connection (the master moved, or one was found dead).
     pub(crate) fn forget_idle(&self) {
-        self.idle.lock().clear();
+        // Dropped after the lock is let go: a connection dropped gives its place back, which
+        // takes the count's lock (taken before the idle lock, never after).
+        let forgotten = std::mem::take(&mut *self.idle.lock());
+        drop(forgotten);
+    }
+
+    /// An idle connection (when `idle_too`), or a place to make a new one; waits for either
+    /// until `give_up_at` while the pool has as many connections open as it may.
+    fn available(&self, give_up_at: Instant, idle_too: bool) -> Result<Available> {
+        let count = &*self.open;
+        let started = Instant::now();
+        loop {
+            // (Without the count's lock: taking an idle connection may drop stale ones, whose
+            // places go back under that lock.)
+            if idle_too {
+                if let Some(connection) = self.take_idle() {
+                    return Ok(Available::Idle(connection));
+                }
+            }
+            let mut open = count.open.lock();
+            if *open < count.most {
+                *open += 1;
+                return Ok(Available::Place(Place(Arc::clone(&self.open))));
+            }
+            // One put back since the look above: take it. (One put back from now on tells
+            // this thread, which waits under the lock the teller takes.)
+            if idle_too && !self.idle.lock().is_empty() {
+                continue;
+            }
+            if count.changed.wait_until(&mut open, give_up_at).timed_out() {
+                log::debug!(
+                    "{}: all {} connections in use for {:?}",
+                    self.server(),
+                    count.most,
+                    started.elapsed()
+                );
+                return Err(Error::Timeout(self.connect_timeout));
+            }
+        }
     }
 
     /// The generation of the topology now: a connection made for another is not used again.
@@ -419,9 +518,16 @@ impl Pool {
     pub(crate) fn take_idle(&self) -> Option<Pooled> {
         let generation = self.generation();
         let mut idle = self.idle.lock();
-        // Connections made for an older topology go: the master moved since.
-        idle.retain(|connection| connection.generation == generation);
-        idle.pop()
+        // Connections made for an older topology go (the master moved since), once the lock
+        // is let go (see `forget_idle`).
+        let (current, old): (Vec<Pooled>, Vec<Pooled>) = std::mem::take(&mut *idle)
+            .into_iter()
+            .partition(|connection| connection.generation == generation);
+        *idle = current;
+        let taken = idle.pop();
+        drop(idle);
+        drop(old);
+        taken
     }
 
     /// Whether an answer read on `connection` can be trusted: the connection was made for
@@ -434,14 +540,22 @@ impl Pool {
         }
     }
 
-    /// A new connection, made within `budget` (set-up replies included).
+    /// A new connection, made within `budget` (set-up replies included, and the wait for a
+    /// place while the pool has as many connections open as it may).
     pub(crate) fn connect_within(&self, budget: Duration) -> Result<Pooled> {
         self.refuse_if_retired()?;
         if budget.is_zero() {
             return Err(Error::Timeout(budget));
         }
         let give_up_at = Instant::now() + budget;
-        self.connect(self.connect_timeout.min(budget / self.setup_replies))
+        let Available::Place(place) = self.available(give_up_at, false)? else {
+            unreachable!("only a place is asked for");
+        };
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Timeout(budget));
+        }
+        self.connect(self.connect_timeout.min(left / self.setup_replies), place)
             .map_err(|err| self.explain_fresh_failure(err, Stage::Connecting, give_up_at))
             .map_err(|err| err.for_user(self.user()))
     }
@@ -561,16 +675,30 @@ impl Pool {
     }
 
     /// Keeps `connection` for reuse, unless it was made for an older topology or enough are
-    /// idle.
+    /// idle (then it is closed); either way a call waiting for a connection may go on.
     fn put_back(&self, connection: Pooled) {
         let generation = self.generation();
         let mut idle = self.idle.lock();
-        if connection.generation == generation && idle.len() < self.max_idle {
-            idle.push(connection);
+        let unkept = match connection.generation == generation && idle.len() < self.max_idle {
+            true => {
+                idle.push(connection);
+                None
+            }
+            false => Some(connection),
+        };
+        drop(idle);
+        match unkept {
+            // Its place goes back, which tells a waiter.
+            Some(connection) => drop(connection),
+            None => {
+                let _open = self.open.open.lock();
+                self.open.changed.notify_one();
+            }
         }
     }
 
-    fn connect(&self, timeout: Duration) -> Result<Pooled> {
+    /// A new connection, within `timeout`, in the `place` taken for it.
+    fn connect(&self, timeout: Duration, place: Place) -> Result<Pooled> {
         // Read before connecting: a switch while connecting leaves the connection stale.
         let generation = self.generation();
         let connection = self.open(timeout).inspect_err(|err| {
@@ -589,6 +717,7 @@ impl Pool {
         Ok(Pooled {
             connection,
             generation,
+            _place: place,
         })
     }
 
