@@ -65,7 +65,7 @@ use crate::protocol::renew::HoldKind;
 use crate::watchdog::lease::{LeaseState, LostLock, RevocationNotice, RiskNotice};
 use loss::{LossReports, LostCounts};
 use receipts::{Queued, ReceiptQueue};
-use registry::{Entry, Registry};
+use registry::{Entry, Registry, Slot};
 use renewal::{AckWait, Due, Outcome, Renewal};
 use revocation::RevocationReports;
 use risk::{RiskCounts, RiskReports};
@@ -306,7 +306,7 @@ impl Watchdog {
         let mut state = shared.state.lock();
         let state = &mut *state;
         let mut wake = false;
-        if let Some(entry) = state.registry.get_mut(key) {
+        if let Some((slot, entry)) = state.registry.find_mut(key) {
             if &*entry.holder == holding.holder && entry.lease.lost().is_none() {
                 entry.lease.extend(sent_at, lease);
                 // Redis just granted a level of the chain: it holds.
@@ -316,13 +316,13 @@ impl Watchdog {
                         entry.renewed_levels += 1;
                         if entry.renewed_levels == 1 && !entry.renewing {
                             let at = sent_at + shared.interval;
-                            wake = state.schedule.renewal(&Arc::from(key), entry, at);
+                            wake = state.schedule.renewal(slot, entry, at);
                         }
                     }
                     Some(_) => {
                         entry.fixed_levels += 1;
                         if entry.renewed_levels == 0 {
-                            wake = state.schedule.lease_end(&Arc::from(key), entry);
+                            wake = state.schedule.lease_end(slot, entry);
                         }
                     }
                 }
@@ -344,10 +344,9 @@ impl Watchdog {
         } else if grant.joins {
             return None;
         }
-        let key: Arc<str> = Arc::from(key);
         let lease = Arc::new(LeaseState::new(sent_at, lease, token));
-        let entry = state.registry.start_chain(
-            Arc::clone(&key),
+        let (slot, entry) = state.registry.start_chain(
+            Arc::from(key),
             &holding,
             Arc::clone(&lease),
             fixed.is_some(),
@@ -355,8 +354,8 @@ impl Watchdog {
         wake |= match fixed {
             None => state
                 .schedule
-                .renewal(&key, entry, sent_at + shared.interval),
-            Some(_) => state.schedule.lease_end(&key, entry),
+                .renewal(slot, entry, sent_at + shared.interval),
+            Some(_) => state.schedule.lease_end(slot, entry),
         };
         state.schedule.compact(&state.registry);
         if wake {
@@ -414,7 +413,7 @@ impl Watchdog {
         let State {
             registry, schedule, ..
         } = &mut *state;
-        let entry = registry.get_mut(key).filter(|entry| is_ours(entry))?;
+        let (slot, entry) = registry.find_mut(key).filter(|(_, entry)| is_ours(entry))?;
         let fixed = fixed.unwrap_or(entry.renewed_levels == 0);
         if fixed {
             entry.fixed_levels = entry.fixed_levels.saturating_sub(1);
@@ -433,7 +432,7 @@ impl Watchdog {
             // Fixed-lease levels remain and nothing renews them: watch their deadline. (The
             // release of this level gives them at least the watchdog timeout; the deadline
             // kept here is older, so it errs on the safe side.)
-            if schedule.lease_end(&Arc::from(key), entry) {
+            if schedule.lease_end(slot, entry) {
                 shared.work_arrived.notify_one();
             }
             return Some((left, holder));
@@ -654,8 +653,8 @@ impl Shared {
                 registry, schedule, ..
             } = &mut *state;
             schedule.take_due(now, registry, due_now);
-            for name in due_now.lease_ends.drain(..) {
-                state.check_lease_end(&name, now);
+            for slot in due_now.lease_ends.drain(..) {
+                state.check_lease_end(slot, now);
             }
             let batch = state.take_batch(due_now.renewals.drain(..), now);
             let receipts = {
@@ -739,7 +738,8 @@ impl Shared {
                 risks,
                 ..
             } = &mut *state;
-            let Some(entry) = registry.get_mut(&renewal.key) else {
+            let slot = renewal.slot;
+            let Some(entry) = registry.at_mut(slot) else {
                 continue;
             };
             if entry.chain != renewal.chain {
@@ -748,7 +748,8 @@ impl Shared {
             entry.renewing = false;
             if entry.lease.is_marked_lost() {
                 // Told while the renewal was out (a force-release notice).
-                registry.remove(&renewal.key);
+                let key = Arc::clone(&entry.key);
+                registry.remove(&key);
                 continue;
             }
             let deadline = entry.lease.deadline();
@@ -763,7 +764,7 @@ impl Shared {
                         && entry.lease.renew(sent_at, self.timeout) =>
                 {
                     risks.renewed(entry);
-                    schedule.renewal(&renewal.key, entry, sent_at + self.interval);
+                    schedule.renewal(slot, entry, sent_at + self.interval);
                     continue;
                 }
                 // No renewal by the deadline: the lease may have run out.
@@ -771,13 +772,14 @@ impl Shared {
                 Outcome::Renewed => LostReason::LeaseExpired,
                 Outcome::Failed(reason) => {
                     risks.renewal_failed(entry, reason);
-                    schedule.renewal(&renewal.key, entry, (now + retry_delay).min(deadline));
-                    schedule.lease_end(&renewal.key, entry);
+                    schedule.renewal(slot, entry, (now + retry_delay).min(deadline));
+                    schedule.lease_end(slot, entry);
                     continue;
                 }
                 Outcome::HolderGone => LostReason::NotHeldAnymore,
             };
-            state.lose(&renewal.key, reason);
+            let key = Arc::clone(&entry.key);
+            state.lose(&key, reason);
         }
         drop(state);
         self.renewal_done.notify_all();
@@ -806,24 +808,24 @@ impl State {
         self.losses.lose(&mut self.registry, name, reason);
     }
 
-    /// Gives the chain of `name` up if its lease has run out by `now`.
-    fn check_lease_end(&mut self, name: &str, now: Instant) {
-        if self
-            .registry
-            .get(name)
-            .is_some_and(|entry| entry.lease.deadline() <= now)
-        {
-            self.lose(name, LostReason::LeaseExpired);
+    /// Gives the chain in `slot` up if its lease has run out by `now`.
+    fn check_lease_end(&mut self, slot: Slot, now: Instant) {
+        let Some(entry) = self.registry.at(slot) else {
+            return;
+        };
+        if entry.lease.deadline() <= now {
+            let key = Arc::clone(&entry.key);
+            self.lose(&key, LostReason::LeaseExpired);
         }
     }
 
     /// Turns the entries whose renewal is due into a renewal batch, marking them as renewing.
     /// Entries past their deadline are given up rather than renewed (this process was paused,
     /// or the thread was late).
-    fn take_batch(&mut self, due: impl Iterator<Item = Arc<str>>, now: Instant) -> Vec<Renewal> {
+    fn take_batch(&mut self, due: impl Iterator<Item = Slot>, now: Instant) -> Vec<Renewal> {
         let mut batch = Vec::new();
-        for name in due {
-            let Some(entry) = self.registry.get_mut(&name) else {
+        for slot in due {
+            let Some(entry) = self.registry.at_mut(slot) else {
                 continue;
             };
             if entry.renewing {
@@ -831,12 +833,13 @@ impl State {
             }
             if entry.renewed_levels == 0 {
                 // Only fixed-lease levels are left: nothing to renew, a deadline to watch.
-                self.schedule.lease_end(&name, entry);
+                self.schedule.lease_end(slot, entry);
                 continue;
             }
             let lease_deadline = entry.lease.deadline();
             if lease_deadline <= now {
-                self.lose(&name, LostReason::LeaseExpired);
+                let key = Arc::clone(&entry.key);
+                self.lose(&key, LostReason::LeaseExpired);
                 continue;
             }
             entry.renewing = true;
@@ -846,7 +849,7 @@ impl State {
                 holder: Arc::clone(&entry.holder),
                 chain: entry.chain,
                 lease_deadline,
-                key: name,
+                slot,
             });
         }
         batch

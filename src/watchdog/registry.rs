@@ -10,10 +10,14 @@
 //! renewal of it is on the wire, and when the schedule expects to look at it next. Chains are
 //! numbered so that a later chain of the same name is told apart from an earlier one.
 //!
+//! The entries live in slots: the schedule and the renewals refer to an entry by its
+//! [`Slot`] (with its chain number), so that renewing many holds looks each up by index;
+//! a key leads to its slot for the calls that come with a key.
+//!
 //! Plain data: no I/O, no clock reads. The fields are read and written by the facade, the
 //! thread loop, the schedule (`renewal_due`, `lease_end_due` only) and the loss reporting.
 
-use std::collections::{hash_map, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,6 +25,8 @@ use crate::protocol::renew::HoldKind;
 use crate::watchdog::lease::LeaseState;
 
 pub(super) struct Entry {
+    /// Its key in the registry.
+    pub(super) key: Arc<str>,
     /// The name of the primitive held (the key is not always the name).
     pub(super) name: Arc<str>,
     pub(super) kind: HoldKind,
@@ -51,43 +57,71 @@ impl Entry {
     }
 }
 
+/// Where an entry lives in the registry: what the schedule and the renewals refer to it by,
+/// with its chain number (a slot given to a later chain holds another number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct Slot(usize);
+
+/// The entries, in slots (so that the renewal of 100 000 holds looks each up by its index,
+/// not by hashing its key twice), and the slot of each key.
 #[derive(Default)]
 pub(super) struct Registry {
-    entries: HashMap<Arc<str>, Entry>,
+    slots: Vec<Option<Entry>>,
+    /// Slots emptied, for the next entries.
+    free: Vec<usize>,
+    by_key: HashMap<Arc<str>, Slot>,
     /// The number of the latest chain.
     last_chain: u64,
 }
 
 impl Registry {
     pub(super) fn len(&self) -> usize {
-        self.entries.len()
+        self.by_key.len()
     }
 
-    pub(super) fn get(&self, name: &str) -> Option<&Entry> {
-        self.entries.get(name)
+    pub(super) fn get(&self, key: &str) -> Option<&Entry> {
+        self.at(*self.by_key.get(key)?)
     }
 
-    pub(super) fn get_mut(&mut self, name: &str) -> Option<&mut Entry> {
-        self.entries.get_mut(name)
+    /// The entry under `key`, and its slot.
+    pub(super) fn find_mut(&mut self, key: &str) -> Option<(Slot, &mut Entry)> {
+        let slot = *self.by_key.get(key)?;
+        Some((slot, self.at_mut(slot)?))
+    }
+
+    /// The entry in `slot`, if there is one.
+    pub(super) fn at(&self, slot: Slot) -> Option<&Entry> {
+        self.slots.get(slot.0)?.as_ref()
+    }
+
+    /// The entry in `slot`, if there is one.
+    pub(super) fn at_mut(&mut self, slot: Slot) -> Option<&mut Entry> {
+        self.slots.get_mut(slot.0)?.as_mut()
     }
 
     /// How many entries are at risk now.
     pub(super) fn at_risk(&self) -> usize {
         let at_risk = |entry: &&Entry| entry.lease.risk().is_some();
-        self.entries.values().filter(at_risk).count()
+        self.entries().filter(at_risk).count()
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.slots.iter().flatten()
     }
 
     pub(super) fn remove(&mut self, key: &str) {
-        self.entries.remove(key);
+        if let Some(slot) = self.by_key.remove(key) {
+            self.slots[slot.0] = None;
+            self.free.push(slot.0);
+        }
     }
 
     /// The keys of the entries of `name` held by `holder` (a writer's chain and its read
     /// levels' share one), looked for among all entries: for rare events only.
     pub(super) fn find_all(&self, name: &str, holder: &str) -> Vec<Arc<str>> {
-        self.entries
-            .iter()
-            .filter(|(_, entry)| &*entry.name == name && &*entry.holder == holder)
-            .map(|(key, _)| Arc::clone(key))
+        self.entries()
+            .filter(|entry| &*entry.name == name && &*entry.holder == holder)
+            .map(|entry| Arc::clone(&entry.key))
             .collect()
     }
 
@@ -99,9 +133,10 @@ impl Registry {
         holding: &super::Holding<'_>,
         lease: Arc<LeaseState>,
         fixed: bool,
-    ) -> &mut Entry {
+    ) -> (Slot, &mut Entry) {
         self.last_chain += 1;
         let entry = Entry {
+            key: Arc::clone(&key),
             name: Arc::from(holding.name),
             kind: holding.kind,
             chain: self.last_chain,
@@ -114,12 +149,21 @@ impl Registry {
             renewal_due: None,
             lease_end_due: None,
         };
-        match self.entries.entry(key) {
-            hash_map::Entry::Occupied(mut occupied) => {
-                occupied.insert(entry);
-                occupied.into_mut()
+        let slot = match self.by_key.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let slot = match self.free.pop() {
+                    Some(index) => Slot(index),
+                    None => {
+                        self.slots.push(None);
+                        Slot(self.slots.len() - 1)
+                    }
+                };
+                self.by_key.insert(key, slot);
+                slot
             }
-            hash_map::Entry::Vacant(vacant) => vacant.insert(entry),
-        }
+        };
+        let entry = self.slots[slot.0].insert(entry);
+        (slot, entry)
     }
 }

@@ -36,6 +36,8 @@ use crate::protocol::slot::key_slot;
 use crate::protocol::ScriptCall;
 use crate::topology::pool::{Pool, Reading};
 
+use super::registry::Slot;
+
 /// How many locks one script call renews. Bounds the time one call blocks Redis (other
 /// clients run between the calls of a pipeline) while keeping script calls few.
 const LOCKS_PER_SCRIPT_CALL: usize = 1_000;
@@ -45,8 +47,8 @@ const RECEIPTS_PER_UNLINK: usize = 1_000;
 
 /// One lock of a renewal batch.
 pub(super) struct Renewal {
-    /// The entry's key in the registry.
-    pub(super) key: Arc<str>,
+    /// The entry's slot in the registry.
+    pub(super) slot: Slot,
     pub(super) name: Arc<str>,
     pub(super) kind: HoldKind,
     pub(super) holder: Arc<str>,

@@ -21,10 +21,9 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::registry::{Entry, Registry};
+use super::registry::{Entry, Registry, Slot};
 use super::wheel::TimerWheel;
 
 /// Ticks per renewal interval: renewals due within one tick go out together, at most a
@@ -33,12 +32,12 @@ const TICKS_PER_INTERVAL: u32 = 16;
 /// Slots of the timer wheel: one turn spans four intervals.
 const WHEEL_SLOTS: usize = 64;
 
-/// A queued look at the entry `name` of chain `chain` at `at`.
+/// A queued look at the entry in `slot` of chain `chain` at `at`.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Due {
     at: Instant,
     chain: u64,
-    name: Arc<str>,
+    slot: Slot,
 }
 
 pub(super) struct Schedule {
@@ -61,10 +60,10 @@ enum ThreadState {
 /// The entries whose queued work came out, current items only.
 #[derive(Default)]
 pub(super) struct DueNow {
-    /// Names of entries whose renewal is due.
-    pub(super) renewals: Vec<Arc<str>>,
-    /// Names of entries whose lease deadline is to be checked.
-    pub(super) lease_ends: Vec<Arc<str>>,
+    /// Slots of entries whose renewal is due.
+    pub(super) renewals: Vec<Slot>,
+    /// Slots of entries whose lease deadline is to be checked.
+    pub(super) lease_ends: Vec<Slot>,
 }
 
 impl Schedule {
@@ -80,23 +79,23 @@ impl Schedule {
 
     /// Makes a renewal of `entry` at `at` the one it expects. Answers whether the thread must
     /// be woken for it.
-    pub(super) fn renewal(&mut self, name: &Arc<str>, entry: &mut Entry, at: Instant) -> bool {
+    pub(super) fn renewal(&mut self, slot: Slot, entry: &mut Entry, at: Instant) -> bool {
         if entry.renewal_due != Some(at) {
             entry.renewal_due = Some(at);
-            self.renewals.insert(at, due(at, entry, name));
+            self.renewals.insert(at, due(at, entry, slot));
         }
         self.wakes_too_late_for(at)
     }
 
     /// Makes a check of `entry`'s lease deadline, as it stands, the one it expects. Answers
     /// whether the thread must be woken for it.
-    pub(super) fn lease_end(&mut self, name: &Arc<str>, entry: &mut Entry) -> bool {
+    pub(super) fn lease_end(&mut self, slot: Slot, entry: &mut Entry) -> bool {
         let at = entry.lease.deadline();
         if entry.lease_end_due == Some(at) {
             return false;
         }
         entry.lease_end_due = Some(at);
-        self.lease_ends.push(Reverse(due(at, entry, name)));
+        self.lease_ends.push(Reverse(due(at, entry, slot)));
         self.wakes_too_late_for(at)
     }
 
@@ -110,19 +109,19 @@ impl Schedule {
             let Some(Reverse(item)) = self.lease_ends.pop() else {
                 break;
             };
-            if let Some(entry) = registry.get_mut(&item.name) {
+            if let Some(entry) = registry.at_mut(item.slot) {
                 if item.is_expected_by(entry, entry.lease_end_due) {
                     entry.lease_end_due = None;
-                    due_now.lease_ends.push(item.name);
+                    due_now.lease_ends.push(item.slot);
                 }
             }
         }
         self.renewals.collect(now, &mut self.collected);
         for item in self.collected.drain(..) {
-            if let Some(entry) = registry.get_mut(&item.name) {
+            if let Some(entry) = registry.at_mut(item.slot) {
                 if item.is_expected_by(entry, entry.renewal_due) {
                     entry.renewal_due = None;
-                    due_now.renewals.push(item.name);
+                    due_now.renewals.push(item.slot);
                 }
             }
         }
@@ -184,11 +183,11 @@ pub(super) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant
     }
 }
 
-fn due(at: Instant, entry: &Entry, name: &Arc<str>) -> Due {
+fn due(at: Instant, entry: &Entry, slot: Slot) -> Due {
     Due {
         at,
         chain: entry.chain,
-        name: Arc::clone(name),
+        slot,
     }
 }
 
@@ -202,6 +201,6 @@ impl Due {
 
 fn is_current_lease_end(item: &Due, registry: &Registry) -> bool {
     registry
-        .get(&item.name)
+        .at(item.slot)
         .is_some_and(|entry| item.is_expected_by(entry, entry.lease_end_due))
 }
