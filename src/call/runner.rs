@@ -9,9 +9,7 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use redis::{
-    Cmd, Connection, ErrorKind, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
-};
+use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, Value};
 
 use crate::call::replication::{Acked, ReplicaAcks};
 use crate::protocol::ScriptCall as Call;
@@ -62,15 +60,16 @@ pub(crate) fn run_pipelined(
     acks: Option<&ReplicaAcks>,
 ) -> RedisResult<(Vec<Value>, Vec<Value>)> {
     let started = Instant::now();
-    let mut pipeline = redis::pipe();
+    // Packed as they are, one after the other: no copy of the commands first.
+    let mut pipeline = Vec::new();
     for call in calls {
-        pipeline.add_command(call.command().clone());
+        call.command().write_packed_command(&mut pipeline);
     }
     for command in other {
-        pipeline.add_command(command.clone());
+        command.write_packed_command(&mut pipeline);
     }
     if let Some(acks) = acks {
-        pipeline.add_command(acks.command().clone());
+        acks.command().write_packed_command(&mut pipeline);
     }
     calls.iter().for_each(Call::note_sent);
     let mut answers = query_before(connection, &pipeline, calls.len() + other.len(), deadline)?;
@@ -101,15 +100,15 @@ pub(crate) fn run_pipelined(
         }
         deadline += stale_from.elapsed();
     }
-    let mut again = redis::pipe();
+    let mut again = Vec::new();
     for call in &missing {
-        again.add_command(load_command(call));
+        load_command(call).write_packed_command(&mut again);
     }
     for call in calls {
-        again.add_command(call.command().clone());
+        call.command().write_packed_command(&mut again);
     }
     if let Some(acks) = acks {
-        again.add_command(acks.command().clone());
+        acks.command().write_packed_command(&mut again);
     }
     // Sent again: the calls that ran the first time (a call refused with `NOSCRIPT` did not).
     for (call, answer) in calls.iter().zip(&answers) {
@@ -162,7 +161,7 @@ pub(crate) fn run_acknowledged(
     Ok((Acked::judged(answer, judged), reading))
 }
 
-/// Sends `pipeline` and reads the answers of its first `count` commands, server errors
+/// Sends the packed commands of `pipeline` and reads the answers of its first `count`, server errors
 /// included, until `deadline`.
 ///
 /// `Pipeline::query` waits the full socket timeout for every answer, even after one timed
@@ -174,13 +173,13 @@ pub(crate) fn run_acknowledged(
 /// when it ended, and past their deadline what has arrived is still read ([`LAST_LOOK`]).
 fn query_before(
     connection: &mut Connection,
-    pipeline: &Pipeline,
+    pipeline: &[u8],
     count: usize,
     deadline: Instant,
 ) -> RedisResult<Vec<Value>> {
     let answers_within = deadline.saturating_duration_since(Instant::now());
     set_timeout_until(connection, deadline)?;
-    connection.send_packed_command(&pipeline.get_packed_pipeline())?;
+    connection.send_packed_command(pipeline)?;
     let deadline = deadline.max(Instant::now() + answers_within);
     let mut answers = Vec::with_capacity(count);
     for _ in 0..count {
