@@ -182,11 +182,37 @@ fn query_before(
     connection.send_packed_command(pipeline)?;
     let deadline = deadline.max(Instant::now() + answers_within);
     let mut answers = Vec::with_capacity(count);
+    let mut read_timeout = ReadTimeout::default();
     for _ in 0..count {
-        set_timeout_until(connection, deadline)?;
+        read_timeout.until(connection, deadline)?;
         answers.push(connection.recv_response()?);
     }
     Ok(answers)
+}
+
+/// The read timeout of a connection reading answers until a deadline, set again only when
+/// time has gone by since it was last set ([`LAST_LOOK`]): most answers of a pipeline are
+/// read from what has arrived already, and two system calls an answer were most of the CPU
+/// a renewal of a cluster's lock costs (one script call a slot). A read ends at most
+/// [`LAST_LOOK`] past the deadline.
+#[derive(Default)]
+struct ReadTimeout {
+    set_at: Option<Instant>,
+}
+
+impl ReadTimeout {
+    fn until(&mut self, connection: &Connection, deadline: Instant) -> RedisResult<()> {
+        let now = Instant::now();
+        let fresh = self
+            .set_at
+            .is_some_and(|set_at| now.saturating_duration_since(set_at) < LAST_LOOK);
+        if !fresh {
+            let left = time_left(deadline).unwrap_or(LAST_LOOK);
+            connection.set_read_timeout(Some(left))?;
+            self.set_at = Some(now);
+        }
+        Ok(())
+    }
 }
 
 /// How long a read or write past its deadline may still wait: only for what is there
