@@ -1,16 +1,22 @@
 //! Handoffs inside the release, against the floor of the lock's own scripts, all measured in
-//! one run on one server.
+//! one run on one server: on loopback, and again through a proxy of the test fixtures that
+//! delays every request and every answer by 125 µs, where round trips, not thread wake-ups,
+//! are the cost.
 //!
 //! `cargo bench --bench handoff [-- redis-url]`: without a URL it starts a throwaway
-//! `redis-server`. Prints:
+//! `redis-server` (a URL given is proxied only when it is a loopback `redis://` address). Prints,
+//! for each network:
 //! - the raw pair: the plain lock's acquire and release scripts, as the crate assembles them,
 //!   sent by hand on one connection; and one script round trip, the median of either script
-//!   alone in that pair;
+//!   alone in that pair, the unit of what follows; its p99 is the network's own jitter;
 //! - the library's uncontended lock+unlock pair, as a ratio to the raw pair;
 //! - handoffs (from the start of a release to the next holder having the lock), in script
 //!   round trips: the plain lock between 8 threads of one process (handed on inside the
 //!   release), the plain lock between processes (freed, woken, taken), the fair lock between
 //!   processes (granted inside the release);
+//!
+//! and whether the fair handoff's p99 through the proxy stays within 3 round trips. Then, on
+//! loopback:
 //! - how often 8 threads of one process take and release one lock per second, with handoffs
 //!   and without them (`local_handoffs(0)`);
 //! - the longest wait of a thread in another process while 4 threads of one process keep the
@@ -27,12 +33,23 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{measure_steps, Samples};
+use common::{floor, measure_steps, Samples};
 use parking_lot::Mutex;
 use redlease::{Lock, LockManager};
-use redlease_testing::{now_ns, url_or_throwaway};
+use redlease_testing::{now_ns, url_or_throwaway, CuttingProxy};
 
 const PAIRS: usize = 20_000;
+/// Fewer through the proxy, where a pair takes two of its round trips.
+const PROXIED_PAIRS: usize = 2_000;
+/// The proxy's delay, each way: with its sleeps' overshoot and its own hops, a round trip of
+/// 0.3-0.5 ms, a network between hosts of one data centre.
+const PROXY_DELAY: Duration = Duration::from_micros(125);
+/// The fair handoff's p99 through the proxy, in round trips, that the lock keeps: the grant
+/// inside the release, its message and the holder's read of it.
+const FAIR_P99_ROUND_TRIPS: f64 = 3.0;
+/// A script's own p99 through the proxy, in round trips, above which the machine is too busy
+/// for the fair handoff's p99 to tell anything about the lock.
+const QUIET_NETWORK_P99: f64 = 1.5;
 const THREADS: usize = 8;
 const HANDOFFS_PER_THREAD: usize = 400;
 const PROCESSES: usize = 4;
@@ -41,30 +58,91 @@ const RATE_RUN: Duration = Duration::from_secs(3);
 const STARVATION_RUN: Duration = Duration::from_secs(4);
 const BUSY_THREADS: usize = 4;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> BenchResult<()> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|arg| arg == "--contender") {
         return contend(&args[at + 1..]);
     }
     let url_argument = args.iter().skip(1).find(|arg| arg.starts_with("redis"));
     let (url, _server) = url_or_throwaway(url_argument.cloned())?;
-    let manager = LockManager::builder(url.as_str()).build()?;
 
-    let (raw_pair, script) = measure_raw_pair(&url)?;
+    println!("== on loopback");
+    floors(&url, "bench", PAIRS)?;
+    match loopback_port(&url) {
+        Some(port) => {
+            let proxy = CuttingProxy::start(port)?;
+            proxy.set_latency(PROXY_DELAY);
+            proxy.set_answer_latency(PROXY_DELAY);
+            println!("== through a proxy adding {PROXY_DELAY:?} each way");
+            let p99s = floors(&proxy.url(), "bench-proxied", PROXIED_PAIRS)?;
+            let verdict = if p99s.script > QUIET_NETWORK_P99 {
+                "not judged: the network's own p99 is above 1.5 round trips (a busy machine)"
+            } else if p99s.fair <= FAIR_P99_ROUND_TRIPS {
+                "kept"
+            } else {
+                "NOT KEPT"
+            };
+            println!(
+                "fair handoff p99 {:.2} round trips (a script's own p99 {:.2}), floor of \
+                 {FAIR_P99_ROUND_TRIPS}: {verdict}",
+                p99s.fair, p99s.script
+            );
+        }
+        None => println!("== not proxied: the server is not a loopback redis:// address"),
+    }
+    println!("== on loopback");
+    rates(&url)?;
+    for (label, bound) in [("bounded (default)", None), ("unbounded", Some(u32::MAX))] {
+        let (longest, taken) = measure_starvation(&url, bound)?;
+        println!(
+            "{:<40} longest wait {:.1} ms, {taken} acquisitions in {STARVATION_RUN:?}",
+            format!("other process vs {BUSY_THREADS} busy threads, {label}"),
+            longest.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}
+
+/// The port of a `redis://` URL on loopback, which the proxy can stand in front of.
+fn loopback_port(url: &str) -> Option<u16> {
+    let rest = url.strip_prefix("redis://")?;
+    let authority = rest.split('/').next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let (host, port) = host_port.rsplit_once(':')?;
+    matches!(host, "127.0.0.1" | "localhost")
+        .then(|| port.parse().ok())
+        .flatten()
+}
+
+/// The p99s of a network, in its round trips (the median of a script alone).
+struct P99s {
+    /// A script alone: the network's own jitter.
+    script: f64,
+    /// The fair lock's handoff between processes.
+    fair: f64,
+}
+
+/// The raw pair, the library's pair and the handoffs on the server at `url`, with names
+/// under `prefix`, `pairs` pairs of each.
+fn floors(url: &str, prefix: &str, pairs: usize) -> BenchResult<P99s> {
+    let manager = LockManager::builder(url).build()?;
+    let (raw_pair, script) = measure_raw_pair(url, &format!("{prefix}:raw"), pairs)?;
     let script_rt = script.percentile(50);
     println!(
-        "{:<40} {}",
+        "{:<40} {}  p99 = {:.2} round trips",
         "script round trip (either script)",
-        script.describe(None)
+        script.describe(None),
+        ratio(script.percentile(99), script_rt)
     );
     println!(
         "{:<40} {}",
         "raw pair (the two scripts by hand)",
         raw_pair.describe(None)
     );
-    let pair = Samples::new(measure_steps(PAIRS, || {
-        manager.lock("bench:pair").lock()?.unlock()
-    })?);
+    let pair_lock = manager.lock(&format!("{prefix}:pair"));
+    let pair = Samples::new(measure_steps(pairs, || pair_lock.lock()?.unlock())?);
     println!(
         "{:<40} {}  = {:.2}x the raw pair (p50)",
         "library lock+unlock pair",
@@ -72,7 +150,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ratio(pair.percentile(50), raw_pair.percentile(50))
     );
 
-    let local = Samples::new(measure_threads(&manager.lock("bench:handoff"))?);
+    let local = Samples::new(measure_threads(
+        &manager.lock(&format!("{prefix}:handoff")),
+    )?);
     print_handoffs(
         &format!("handoff, {THREADS} threads, 1 process"),
         &local,
@@ -83,32 +163,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "  of which handed on inside the release",
         manager.stats().handoffs
     );
-    let unhanded = LockManager::builder(url.as_str())
-        .local_handoffs(0)
-        .build()?;
-    let freed = Samples::new(measure_threads(&unhanded.lock("bench:freed"))?);
+    let unhanded = LockManager::builder(url).local_handoffs(0).build()?;
+    let freed = Samples::new(measure_threads(&unhanded.lock(&format!("{prefix}:freed")))?);
     print_handoffs("  the same without handoffs", &freed, script_rt);
-    let between = Samples::new(measure_processes(&url, "plain", "bench:between")?);
+    let between = Samples::new(measure_processes(
+        url,
+        "plain",
+        &format!("{prefix}:between"),
+    )?);
     print_handoffs(
         &format!("handoff, {PROCESSES} processes"),
         &between,
         script_rt,
     );
-    let fair = Samples::new(measure_processes(&url, "fair", "bench:fair-between")?);
+    let fair = Samples::new(measure_processes(url, "fair", &format!("{prefix}:fair"))?);
     print_handoffs(
         &format!("fair handoff, {PROCESSES} processes"),
         &fair,
         script_rt,
     );
+    Ok(P99s {
+        script: ratio(script.percentile(99), script_rt),
+        fair: ratio(fair.percentile(99), script_rt),
+    })
+}
 
-    let scripts_before = script_calls(&url)?;
-    let with = acquisitions_per_second(&LockManager::builder(url.as_str()).build()?)?;
-    let scripts_between = script_calls(&url)?;
-    let without = LockManager::builder(url.as_str())
-        .local_handoffs(0)
-        .build()?;
+/// Acquisitions per second of 8 threads on one lock, with handoffs and without, and the
+/// scripts Redis ran for each.
+fn rates(url: &str) -> BenchResult<()> {
+    let scripts_before = script_calls(url)?;
+    let with = acquisitions_per_second(&LockManager::builder(url).build()?)?;
+    let scripts_between = script_calls(url)?;
+    let without = LockManager::builder(url).local_handoffs(0).build()?;
     let without = acquisitions_per_second(&without)?;
-    let scripts_after = script_calls(&url)?;
+    let scripts_after = script_calls(url)?;
     let per = |calls: u64, rate: f64| calls as f64 / (rate * RATE_RUN.as_secs_f64());
     println!(
         "{:<40} {with:.0}/s with handoffs, {without:.0}/s without = {:.2}x",
@@ -121,15 +209,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         per(scripts_between - scripts_before, with),
         per(scripts_after - scripts_between, without)
     );
-
-    for (label, bound) in [("bounded (default)", None), ("unbounded", Some(u32::MAX))] {
-        let (longest, taken) = measure_starvation(&url, bound)?;
-        println!(
-            "{:<40} longest wait {:.1} ms, {taken} acquisitions in {STARVATION_RUN:?}",
-            format!("other process vs {BUSY_THREADS} busy threads, {label}"),
-            longest.as_secs_f64() * 1e3
-        );
-    }
     Ok(())
 }
 
@@ -146,65 +225,33 @@ fn ratio(value: Duration, base: Duration) -> f64 {
     value.as_secs_f64() / base.as_secs_f64().max(1e-9)
 }
 
-/// The plain lock's two scripts as the crate assembles them, sent by hand on one connection:
-/// the pairs, and each script alone.
-fn measure_raw_pair(url: &str) -> redis::RedisResult<(Samples, Samples)> {
-    let script = |parts: &[&str]| {
-        redis::Script::new(&format!(
-            "local publish_command = 'publish'\n{}",
-            parts.concat()
-        ))
-    };
-    let acquire = script(&[
-        include_str!("../src/protocol/acquire_levels.lua"),
-        include_str!("../src/protocol/lock_take.lua"),
-        include_str!("../src/protocol/acquire.lua"),
-    ]);
-    let release = script(&[
-        include_str!("../src/protocol/release_levels.lua"),
-        include_str!("../src/protocol/lock_give.lua"),
-        include_str!("../src/protocol/release.lua"),
-    ]);
+/// The plain lock's two scripts as the crate assembles them, sent by hand on one connection
+/// on the lock `name`, `pairs` times: the pairs, and each script alone.
+fn measure_raw_pair(url: &str, name: &str, pairs: usize) -> redis::RedisResult<(Samples, Samples)> {
     let mut connection = redis::Client::open(url)?.get_connection()?;
-    let (name, token) = ("bench:raw", "redisson_lock_token:{bench:raw}");
+    let lock = floor::PlainLock::new(&mut connection)?;
     let mut round = 0u64;
     let mut pair = || -> redis::RedisResult<(Duration, Duration)> {
         round += 1;
         let holder = format!("raw:{round}");
         let started = Instant::now();
-        acquire
-            .key(name)
-            .key(token)
-            .arg(30_000)
-            .arg(&holder)
-            .arg(0)
+        lock.acquire(name, &holder)
             .invoke::<(i64, i64)>(&mut connection)?;
         let acquired = Instant::now();
-        release
-            .key(name)
-            .key("redisson_lock__channel:{bench:raw}")
-            .key(format!("redisson_unlock_latch:{{bench:raw}}:{round}"))
-            .key(token)
-            .arg(&holder)
-            .arg(30_000)
-            .arg(10_000)
-            .arg("0")
-            .arg(0)
-            .arg("")
-            .arg(0)
+        lock.release(name, &holder, round)
             .invoke::<i64>(&mut connection)?;
         Ok((acquired - started, acquired.elapsed()))
     };
-    for _ in 0..1_000 {
+    for _ in 0..pairs / 20 {
         pair()?;
     }
-    let (mut pairs, mut scripts) = (Vec::new(), Vec::new());
-    for _ in 0..PAIRS {
+    let (mut samples, mut scripts) = (Vec::new(), Vec::new());
+    for _ in 0..pairs {
         let (acquire, release) = pair()?;
-        pairs.push(acquire + release);
+        samples.push(acquire + release);
         scripts.extend([acquire, release]);
     }
-    Ok((Samples::new(pairs), Samples::new(scripts)))
+    Ok((Samples::new(samples), Samples::new(scripts)))
 }
 
 /// A short critical section, so that the others are all waiting.
@@ -248,11 +295,7 @@ fn measure_threads(lock: &Lock) -> redlease::Result<Vec<Duration>> {
 /// Handoffs between `PROCESSES` processes of one thread each, on a lock of `kind`: each
 /// records when it took the lock and when it started releasing it; sorted by acquisition,
 /// each acquisition by another process than the last holder's is a handoff.
-fn measure_processes(
-    url: &str,
-    kind: &str,
-    name: &str,
-) -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+fn measure_processes(url: &str, kind: &str, name: &str) -> BenchResult<Vec<Duration>> {
     let dir = std::env::temp_dir();
     let files: Vec<_> = (0..PROCESSES)
         .map(|index| dir.join(format!("redlease-handoff-{}-{index}", std::process::id())))
@@ -299,7 +342,7 @@ fn contender(args: &[&str]) -> std::io::Result<Child> {
         .spawn()
 }
 
-fn finish(children: Vec<Child>) -> Result<(), Box<dyn std::error::Error>> {
+fn finish(children: Vec<Child>) -> BenchResult<()> {
     for mut child in children {
         let status = child.wait()?;
         if !status.success() {
@@ -313,7 +356,7 @@ fn finish(children: Vec<Child>) -> Result<(), Box<dyn std::error::Error>> {
 /// releases the lock `count` times, writing `<acquired> <release started>` (monotonic ns) per
 /// line; or, for `wait`, takes it again and again for `ms` and writes its longest wait and how
 /// many times it took it.
-fn contend(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+fn contend(args: &[String]) -> BenchResult<()> {
     let [url, kind, name, count, file] = args else {
         return Err("usage: --contender <url> <plain|fair|wait> <name> <count> <file>".into());
     };
@@ -398,10 +441,7 @@ fn acquisitions_per_second(manager: &LockManager) -> redlease::Result<f64> {
 /// The longest wait of a thread in another process, and how often it took the lock, while
 /// `BUSY_THREADS` threads of this process keep the lock busy (with `bound` handoffs in a row,
 /// or the default).
-fn measure_starvation(
-    url: &str,
-    bound: Option<u32>,
-) -> Result<(Duration, u64), Box<dyn std::error::Error>> {
+fn measure_starvation(url: &str, bound: Option<u32>) -> BenchResult<(Duration, u64)> {
     let mut builder = LockManager::builder(url);
     if let Some(bound) = bound {
         builder = builder.local_handoffs(bound);

@@ -34,7 +34,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{measure_steps, Samples};
+use common::{floor, measure_steps, Samples};
 use parking_lot::Mutex;
 use redlease::{Lock, LockManager, RedLock};
 use redlease_testing::{url_or_throwaway, RedisCluster, RedisServer};
@@ -597,41 +597,27 @@ fn measure_semaphore_pairs(manager: &LockManager) -> redlease::Result<Vec<Durati
 }
 
 /// The floor of a semaphore pair: its take and add scripts, as the crate assembles them (each
-/// run once per request: a request key and how long it keeps the answer), sent on a plain
-/// connection with nothing around them (what is left is the round trips and the scripts' run
-/// time).
+/// run once per request: a request key, its deadline and until when it keeps the answer),
+/// sent on a plain connection with nothing around them (what is left is the round trips and
+/// the scripts' run time).
 fn measure_semaphore_scripts(url: &str) -> redis::RedisResult<Vec<Duration>> {
-    let once = |body: &str| {
-        redis::Script::new(&format!(
-            "local publish_command = 'publish'\n{}{}{body}{}",
-            include_str!("../src/protocol/semaphore_count.lua"),
-            include_str!("../src/protocol/request_begin.lua"),
-            include_str!("../src/protocol/request_end.lua"),
-        ))
-    };
-    let take = once(include_str!("../src/protocol/semaphore_take.lua"));
-    let add = once(include_str!("../src/protocol/semaphore_add.lua"));
     let mut connection = redis::Client::open(url)?.get_connection()?;
+    let semaphore = floor::Semaphore::new(&mut connection)?;
+    let name = "bench:semaphore-floor";
     redis::cmd("SET")
-        .arg("bench:semaphore-floor")
+        .arg(name)
         .arg(1)
         .query::<()>(&mut connection)?;
     let mut round = 0u64;
     let mut pair = || -> redis::RedisResult<Duration> {
         round += 1;
-        let request =
-            |verb: &str| format!("redlease_request:{{bench:semaphore-floor}}:{verb}{round}");
+        let request = |verb: &str| format!("redlease_request:{{{name}}}:{verb}{round}");
         let started = Instant::now();
-        take.key("bench:semaphore-floor")
-            .key(request("take"))
-            .arg(1)
-            .arg(10_000)
+        semaphore
+            .take(name, 1, &request("take"))
             .invoke::<i64>(&mut connection)?;
-        add.key("bench:semaphore-floor")
-            .key("redisson_sc:{bench:semaphore-floor}")
-            .key(request("add"))
-            .arg(1)
-            .arg(10_000)
+        semaphore
+            .add(name, 1, &request("add"))
             .invoke::<(i64, i64)>(&mut connection)?;
         Ok(started.elapsed())
     };
@@ -666,40 +652,21 @@ fn measure_fan_out_pings(servers: &[RedisServer]) -> redis::RedisResult<Vec<Dura
 /// The floor of a Redlock pair on these servers: the lock's own acquire and release scripts,
 /// each sent to every server at once, with nothing else around them.
 fn measure_fan_out_scripts(servers: &[RedisServer]) -> redis::RedisResult<Vec<Duration>> {
-    let acquire = redis::Script::new(include_str!("../src/protocol/acquire.lua"));
-    let release = redis::Script::new(include_str!("../src/protocol/release.lua"));
     let mut connections = servers
         .iter()
         .map(|server| redis::Client::open(server.url())?.get_connection())
         .collect::<redis::RedisResult<Vec<_>>>()?;
+    let lock = floor::PlainLock::new(&mut connections[0])?;
     for connection in &mut connections {
-        acquire.prepare_invoke().load(connection)?;
-        release.prepare_invoke().load(connection)?;
+        lock.load(connection)?;
     }
-    let holder = "bench-floor:1";
-    let take = redis::cmd("EVALSHA")
-        .arg(acquire.get_hash())
-        .arg(2)
-        .arg("bench:floor")
-        .arg("redisson_lock_token:{bench:floor}")
-        .arg(30_000)
-        .arg(holder)
-        .arg(0)
-        .get_packed_command();
-    (0..ROUND_TRIPS + 1_000)
+    let (name, holder) = ("bench:floor", "bench-floor:1");
+    let take = lock.acquire(name, holder).evalsha().get_packed_command();
+    (0..ROUND_TRIPS as u64 + 1_000)
         .map(|round| {
-            let latch = format!("redisson_unlock_latch:{{bench:floor}}:{round}");
-            let give = redis::cmd("EVALSHA")
-                .arg(release.get_hash())
-                .arg(3)
-                .arg("bench:floor")
-                .arg("redisson_lock__channel:{bench:floor}")
-                .arg(&latch)
-                .arg(holder)
-                .arg(30_000)
-                .arg(10_000)
-                .arg("0")
-                .arg(0)
+            let give = lock
+                .release(name, holder, round)
+                .evalsha()
                 .get_packed_command();
             let started = Instant::now();
             for packed in [&take, &give] {

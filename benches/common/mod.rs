@@ -1,4 +1,7 @@
-//! What the benches share: timed runs of a step, and samples with their percentiles.
+//! What the benches share: timed runs of a step, samples with their percentiles, and the
+//! floors ([`floor`]): the crate's own scripts sent by hand.
+
+pub mod floor;
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// A proxy on a free loopback port that forwards every connection to a server, can delay
-/// requests ([`set_latency`](Self::set_latency)) or close every connection
+/// requests and answers ([`set_latency`](Self::set_latency),
+/// [`set_answer_latency`](Self::set_answer_latency)) or close every connection
 /// ([`reset_all`](Self::reset_all)), and can be armed to cut one connection: the next request whose bytes contain every one of some words is sent on
 /// to the server, which runs it, and its connection is closed before the answer reaches the
 /// client. The client sees its connection dropped with the command sent, as when a network
@@ -53,6 +54,8 @@ struct Shared {
     cuts: AtomicU64,
     /// How long each request waits before it is sent on, in µs.
     latency_micros: AtomicU64,
+    /// How long each answer (or message) waits before it is passed on, in µs.
+    answer_latency_micros: AtomicU64,
     stopping: AtomicBool,
     /// Every connection's two streams, to close them all on drop.
     streams: Mutex<Vec<TcpStream>>,
@@ -213,8 +216,15 @@ impl CuttingProxy {
     /// Delays every request by `latency` before it is sent on (zero: none), as a slow
     /// network would.
     pub fn set_latency(&self, latency: Duration) {
-        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        self.shared.latency_micros.store(micros, Ordering::SeqCst);
+        store_micros(&self.shared.latency_micros, latency);
+    }
+
+    /// Delays every answer, and every message of a subscription, by `latency` before it is
+    /// passed on to the client (zero: none); with [`set_latency`](Self::set_latency), a
+    /// network with a round trip of twice `latency` and more (the proxy's own sleeps and
+    /// hops, measured by a round trip through it).
+    pub fn set_answer_latency(&self, latency: Duration) {
+        store_micros(&self.shared.answer_latency_micros, latency);
     }
 
     /// How many connections were cut so far.
@@ -317,10 +327,7 @@ fn pump_up(
             Ok(read) => read,
         };
         let chunk = &buffer[..read];
-        let latency = shared.latency_micros.load(Ordering::SeqCst);
-        if latency > 0 {
-            std::thread::sleep(Duration::from_micros(latency));
-        }
+        delay(&shared.latency_micros);
         arm_cut(shared, chunk, cutting);
         if hold_back(shared, chunk, held, &mut streams) {
             continue;
@@ -417,11 +424,25 @@ fn pump_down(
             let _ = from.shutdown(Shutdown::Both);
             return;
         }
+        delay(&shared.answer_latency_micros);
         if to.write_all(&buffer[..read]).is_err() {
             break;
         }
     }
     let _ = to.shutdown(Shutdown::Both);
+}
+
+fn store_micros(micros: &AtomicU64, latency: Duration) {
+    let value = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+    micros.store(value, Ordering::SeqCst);
+}
+
+/// Sleeps for the latency set in `micros`, if any.
+fn delay(micros: &AtomicU64) {
+    let latency = micros.load(Ordering::SeqCst);
+    if latency > 0 {
+        std::thread::sleep(Duration::from_micros(latency));
+    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
