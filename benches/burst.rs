@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 use redlease::LockManager;
 use redlease_testing::RedisServer;
 
-#[allow(dead_code)] // the helpers other benches use
 mod common;
 
-use common::Samples;
+use common::{number_arg, Samples};
 
 /// A figure of `INFO` on `server`.
 fn info(server: &RedisServer, section: &str, field: &str) -> usize {
@@ -31,21 +30,14 @@ fn info(server: &RedisServer, section: &str, field: &str) -> usize {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let value = |name: &str| {
-        args.iter()
-            .position(|arg| arg == name)
-            .and_then(|at| args.get(at + 1))
-            .and_then(|value| value.parse::<usize>().ok())
-    };
-    let threads = value("--threads").unwrap_or(2_000);
+    let threads = number_arg("--threads").unwrap_or(2_000);
     let server = RedisServer::start_with_args(&["--maxclients", "10000"])?;
     let holder = LockManager::builder(server.url()).build()?;
     let mut builder = LockManager::builder(server.url());
-    if let Some(bound) = value("--max-connections") {
+    if let Some(bound) = number_arg("--max-connections") {
         builder = builder.max_connections(bound);
     }
-    if let Some(idle) = value("--max-idle") {
+    if let Some(idle) = number_arg("--max-idle") {
         builder = builder.max_idle_connections(idle);
     }
     let waiter = builder.build()?;
@@ -124,7 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{threads} waiters (bound {}): {opened} connections opened, at most {most} open at once \
          beyond those before; wake latency from release to acquisition: {}",
-        value("--max-connections").map_or("default".to_owned(), |bound| bound.to_string()),
+        number_arg("--max-connections").map_or("default".to_owned(), |bound| bound.to_string()),
         latencies.describe(None)
     );
     Ok(())

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 use redlease::LockManager;
 use redlease_testing::{RedisCluster, RedisServer};
 
+mod common;
+
+use common::number_arg;
+
 const WATCHDOG: Duration = Duration::from_secs(3);
 
 struct Options {
@@ -22,17 +26,10 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let value = |name: &str| {
-        args.iter()
-            .position(|arg| arg == name)
-            .and_then(|at| args.get(at + 1))
-            .and_then(|value| value.parse::<usize>().ok())
-    };
     Options {
-        locks: value("--locks").map_or(vec![10_000, 100_000], |locks| vec![locks]),
-        seconds: value("--seconds").map_or(9, |seconds| seconds as u64),
-        cluster: args.iter().any(|arg| arg == "--cluster"),
+        locks: number_arg("--locks").map_or(vec![10_000, 100_000], |locks| vec![locks]),
+        seconds: number_arg("--seconds").map_or(9, |seconds| seconds as u64),
+        cluster: std::env::args().any(|arg| arg == "--cluster"),
     }
 }
 

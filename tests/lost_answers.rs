@@ -419,8 +419,31 @@ fn ok<T, E: std::fmt::Debug>(outcome: Result<T, E>) -> Result<T, String> {
     outcome.map_err(|err| format!("{err:?}"))
 }
 
-/// One kind of change, held back and delivered late.
-type LateCase = fn(&RedisServer, &CuttingProxy, &LockManager) -> Result<(), String>;
+/// One kind of change and what happens to it on the way (held back and delivered late, or
+/// its answer lost), run against its own server behind its own proxy.
+type Case = fn(&RedisServer, &CuttingProxy, &LockManager) -> Result<(), String>;
+
+/// Runs every case at once, each with a server, a proxy and a manager (`manager` makes it)
+/// of its own, and fails with every case that failed.
+fn run_cases(cases: &[(&str, Case)], manager: fn(&CuttingProxy) -> LockManager) {
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|&(name, case)| {
+                scope.spawn(move || {
+                    let redis = server();
+                    let proxy = CuttingProxy::start(redis.port()).unwrap();
+                    let manager = manager(&proxy);
+                    case(&redis, &proxy, &manager).map_err(|why| format!("{name}: {why}"))
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .filter_map(|run| run.join().unwrap().err())
+            .collect()
+    });
+    assert!(failures.is_empty(), "{failures:#?}");
+}
 
 fn late_count_down(
     redis: &RedisServer,
@@ -632,7 +655,7 @@ fn late_guarded_script(
 /// the deadline, the copy finds the answer kept: see the test after this one.)
 #[test]
 fn a_late_copy_of_a_change_is_refused_after_its_deadline() {
-    let cases: [(&str, LateCase); 13] = [
+    let cases: [(&str, Case); 13] = [
         ("count_down", late_count_down),
         ("latch try_set_count", late_latch_set_count),
         ("latch delete", late_latch_delete),
@@ -647,23 +670,7 @@ fn a_late_copy_of_a_change_is_refused_after_its_deadline() {
         ("guarded_write", late_guarded_write),
         ("run_guarded", late_guarded_script),
     ];
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let runs: Vec<_> = cases
-            .iter()
-            .map(|&(name, case)| {
-                scope.spawn(move || {
-                    let redis = server();
-                    let proxy = CuttingProxy::start(redis.port()).unwrap();
-                    let manager = impatient_manager_through(&proxy);
-                    case(&redis, &proxy, &manager).map_err(|why| format!("{name}: {why}"))
-                })
-            })
-            .collect();
-        runs.into_iter()
-            .filter_map(|run| run.join().unwrap().err())
-            .collect()
-    });
-    assert!(failures.is_empty(), "{failures:#?}");
+    run_cases(&cases, impatient_manager_through);
 }
 
 /// A late copy that comes while the answer of its resend is still kept finds it, and
@@ -811,17 +818,9 @@ fn a_late_copy_of_a_release_is_refused_after_its_deadline() {
     assert!(held.wait_until_held(Duration::ZERO));
     let _again = lock.lock().unwrap();
     assert_eq!(lock.hold_count().unwrap(), 2);
-    let receipts = || {
-        redis
-            .command(&[
-                "EVAL",
-                "return #redis.call('keys', 'redisson_unlock_latch:*')",
-                "0",
-            ])
-            .unwrap()
-    };
     assert!(
-        eventually(Duration::from_secs(30), || receipts() == ":0\r\n"),
+        eventually(Duration::from_secs(30), || common::receipts_left(&redis)
+            == 0),
         "receipts are still there after 30 s"
     );
     let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
@@ -861,9 +860,6 @@ fn a_late_revocation_request_does_not_reach_a_later_holder() {
 // Lost answers, for every kind of call that changes state: the proxy lets the call run and
 // cuts its connection before the answer; the call is sent again and answered, and what it
 // changed, it changed once.
-
-/// One kind of change, whose answer is lost once.
-type CutCase = fn(&RedisServer, &CuttingProxy, &LockManager) -> Result<(), String>;
 
 /// Runs `change` with the answer of the next call that contains `words` cut (once), and
 /// fails unless a cut happened.
@@ -1112,7 +1108,7 @@ fn cut_revocation(
 /// and answered, it changed what it changes once.
 #[test]
 fn every_change_whose_answer_is_lost_is_applied_once() {
-    let cases: [(&str, CutCase); 10] = [
+    let cases: [(&str, Case); 10] = [
         ("latch try_set_count and delete", cut_latch_set_and_delete),
         ("semaphore add, take away, drain", cut_semaphore_changes),
         ("permit release", cut_permit_release),
@@ -1124,21 +1120,5 @@ fn every_change_whose_answer_is_lost_is_applied_once() {
         ("election: campaign and resignation", cut_election),
         ("revocation request", cut_revocation),
     ];
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let runs: Vec<_> = cases
-            .iter()
-            .map(|&(name, case)| {
-                scope.spawn(move || {
-                    let redis = server();
-                    let proxy = CuttingProxy::start(redis.port()).unwrap();
-                    let manager = manager_through(&proxy);
-                    case(&redis, &proxy, &manager).map_err(|why| format!("{name}: {why}"))
-                })
-            })
-            .collect();
-        runs.into_iter()
-            .filter_map(|run| run.join().unwrap().err())
-            .collect()
-    });
-    assert!(failures.is_empty(), "{failures:#?}");
+    run_cases(&cases, manager_through);
 }

@@ -140,7 +140,7 @@ fn release_latches_are_deleted_within_one_renewal_interval() {
         let lock = manager.lock(&format!("latched:{}", i % 100));
         lock.lock().unwrap().unlock().unwrap();
     }
-    let latches_left = || receipts_left(&redis);
+    let latches_left = || common::receipts_left(&redis);
     let within = interval + Duration::from_secs(2);
     assert!(
         eventually(within, || latches_left() == 0),
@@ -149,21 +149,6 @@ fn release_latches_are_deleted_within_one_renewal_interval() {
     );
     assert!(!held_guard.is_lost());
     assert!(held.remaining_ttl().unwrap().is_some());
-}
-
-/// How many release receipts (`redisson_unlock_latch:*` keys) `redis` keeps now.
-fn receipts_left(redis: &common::RedisServer) -> u64 {
-    redis
-        .command(&[
-            "EVAL",
-            "return #redis.call('keys', 'redisson_unlock_latch:*')",
-            "0",
-        ])
-        .unwrap()
-        .trim_start_matches(':')
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]
@@ -175,9 +160,9 @@ fn release_receipts_queued_before_a_shutdown_are_deleted_by_it() {
         let lock = manager.lock(&format!("shut:{index}"));
         lock.lock().unwrap().unlock().unwrap();
     }
-    assert_eq!(receipts_left(&redis), 5, "queued, not deleted yet");
+    assert_eq!(common::receipts_left(&redis), 5, "queued, not deleted yet");
     manager.shutdown();
-    assert_eq!(receipts_left(&redis), 0, "left to their TTL");
+    assert_eq!(common::receipts_left(&redis), 0, "left to their TTL");
 }
 
 /// How many locks the starved process holds: enough that renewing them takes the watchdog

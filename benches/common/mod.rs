@@ -1,9 +1,19 @@
 //! What the benches share: timed runs of a step, samples with their percentiles, and the
-//! floors ([`floor`]): the crate's own scripts sent by hand.
+//! floors ([`floor`]): the crate's own scripts sent by hand. Each bench uses some of them.
+#![allow(dead_code)]
 
 pub mod floor;
 
 use std::time::{Duration, Instant};
+
+/// The number after `name` among the program's arguments (`--threads 500`), if any.
+pub fn number_arg(name: &str) -> Option<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|arg| arg == name)
+        .and_then(|at| args.get(at + 1))
+        .and_then(|value| value.parse().ok())
+}
 
 /// `count` runs of `step`, timed each, after 1000 untimed ones.
 pub fn measure_steps(

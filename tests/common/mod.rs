@@ -183,6 +183,21 @@ pub fn release_channels(server: &RedisServer) -> String {
         .expect("PUBSUB CHANNELS")
 }
 
+/// How many release receipts (`redisson_unlock_latch:*` keys) `redis` keeps now.
+pub fn receipts_left(redis: &RedisServer) -> u64 {
+    redis
+        .command(&[
+            "EVAL",
+            "return #redis.call('keys', 'redisson_unlock_latch:*')",
+            "0",
+        ])
+        .unwrap()
+        .trim_start_matches(':')
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// Asserts that `manager` left nothing behind: no watchdog entry, no subscription of its own
 /// and none on the server.
 pub fn assert_nothing_left(manager: &LockManager, server: &RedisServer) {
