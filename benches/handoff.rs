@@ -42,7 +42,8 @@ const PAIRS: usize = 20_000;
 /// Fewer through the proxy, where a pair takes two of its round trips.
 const PROXIED_PAIRS: usize = 2_000;
 /// The proxy's delay, each way: with its sleeps' overshoot and its own hops, a round trip of
-/// 0.3-0.5 ms, a network between hosts of one data centre.
+/// about 0.5 ms on the machine the performance guide's figures come from, a network between
+/// hosts of one data centre.
 const PROXY_DELAY: Duration = Duration::from_micros(125);
 /// The fair handoff's p99 through the proxy, in round trips, that the lock keeps: the grant
 /// inside the release, its message and the holder's read of it.

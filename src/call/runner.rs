@@ -161,8 +161,8 @@ pub(crate) fn run_acknowledged(
     Ok((Acked::judged(answer, judged), reading))
 }
 
-/// Sends the packed commands of `pipeline` and reads the answers of its first `count`, server errors
-/// included, until `deadline`.
+/// Sends the packed commands of `pipeline` and reads the answers of its first `count`,
+/// server errors included, until `deadline`.
 ///
 /// `Pipeline::query` waits the full socket timeout for every answer, even after one timed
 /// out, so a silent server would hold it for that timeout times the pipeline's length. Here
@@ -191,10 +191,10 @@ fn query_before(
 }
 
 /// The read timeout of a connection reading answers until a deadline, set again only when
-/// time has gone by since it was last set ([`LAST_LOOK`]): most answers of a pipeline are
-/// read from what has arrived already, and two system calls an answer were most of the CPU
-/// a renewal of a cluster's lock costs (one script call a slot). A read ends at most
-/// [`LAST_LOOK`] past the deadline.
+/// [`TIMEOUT_KEPT`] has gone by since it was last set: most answers of a pipeline are read
+/// from what has arrived already, and two system calls an answer were most of the CPU a
+/// renewal of a cluster's lock costs (one script call a slot). A read (one system call) that
+/// waits ends at most [`TIMEOUT_KEPT`] past the deadline.
 #[derive(Default)]
 struct ReadTimeout {
     set_at: Option<Instant>,
@@ -205,7 +205,7 @@ impl ReadTimeout {
         let now = Instant::now();
         let fresh = self
             .set_at
-            .is_some_and(|set_at| now.saturating_duration_since(set_at) < LAST_LOOK);
+            .is_some_and(|set_at| now.saturating_duration_since(set_at) < TIMEOUT_KEPT);
         if !fresh {
             let left = time_left(deadline).unwrap_or(LAST_LOOK);
             connection.set_read_timeout(Some(left))?;
@@ -214,6 +214,9 @@ impl ReadTimeout {
         Ok(())
     }
 }
+
+/// How long a read timeout set for a deadline is kept for the next reads.
+const TIMEOUT_KEPT: Duration = Duration::from_millis(1);
 
 /// How long a read or write past its deadline may still wait: only for what is there
 /// already (a socket timeout of zero would mean "wait forever").

@@ -63,7 +63,8 @@ impl Entry {
 pub(super) struct Slot(usize);
 
 /// The entries, in slots (so that the renewal of 100 000 holds looks each up by its index,
-/// not by hashing its key twice), and the slot of each key.
+/// not by hashing its key for the schedule, the batch and the outcome), and the slot of each
+/// key.
 #[derive(Default)]
 pub(super) struct Registry {
     slots: Vec<Option<Entry>>,
