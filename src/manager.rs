@@ -496,8 +496,10 @@ impl LockManagerBuilder {
     /// call that finds them all in use waits for one, within its connect timeout (or its
     /// deadline), and fails with [`Error::Timeout`] if none comes: a burst of threads never
     /// opens more, so it cannot exhaust the server's `maxclients` (or a proxy's), nor pay a
-    /// TLS handshake per thread. The pub/sub connection is not counted. A group lock whose
-    /// members share a server needs one connection per member at once.
+    /// TLS handshake per thread. The pub/sub connection is not counted, nor, after a
+    /// failover, the connections still open to the old master. A group lock whose members
+    /// share a server needs one connection per member at once: its `build` refuses more
+    /// members on one server than this.
     ///
     /// # Errors
     /// `build` answers [`Error::InvalidArgument`] for zero.

@@ -5,13 +5,14 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{
     assert_nothing_left, child_role, env, eventually, manager, manager_for_url, release_channels,
     run_children, server,
 };
 use redis::Commands;
+use redlease_testing::CuttingProxy;
 
 const PROCESSES: usize = 4;
 const THREADS: usize = 4;
@@ -171,34 +172,110 @@ fn a_burst_of_waiters_opens_no_more_connections_than_the_bound() {
     assert!(most <= BOUND + 2, "{most} clients connected at once");
 }
 
-/// A call that finds every connection in use, held by a call that waits for a paused server,
+/// A call that finds every connection in use, held by a call whose answer does not come,
 /// waits for one within its connect timeout and fails with `Timeout`: never a hang.
 #[test]
 fn a_call_that_finds_every_connection_in_use_times_out() {
     let redis = server();
-    let manager = redlease::LockManager::builder(redis.url())
-        .max_connections(1)
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_secs(2))
-        .outage_grace(Duration::ZERO)
-        .build()
-        .unwrap();
-    let lock = manager.lock("one-connection");
-    assert!(!lock.is_locked().unwrap());
-    redis.pause().unwrap();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = bounded_manager(&proxy, 1);
+    assert!(!manager.lock("in-flight").is_locked().unwrap());
+    let held = proxy.hold_next(&["in-flight"]);
     std::thread::scope(|scope| {
-        let held = scope.spawn(|| lock.is_locked());
-        std::thread::sleep(Duration::from_millis(200));
-        let started = std::time::Instant::now();
+        let in_flight = scope.spawn(|| manager.lock("in-flight").is_locked());
+        assert!(held.wait_until_held(Duration::from_secs(10)));
+        let started = Instant::now();
         let waited = manager.lock("other").is_locked();
         let took = started.elapsed();
-        redis.resume().unwrap();
         assert!(
             matches!(waited, Err(redlease::Error::Timeout(_))),
             "{waited:?}"
         );
-        assert!(took < Duration::from_secs(2), "waited {took:?}");
-        let _ = held.join().unwrap(); // answered once the server resumed, or timed out
+        assert!(took < Duration::from_secs(3), "waited {took:?}");
+        held.deliver().unwrap();
+        assert!(!in_flight.join().unwrap().unwrap());
     });
-    assert!(!lock.is_locked().unwrap(), "a connection is free again");
+    assert!(
+        !manager.lock("other").is_locked().unwrap(),
+        "a connection is free again"
+    );
+}
+
+/// A manager through `proxy` that may open `bound` connections, with a 500 ms connect
+/// timeout.
+fn bounded_manager(proxy: &CuttingProxy, bound: usize) -> redlease::LockManager {
+    redlease::LockManager::builder(proxy.url())
+        .max_connections(bound)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(10))
+        .outage_grace(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+/// A group's attempt that needs a new connection while the pool's every place is taken waits
+/// for a place; a connection given back idle then is closed for it, instead of the attempt
+/// waiting for one to close until its timeout.
+#[test]
+fn a_group_member_gets_the_place_of_a_connection_given_back_idle() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = bounded_manager(&proxy, 2);
+    assert!(!manager.lock("x").is_locked().unwrap());
+    let held = proxy.hold_next(&["x"]);
+    std::thread::scope(|scope| {
+        // One connection in use (its call held back), one idle: both places taken.
+        let in_flight = scope.spawn(|| manager.lock("x").is_locked());
+        assert!(held.wait_until_held(Duration::from_secs(10)));
+        assert!(!manager.lock("y").is_locked().unwrap());
+        let group = redlease::MultiLock::builder([manager.lock("a"), manager.lock("b")])
+            .attempt_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        // One member takes the idle connection, the other waits for a place; the held call's
+        // connection comes back idle meanwhile (or, on a slow machine, before the attempt).
+        let attempt = scope.spawn(move || group.try_lock().map(|guard| guard.is_some()));
+        std::thread::sleep(Duration::from_millis(300));
+        held.deliver().unwrap();
+        assert!(!in_flight.join().unwrap().unwrap());
+        assert!(attempt.join().unwrap().unwrap(), "the group was not taken");
+    });
+}
+
+/// A group's request whose idle connection turns out dead (the server restarted) is sent
+/// again on a new connection, in the dead one's place: with a bound of one, that place is
+/// the only one.
+#[test]
+fn a_group_request_on_a_dead_connection_is_sent_again_in_its_place() {
+    let mut redis = server();
+    let manager = redlease::LockManager::builder(redis.url())
+        .max_connections(1)
+        .build()
+        .unwrap();
+    let group = redlease::MultiLock::builder([manager.lock("restarted")])
+        .attempt_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    assert!(!manager.lock("restarted").is_locked().unwrap());
+    redis.restart().unwrap();
+    let started = Instant::now();
+    let guard = group.try_lock().unwrap();
+    assert!(guard.is_some(), "not taken after {:?}", started.elapsed());
+}
+
+/// A group with more members on one server than its manager may open connections to is
+/// refused when it is built: an attempt needs a connection per member at once.
+#[test]
+fn a_group_with_more_members_on_a_server_than_connections_is_refused() {
+    let redis = server();
+    let manager = redlease::LockManager::builder(redis.url())
+        .max_connections(2)
+        .build()
+        .unwrap();
+    let members = ["a", "b", "c"].map(|name| manager.lock(name));
+    let refused = redlease::MultiLock::builder(members).build();
+    assert!(
+        matches!(refused, Err(redlease::Error::InvalidArgument(_))),
+        "{refused:?}"
+    );
 }

@@ -169,6 +169,8 @@ impl<'a> FanOut<'a> {
             // The idle connection was dead before the request reached the server: once more
             // on a fresh one (a fresh connection is not retried, so this ends).
             Err(err) if was_idle && pool::is_stale_connection(&err) => {
+                // Its place goes back first: the pool may have no other for the new one.
+                drop(connection);
                 request.call.note_sent();
                 self.flights[index] =
                     Some(send(pool, &self.packed[index], None, answer_by, budget));
@@ -253,6 +255,8 @@ fn send(
             extension: (Instant::now() + budget).saturating_duration_since(deadline),
         }),
         Err(err) if was_idle && pool::is_stale_connection(&err) => {
+            // Its place goes back first: the pool may have no other for the new one.
+            drop(connection);
             send(pool, packed, None, deadline, budget)
         }
         Err(err) => Err(Error::from_redis(err, budget)),

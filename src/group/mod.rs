@@ -326,9 +326,11 @@ impl<T: FromGroup> GroupBuilder<T> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] with no member, two members on the same server (a
-    /// Redlock) or the same lock twice (a multi-lock), a member that is not a plain lock (a
-    /// fair lock, or a read or write lock), an empty lock name, or a zero or too long timeout
-    /// or delay.
+    /// Redlock) or the same lock twice (a multi-lock), more members on one server than its
+    /// manager's [`max_connections`](crate::LockManagerBuilder::max_connections) (an attempt
+    /// needs a connection per member at once), a member that is not a plain lock (a fair
+    /// lock, or a read or write lock), an empty lock name, or a zero or too long timeout or
+    /// delay.
     pub fn build(self) -> Result<T> {
         let GroupBuilder {
             kind,
@@ -363,6 +365,7 @@ impl<T: FromGroup> GroupBuilder<T> {
                 }));
             }
         }
+        check_connection_bounds(&members)?;
         let attempt_timeout = attempt_timeout.unwrap_or_else(|| {
             members
                 .iter()
@@ -385,6 +388,27 @@ impl<T: FromGroup> GroupBuilder<T> {
             members,
         })))
     }
+}
+
+/// Refuses a group whose members on one server (through one manager) outnumber the
+/// connections that manager may open to it: an attempt sends to every member at once, one
+/// connection each, and could never be made.
+fn check_connection_bounds(members: &[Lock]) -> Result<()> {
+    let mut per_pool: HashMap<*const crate::topology::pool::Pool, usize> = HashMap::new();
+    for member in members {
+        let pool = member.raw().client().pool_for(member.name());
+        let needed = per_pool.entry(Arc::as_ptr(&pool)).or_default();
+        *needed += 1;
+        if *needed > pool.max_open() {
+            return Err(Error::InvalidArgument(format!(
+                "the group has more than {} members on {}, which its manager may open \
+                 connections to at once (max_connections): an attempt needs one per member",
+                pool.max_open(),
+                pool.server()
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl Group {

@@ -126,8 +126,13 @@ pub(crate) struct Pool {
     ping_to_handshake: bool,
     /// Idle connections.
     idle: Mutex<Vec<Pooled>>,
-    /// How many connections are open (idle or in use), against the most there may be.
-    open: Arc<OpenCount>,
+    /// How many connections made for the topology's current generation are open (idle or
+    /// in use), against the most there may be: those made for an older one (a master that
+    /// is not one any more) are not counted, so that calls stuck on a frozen old master do
+    /// not keep calls to the new one waiting.
+    open: Mutex<Arc<OpenCount>>,
+    /// The most connections a generation may have open.
+    max_open: usize,
     /// The generation of a pool with a fixed target: moves when it is retired.
     epoch: AtomicU64,
     /// The pool was retired: it serves no call any more.
@@ -145,17 +150,23 @@ pub(crate) struct Pool {
 pub(crate) struct Pooled {
     connection: Connection,
     generation: u64,
-    _place: Place,
+    place: Place,
 }
 
-/// How many connections of a pool are open, against the most it may have.
+/// How many connections of a pool made for one generation of its topology are open, against
+/// the most it may have.
 struct OpenCount {
+    generation: u64,
     open: Mutex<usize>,
-    /// Told of every connection closed and every one made idle: a caller waiting for one may
-    /// go on.
+    /// Told of every connection closed and every one made idle, and (all of them) when the
+    /// generation moves on: a caller waiting for one may go on.
     changed: Condvar,
     most: usize,
 }
+
+/// How often a call waiting for a connection looks again whether the pool was retired or
+/// its master moved, which nothing else may tell it.
+const WAIT_LOOK_AGAIN: Duration = Duration::from_millis(100);
 
 /// A place among a pool's open connections: taken before a connection is made, given back
 /// when it is dropped (or when making it failed).
@@ -211,11 +222,13 @@ impl Pool {
             ping_to_handshake: tls && setup_replies == 0,
             target,
             idle: Mutex::new(Vec::new()),
-            open: Arc::new(OpenCount {
+            open: Mutex::new(Arc::new(OpenCount {
+                generation: 0,
                 open: Mutex::new(0),
                 changed: Condvar::new(),
                 most: sizes.max_open.max(1),
-            }),
+            })),
+            max_open: sizes.max_open.max(1),
             epoch: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             max_idle: sizes.max_idle,
@@ -389,11 +402,12 @@ impl Pool {
     }
 
     /// An idle connection (when `idle_too`), or a place to make a new one; waits for either
-    /// until `give_up_at` while the pool has as many connections open as it may.
+    /// until `give_up_at` while the pool has as many connections open as it may. A caller
+    /// that wants a new connection while idle ones fill every place closes one of them.
     fn available(&self, give_up_at: Instant, idle_too: bool) -> Result<Available> {
-        let count = &*self.open;
         let started = Instant::now();
         loop {
+            self.refuse_if_retired()?;
             // (Without the count's lock: taking an idle connection may drop stale ones, whose
             // places go back under that lock.)
             if idle_too {
@@ -401,26 +415,70 @@ impl Pool {
                     return Ok(Available::Idle(connection));
                 }
             }
+            let count = self.open_count();
             let mut open = count.open.lock();
             if *open < count.most {
                 *open += 1;
-                return Ok(Available::Place(Place(Arc::clone(&self.open))));
+                return Ok(Available::Place(Place(Arc::clone(&count))));
             }
-            // One put back since the look above: take it. (One put back from now on tells
-            // this thread, which waits under the lock the teller takes.)
-            if idle_too && !self.idle.lock().is_empty() {
+            // One put back since the look above: take it, or close it for its place. (One
+            // put back from now on tells this thread, which waits under the lock the teller
+            // takes.)
+            if !self.idle.lock().is_empty() {
+                drop(open);
+                if !idle_too {
+                    self.close_one_idle();
+                }
                 continue;
             }
-            if count.changed.wait_until(&mut open, give_up_at).timed_out() {
+            let look_again = give_up_at.min(Instant::now() + WAIT_LOOK_AGAIN);
+            let _ = count.changed.wait_until(&mut open, look_again);
+            if Instant::now() >= give_up_at {
+                drop(open);
                 log::debug!(
                     "{}: all {} connections in use for {:?}",
                     self.server(),
                     count.most,
                     started.elapsed()
                 );
-                return Err(Error::Timeout(self.connect_timeout));
+                return Err(Error::Timeout(
+                    give_up_at.saturating_duration_since(started),
+                ));
             }
         }
+    }
+
+    /// The count of the connections made for the topology's current generation; a new one
+    /// when the generation moved on, whose waiters are told.
+    fn open_count(&self) -> Arc<OpenCount> {
+        let generation = self.generation();
+        let mut current = self.open.lock();
+        if current.generation >= generation {
+            return Arc::clone(&current);
+        }
+        let fresh = Arc::new(OpenCount {
+            generation,
+            open: Mutex::new(0),
+            changed: Condvar::new(),
+            most: self.max_open,
+        });
+        let old = std::mem::replace(&mut *current, Arc::clone(&fresh));
+        drop(current);
+        let _open = old.open.lock();
+        old.changed.notify_all();
+        fresh
+    }
+
+    /// Closes one idle connection, for its place (outside the idle list's lock, as a place
+    /// goes back under the count's).
+    fn close_one_idle(&self) {
+        let closed = self.idle.lock().pop();
+        drop(closed);
+    }
+
+    /// The most connections the pool may have open to its server at once.
+    pub(crate) fn max_open(&self) -> usize {
+        self.max_open
     }
 
     /// The generation of the topology now: a connection made for another is not used again.
@@ -439,6 +497,8 @@ impl Pool {
         self.retired.store(true, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.forget_idle();
+        // The calls waiting for a connection are told, and refused.
+        self.open_count();
     }
 
     /// Refuses a call on a retired pool: nothing was sent.
@@ -518,6 +578,12 @@ impl Pool {
     pub(crate) fn take_idle(&self) -> Option<Pooled> {
         let generation = self.generation();
         let mut idle = self.idle.lock();
+        if idle
+            .iter()
+            .all(|connection| connection.generation == generation)
+        {
+            return idle.pop();
+        }
         // Connections made for an older topology go (the master moved since), once the lock
         // is let go (see `forget_idle`).
         let (current, old): (Vec<Pooled>, Vec<Pooled>) = std::mem::take(&mut *idle)
@@ -678,6 +744,8 @@ impl Pool {
     /// idle (then it is closed); either way a call waiting for a connection may go on.
     fn put_back(&self, connection: Pooled) {
         let generation = self.generation();
+        // The count its place is in, which a waiter for this connection waits on.
+        let count = Arc::clone(&connection.place.0);
         let mut idle = self.idle.lock();
         let unkept = match connection.generation == generation && idle.len() < self.max_idle {
             true => {
@@ -691,8 +759,8 @@ impl Pool {
             // Its place goes back, which tells a waiter.
             Some(connection) => drop(connection),
             None => {
-                let _open = self.open.open.lock();
-                self.open.changed.notify_one();
+                let _open = count.open.lock();
+                count.changed.notify_one();
             }
         }
     }
@@ -701,13 +769,20 @@ impl Pool {
     fn connect(&self, timeout: Duration, place: Place) -> Result<Pooled> {
         // Read before connecting: a switch while connecting leaves the connection stale.
         let generation = self.generation();
-        let connection = self.open(timeout).inspect_err(|err| {
-            if let (Some(hook), Error::Unreachable(_) | Error::Timeout(_)) = (&self.on_failure, err)
-            {
-                // The node could not be reached: it may have failed over.
-                hook(&io::Error::from(io::ErrorKind::ConnectionRefused).into());
+        let connection = match self.open(timeout) {
+            Ok(connection) => connection,
+            Err(err) => {
+                // Its place goes back first: the hook may ask this pool's server.
+                drop(place);
+                if let (Some(hook), Error::Unreachable(_) | Error::Timeout(_)) =
+                    (&self.on_failure, &err)
+                {
+                    // The node could not be reached: it may have failed over.
+                    hook(&io::Error::from(io::ErrorKind::ConnectionRefused).into());
+                }
+                return Err(err);
             }
-        })?;
+        };
         for outcome in [
             connection.set_read_timeout(Some(self.response_timeout)),
             connection.set_write_timeout(Some(self.response_timeout)),
@@ -717,7 +792,7 @@ impl Pool {
         Ok(Pooled {
             connection,
             generation,
-            _place: place,
+            place,
         })
     }
 
