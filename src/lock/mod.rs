@@ -11,19 +11,19 @@
 //! [`Client`]: the pool, the watchdog that renews leases, and the pub/sub service that wakes it
 //! when a holder releases.
 
+mod acquisition;
 mod guard;
 mod handoff;
 pub(crate) mod rwlock;
 pub(crate) mod upgradable;
 
-use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use acquisition::Acquisition;
 pub use guard::LockGuard;
 pub(crate) use guard::{LockHold, OverLockHold};
-use handoff::{Handed, Handoffs};
 
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
@@ -368,166 +368,36 @@ impl RawLock {
 
     /// Tries until `deadline` (forever with `None`), in the shared wait loop: subscribed to
     /// the release channel after the first failed attempt and before the next, sleeping until
-    /// a release wakes this thread or the holder's lease runs out. `hold` makes the guard's
+    /// a release wakes this thread or the holder's lease runs out. `make` makes the guard's
     /// hold of the level taken (a primitive built on the lock wraps it).
     pub(crate) fn acquire_level<H: Hold>(
         &self,
         terms: Terms<'_>,
-        hold: impl Fn(LockHold) -> H,
+        make: impl Fn(LockHold) -> H,
     ) -> Result<Option<Guard<H>>> {
-        let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
-        let ask_holders = || self.ask_holders_once();
         self.client.ensure_running()?;
         self.keys()?;
-        let thread = names::thread_number();
-        // A level of the chain the thread holds, or a new chain with a holder id of its own.
-        let chain = RefCell::new(self.chain_to_join(thread)?);
-        // Whether an attempt may have put the chain in a fair lock's queue.
-        let queued = Cell::new(false);
-        // Whether a try of a reentrant level may have added it (its answer lost, or short of
-        // acknowledgements): taken back if the wait ends without the level.
-        let level_may_stand = Cell::new(false);
-        // What a release may hand the chain: its place in the line of this process's waiters
-        // (left when the chain is given up), a fair lock's grant.
-        let handoffs = Handoffs::default();
-        let new_chain = || -> Result<()> {
-            handoffs.leave();
-            *chain.borrow_mut() = self.chain_to_join(thread)?;
-            Ok(())
-        };
-        // Other threads of the process wait for the lock: it is held, most likely.
-        let subscribe_first = self.line_is_waiting(&chain.borrow(), deadline);
+        let acquisition = Acquisition::new(self, terms, make)?;
+        let ask_holders = || self.ask_holders_once();
         let outcome = wait::wait_until(WaitFor {
-            deadline,
+            deadline: terms.deadline,
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.
             default_hint: self.client.watchdog_timeout() / 3,
-            subscribe: || handoffs.subscribe(self, &chain.borrow(), lease),
-            attempt: || {
-                let Chain {
-                    holder,
-                    levels_held,
-                    upgrade,
-                } = chain.borrow().clone();
-                if let Some((grant, from)) = handoffs.grant(self, &holder, lease) {
-                    // A release handed the lock to this chain: it holds it, unless the grant
-                    // came too late to hold anything by this clock. A fair lock's grant is
-                    // then found by the try below, if it still stands, and given a fresh
-                    // lease; one handed in the process is taken back.
-                    match self.guard(holder.clone(), false, lease, grant, cancel, &hold) {
-                        Ok(guard) => {
-                            self.client.count_handoff();
-                            return Ok(wait::Attempt::Taken(guard));
-                        }
-                        Err(_) if from == Handed::Line => {
-                            self.undo_given_up(&holder, None);
-                            new_chain()?;
-                            return Ok(wait::Attempt::Again);
-                        }
-                        Err(_) => {}
-                    }
-                }
-                let grants = self.accepts_grant() && handoffs.hears_grants_for(&holder);
-                let tried = self.attempt(&holder, levels_held, upgrade, lease, grants);
-                if tried.as_ref().is_err_and(undo_may_come_late) {
-                    match levels_held {
-                        // The try's undo may reach the server late (sent again by the cleanup
-                        // thread): a later try of the same chain must not be what it undoes.
-                        0 => new_chain()?,
-                        _ => level_may_stand.set(true),
-                    }
-                }
-                let Tried {
-                    acquired,
-                    grant,
-                    upgrade,
-                } = tried?;
-                Ok(match acquired {
-                    Acquired::Taken { token } => {
-                        let joins = levels_held > 0;
-                        let grant = Granted { token, ..grant };
-                        match self.guard(holder.clone(), joins, lease, grant, cancel, &hold) {
-                            Ok(guard) => wait::Attempt::Taken(guard),
-                            Err(no_guard) => {
-                                // The level joined a chain given up here meanwhile, or came
-                                // too late to hold anything: take the chain's hold back, and
-                                // start a new chain.
-                                self.undo_given_up(&holder, upgrade.as_deref());
-                                new_chain()?;
-                                match no_guard {
-                                    NoGuard::Late => wait::Attempt::TooLate(Error::LeaseSpent {
-                                        name: self.keys.name.clone(),
-                                        elapsed: grant.sent_at.elapsed(),
-                                    }),
-                                    NoGuard::ChainGone => wait::Attempt::Again,
-                                }
-                            }
-                        }
-                    }
-                    Acquired::Held { ttl, counter } => {
-                        queued.set(true);
-                        handoffs.held(grant.sent_at, counter);
-                        wait::Attempt::Held { hint: ttl }
-                    }
-                    Acquired::Late { server_ms } => {
-                        // The try came after its deadline by the server's clock, and changed
-                        // nothing: the estimate of that clock was off, and is read anew.
-                        self.client.server_time_was(server_ms);
-                        wait::Attempt::Again
-                    }
-                    Acquired::ChainGone => {
-                        let watchdog = self.client.watchdog();
-                        watchdog.chain_gone(&self.watch_key(thread), &holder);
-                        new_chain()?;
-                        wait::Attempt::Again
-                    }
-                    Acquired::UpgradableGone => {
-                        // The upgradable read this upgrade started from is gone: report it
-                        // lost, and end the upgrade.
-                        let name = &self.keys.name;
-                        let upgradable = names::upgradable_watch_key(name, thread);
-                        self.client.watchdog().chain_gone(&upgradable, &holder);
-                        return Err(Error::LockLost {
-                            name: name.clone(),
-                            reason: crate::error::LostReason::NotHeldAnymore,
-                        });
-                    }
-                })
-            },
+            subscribe: || acquisition.subscribe(),
+            attempt: || acquisition.attempt(),
             ensure_running: || self.client.ensure_running(),
-            cancel,
+            cancel: terms.cancel,
             outage_grace: self.client.outage_grace(),
             recorder: self.client.wait_recorder(),
             nudge: terms.revoke_after.map(|after| wait::Nudge {
                 after,
                 ask: &ask_holders,
             }),
-            subscribe_first,
+            subscribe_first: acquisition.others_wait(),
         });
-        let taken = matches!(outcome, Ok(Some(_)));
-        handoffs.end(taken);
-        if !taken {
-            self.left_without(&chain.borrow(), queued.get(), level_may_stand.get());
-        }
+        acquisition.end(matches!(outcome, Ok(Some(_))));
         outcome
-    }
-
-    /// A wait for `chain` ended without the lock: it leaves a fair lock's queue if it may
-    /// have `queued` (so that those behind do not wait for a place nobody will take), and
-    /// takes back the level a try of it may have added if one may have (`level_may_stand`).
-    fn left_without(&self, chain: &Chain, queued: bool, level_may_stand: bool) {
-        if queued && matches!(self.keys.kind, LockKind::Fair { .. }) {
-            self.undo_given_up(&chain.holder, None);
-        }
-        if level_may_stand {
-            let level = TryOf {
-                holder: &chain.holder,
-                levels_held: chain.levels_held,
-                upgrade: None,
-                deadline_ms: 0,
-            };
-            self.take_back(level, &"a wait that ended without it", Undoing::Now);
-        }
     }
 
     /// A waiter's request that the holders let go (see `revoking_after`): answers whether it
