@@ -78,7 +78,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         let (lease, upgrade) = (self.terms.lease, chain.upgrade);
         let tried = lock.attempt(&chain.holder, chain.levels_held, upgrade, lease, grants);
         if tried.as_ref().is_err_and(undo_may_come_late) {
-            self.undo_may_come_late(&chain)?;
+            self.after_unknown_outcome(&chain)?;
         }
         self.judge(chain, tried?)
     }
@@ -108,8 +108,8 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
 
     /// The lock a release handed to `holder`, as a guard, unless the grant came too late to
     /// hold anything by this clock: then one handed in the process is taken back (and the
-    /// wait goes on with a new chain), and a fair lock's grant is found by the next try, if
-    /// it still stands, and given a fresh lease.
+    /// wait goes on with a new chain), and a fair lock's grant is found by the try that
+    /// follows in the same step, if it still stands, and given a fresh lease.
     fn take_handed(&self, holder: &str) -> Result<Option<Attempt<Guard<H>>>> {
         let Some((grant, from)) = self.handoffs.grant(self.lock, holder, self.terms.lease) else {
             return Ok(None);
@@ -131,7 +131,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
     /// A try whose outcome is unknown may still be undone by the cleanup thread, late: a
     /// later try must not be what that undo takes back. A new chain's try starts a new chain;
     /// a reentrant level's is taken back if the wait ends without the level.
-    fn undo_may_come_late(&self, chain: &Chain) -> Result<()> {
+    fn after_unknown_outcome(&self, chain: &Chain) -> Result<()> {
         match chain.levels_held {
             0 => self.new_chain(),
             _ => {
@@ -152,7 +152,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         Ok(match acquired {
             Acquired::Taken { token } => {
                 let grant = Granted { token, ..grant };
-                self.taken(chain, grant, upgrade.as_deref())?
+                self.guard_taken(chain, grant, upgrade.as_deref())?
             }
             Acquired::Held { ttl, counter } => {
                 self.queued.set(true);
@@ -176,9 +176,10 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
     }
 
     /// The try took a level: its guard, unless the level joined a chain given up here
-    /// meanwhile, or came too late to hold anything; then the chain's hold is taken back,
-    /// and the wait goes on with a new chain.
-    fn taken(
+    /// meanwhile, or came too late to hold anything; then the chain's hold is taken back and
+    /// a new chain started, and the wait tries again (after a late grant, unless it was the
+    /// third in a row: see [`Attempt::TooLate`]).
+    fn guard_taken(
         &self,
         chain: Chain,
         grant: Granted,
