@@ -22,13 +22,16 @@ cargo test --features "$features" --lib --bins --tests --examples --no-run
 # one test that binds a fixed address, the suite's `dns`, takes a file lock: the two passes
 # take turns on it.)
 valkey_log=$(mktemp)
+# In a process group of its own (job control on for its start), which an early exit ends whole.
+set -m
 (
   export REDLEASE_REDIS_SERVER="$valkey_server"
-  cargo test --features "$features" --lib --bins --test metrics
+  cargo test --features "$features" --lib --bins --test metrics --test lifecycle
   cargo test --features "$features" --test suite -- --skip tls::
 ) >"$valkey_log" 2>&1 &
 valkey_pass=$!
-trap 'kill "$valkey_pass" 2>/dev/null || true; rm -f "$valkey_log"' EXIT
+set +m
+trap 'kill -- -"$valkey_pass" 2>/dev/null || true; rm -f "$valkey_log"' EXIT
 cargo test --features "$features" --lib --bins --tests --examples
 # The doc tests of the library and of its test fixtures (the workspace's `testing` crate).
 cargo test --workspace --doc

@@ -1,7 +1,8 @@
 //! Threads belong to their manager: shutting it down or dropping it joins them.
 //! (A binary of its own, so no other test's threads are counted.)
 
-use crate::common;
+#[path = "common/mod.rs"]
+mod common;
 
 use std::time::Duration;
 

@@ -90,40 +90,17 @@ fn child_command(test_name: &str, role: &str, env: &[(&str, String)]) -> Command
     command
 }
 
-/// The test binary arguments that run exactly the ignored test `test_name` (see
-/// [`full_test_name`]), printing as it goes.
-pub fn child_test_args(test_name: &str) -> Vec<String> {
-    let mut args = vec![full_test_name(test_name)];
-    args.extend(["--exact", "--ignored", "--nocapture", "--test-threads", "1"].map(String::from));
-    args
-}
-
-/// The full name in this binary of the ignored test `test_name`: the one ignored test named
-/// so, or whose name ends with `::` and it (in the suite, a test's name starts with its
-/// module's). A name two modules share must be given with its module.
-pub fn full_test_name(test_name: &str) -> String {
-    static IGNORED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let ignored = IGNORED.get_or_init(|| {
-        let binary = std::env::current_exe().expect("test binary path");
-        let listing = Command::new(binary)
-            .args(["--list", "--ignored"])
-            .output()
-            .expect("list the ignored tests");
-        String::from_utf8_lossy(&listing.stdout)
-            .lines()
-            .filter_map(|line| line.strip_suffix(": test"))
-            .map(String::from)
-            .collect()
-    });
-    let suffix = format!("::{test_name}");
-    let found: Vec<&String> = ignored
-        .iter()
-        .filter(|name| *name == test_name || name.ends_with(&suffix))
-        .collect();
-    match found[..] {
-        [name] => name.clone(),
-        _ => panic!("{test_name}: {} ignored tests of that name", found.len()),
-    }
+/// The test binary arguments that run exactly the ignored test `test_name` (its full name:
+/// in the suite, with its module, `latch::counting_process`), printing as it goes.
+pub fn child_test_args(test_name: &str) -> [&str; 6] {
+    [
+        test_name,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ]
 }
 
 /// Runs `count` children of `test_name` in `role` at once and waits until every one has

@@ -1,5 +1,5 @@
 //! Helpers for the semaphore tests: a plain connection that follows the documented layout by
-//! hand, and the check that a test left nothing behind. Included by path, next to `common`.
+//! hand, and the check that a test left nothing behind (`common::semaphores`).
 
 use std::time::Duration;
 

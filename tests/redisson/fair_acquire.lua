@@ -1,5 +1,5 @@
 -- Redisson's own fair-lock acquire script (Apache License 2.0), as the Java client sends it, for
--- tests/handoff.rs to queue a Redisson waiter among redlease's.
+-- tests/suite/handoff.rs to queue a Redisson waiter among redlease's.
 -- Source: github.com/redisson/redisson  redisson/src/main/java/org/redisson/RedissonFairLock.java
 -- Read at master HEAD 66863978b4a92093b97c1f8c96f182a77e81d50e (2026-08-21, pom version 4.7.1-SNAPSHOT);
 -- last commit touching this file: a5077398eb8707222deab0b3d54941c90801d801 (2026-06-25).

@@ -94,7 +94,7 @@ fn every_primitive_keeps_its_promises_through_random_faults() {
     let mut children: Vec<KillOnDrop> = (0..PROCESSES)
         .map(|index| {
             spawn_child(
-                "chaos_process",
+                "chaos::chaos_process",
                 "chaos",
                 &[
                     ("REDLEASE_TEST_URL", proxy.url()),

@@ -176,7 +176,7 @@ fn counters_on_two_hundred_names_over_three_masters_are_exact_across_processes()
         .join(",");
     run_children(
         PROCESSES,
-        "cluster_counter_process",
+        "cluster::cluster_counter_process",
         "cluster_count",
         &[
             ("REDLEASE_TEST_SEEDS", cluster.seed_urls().join(",")),

@@ -68,7 +68,7 @@ fn lookups_against_a_silent_dns_server_stay_within_the_connect_timeout() {
     command
         .arg("--mount")
         .arg(std::env::current_exe().expect("test binary path"))
-        .args(child_test_args("silent_dns_child"))
+        .args(child_test_args("dns::silent_dns_child"))
         .env(CHILD_ROLE, ROLE)
         .env(DIR_VAR, &dir.0)
         .env(PARENT_NAMESPACE_VAR, mount_namespace())

@@ -78,9 +78,9 @@ impl Drop for EventDir {
 fn spawn(role: &str, url: &str, dir: &EventDir, index: usize) -> KillOnDrop {
     let child = spawn_child(
         if role == "observe" {
-            "observer_process"
+            "election::observer_process"
         } else {
-            "candidate_process"
+            "election::candidate_process"
         },
         role,
         &[

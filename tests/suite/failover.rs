@@ -126,7 +126,7 @@ fn run(mode: Mode, acks: bool) {
     let mut children: Vec<KillOnDrop> = (0..PROCESSES)
         .map(|index| {
             spawn_child(
-                "failover_process",
+                "failover::failover_process",
                 "failover",
                 &[
                     ("REDLEASE_FAILOVER_MODE", format!("{mode:?}")),

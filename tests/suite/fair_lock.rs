@@ -126,7 +126,7 @@ fn a_waiter_killed_in_line_is_skipped_once_its_place_expires() {
     let lock = manager.fair_lock("fair");
     let held = lock.lock().unwrap();
     let mut child = spawn_child(
-        "queued_waiter",
+        "fair_lock::queued_waiter",
         "queue",
         &[("REDLEASE_TEST_URL", redis.url())],
     );
@@ -177,7 +177,7 @@ fn a_counter_is_exact_across_processes_in_fair_turns() {
     let redis = server();
     run_children(
         4,
-        "fair_counter_process",
+        "fair_lock::fair_counter_process",
         "count",
         &[("REDLEASE_TEST_URL", redis.url())],
     );

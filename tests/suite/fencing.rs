@@ -20,7 +20,7 @@ fn tokens_strictly_increase_across_processes_and_repeat_for_reentrant_levels() {
     let redis = server();
     run_children(
         PROCESSES,
-        "token_taker_process",
+        "fencing::token_taker_process",
         "token_taker",
         &[("REDLEASE_TEST_URL", redis.url())],
     );

@@ -174,7 +174,7 @@ fn a_grant_to_a_waiter_that_cannot_take_it(signal_number: libc::c_int) {
     let lock = manager.fair_lock("granted");
     let guard = lock.lock().unwrap();
     let mut child = spawn_child(
-        "fair_waiter_process",
+        "handoff::fair_waiter_process",
         "wait",
         &[("REDLEASE_TEST_URL", redis.url())],
     );

@@ -96,7 +96,7 @@ fn json(run: &Run) -> serde_json::Value {
 /// A child process that holds the lock "job" of `server`; answers it, the reader of its
 /// output, and its client id.
 fn job_held_elsewhere(server: &RedisServer) -> (KillOnDrop, BufReader<ChildStdout>, String) {
-    let mut child = spawn_child("holder_child", "holder", &[(URL, server.url())]);
+    let mut child = spawn_child("inspect::holder_child", "holder", &[(URL, server.url())]);
     let mut output = BufReader::new(child.stdout.take().expect("piped stdout"));
     let client_id = line_with(&mut output, "client-id:");
     line_with(&mut output, "holding");

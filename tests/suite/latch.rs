@@ -125,7 +125,7 @@ fn waiters_in_three_processes_all_wake_when_the_last_count_down_lands() {
     let mut children: Vec<_> = (0..3)
         .map(|_| {
             spawn_child(
-                "latch_waiter_process",
+                "latch::latch_waiter_process",
                 "latch_waiter",
                 &[
                     ("REDLEASE_TEST_URL", redis.url()),
@@ -205,7 +205,7 @@ fn counting_down_from_threads_in_several_processes_opens_the_latch_exactly_once(
     });
     run_children(
         COUNTING_PROCESSES,
-        "counting_process",
+        "latch::counting_process",
         "count_down",
         &[
             ("REDLEASE_TEST_URL", redis.url()),

@@ -30,7 +30,7 @@ fn a_holder_paused_past_its_lease_learns_it_lost_and_its_late_write_is_refused()
     let redis = server();
     let watchdog = Duration::from_secs(3);
     let mut child = spawn_child(
-        "paused_holder_process",
+        "lost_locks::paused_holder_process",
         "paused_holder",
         &[("REDLEASE_TEST_URL", redis.url())],
     );
@@ -274,7 +274,7 @@ fn a_force_unlock_from_another_process_reaches_the_holder_at_once() {
         .unwrap();
     let fixed_lost = fixed.lost_signal();
     let mut child = spawn_child(
-        "force_unlocker_process",
+        "lost_locks::force_unlocker_process",
         "force_unlocker",
         &[("REDLEASE_TEST_URL", redis.url())],
     );

@@ -1,12 +1,12 @@
 //! The integration tests, in one binary: each module is the tests of one primitive, promise
 //! or deployment, against throwaway servers the fixtures (`redlease-testing`) start on free
 //! loopback ports. One binary links the crate and the fixtures once, where one per file
-//! linked them 36 times; `metrics` keeps a binary of its own (the recorder it
-//! installs is global to its process).
+//! linked them 37 times. Two keep a binary of their own, for what is global to a process:
+//! `metrics` (the recorder it installs) and `lifecycle` (it counts the process's threads).
 //!
 //! `cargo test --test suite` runs them all; `cargo test --test suite -- fair_lock::` the
-//! tests of one module. Child processes (the `#[ignore]`d `*_child` entries and their kin)
-//! are this binary run again on one test (`common::spawn_child`).
+//! tests of one module. Child processes (the `#[ignore]`d entries, `*_process` or `*_child`) are
+//! this binary run again on one test (`common::spawn_child`), named with its module.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -29,7 +29,6 @@ mod guarded;
 mod handoff;
 mod inspect;
 mod latch;
-mod lifecycle;
 mod lost_answers;
 mod lost_locks;
 mod permit_semaphore;

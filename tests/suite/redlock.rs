@@ -141,7 +141,7 @@ fn a_redlock_excludes_across_processes() {
     let urls = urls(&servers).join(",");
     run_children(
         3,
-        "redlock_counter_process",
+        "redlock::redlock_counter_process",
         "redlock_counter",
         &[("REDLEASE_TEST_URLS", urls)],
     );

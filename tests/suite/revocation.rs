@@ -22,7 +22,7 @@ fn a_request_reaches_a_holder_in_another_process_at_once_and_releases_nothing() 
     let mut latencies = Vec::new();
     for _ in 0..5 {
         let mut child = spawn_child(
-            "revocable_holder_process",
+            "revocation::revocable_holder_process",
             "hold",
             &[("REDLEASE_TEST_URL", redis.url())],
         );

@@ -33,7 +33,7 @@ fn four_processes_of_eight_threads_never_exceed_the_permits() {
     assert!(pool.try_set_permits(PERMITS).unwrap());
     run_children(
         PROCESSES,
-        "crowd_process",
+        "semaphore::crowd_process",
         "crowd",
         &[("REDLEASE_TEST_URL", redis.url())],
     );

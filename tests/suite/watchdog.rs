@@ -180,7 +180,7 @@ const SPINNERS: usize = 40;
 fn a_process_starved_of_cpu_for_less_than_a_lease_loses_no_lock() {
     let redis = server();
     let mut child = common::spawn_child(
-        "starved_holder_process",
+        "watchdog::starved_holder_process",
         "starved",
         &[("REDLEASE_TEST_URL", redis.url())],
     );
