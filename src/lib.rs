@@ -55,7 +55,7 @@
 //!   ([`ReadWriteLock::upgradable`]) that shares with readers and upgrades to the write lock
 //!   with no window for another writer ([`UpgradableGuard::upgrade`]). Cooperative
 //!   revocation: anyone may ask the holders of a lock to let go
-//!   ([`LockHandle::request_revocation`], or a waiter's [`LockHandle::revoking_after`]); the
+//!   ([`Lock::request_revocation`], or a waiter's [`Lock::revoking_after`]); the
 //!   holder hears it ([`Guard::is_revocation_requested`], [`Guard::revocation_signal`], the
 //!   [`on_revocation_request`](LockManagerBuilder::on_revocation_request) callback) and
 //!   decides.

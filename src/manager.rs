@@ -740,13 +740,6 @@ impl LockManagerBuilder {
         self
     }
 
-    /// The former name of [`outage_grace`](LockManagerBuilder::outage_grace), which now
-    /// applies on a single server too.
-    #[deprecated(since = "0.1.0", note = "use `outage_grace`, which it is")]
-    pub fn failover_grace(self, grace: Duration) -> Self {
-        self.outage_grace(grace)
-    }
-
     /// Trusts the CA certificate(s) in `pem` (PEM text, one or more `CERTIFICATE` blocks)
     /// for the server's certificate, instead of the system's roots. For a `rediss://` URL
     /// only.

@@ -18,7 +18,7 @@ use std::time::{Instant, SystemTime};
 use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::hold::guard::Guard;
-use crate::hold::handle::{LockHandle, RawAcquire, RawRevocable, Terms};
+use crate::hold::handle::{revocable_handle, LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::lock::{Lock, LockHold, OverLockHold, RawLock};
 use crate::protocol::election::{self as protocol, LeaderRecord};
 use crate::protocol::names::{ElectionKeys, LockKeys};
@@ -120,6 +120,8 @@ impl RawCandidate {
         }
     }
 }
+
+revocable_handle!(RawCandidate);
 
 impl RawRevocable for RawCandidate {
     fn request_revocation(&self) -> Result<usize> {

@@ -286,58 +286,13 @@ impl<R: RawAcquire> LockHandle<R> {
 }
 
 impl<R: RawRevocable> LockHandle<R> {
-    /// Asks the current holders that keep this handle's acquisition out to let go (a lock's
-    /// holder, a leader; every holder of a read-write lock for its write lock, its writer for
-    /// its read lock, its writer and upgradable reader for its upgradable read): each holder's
-    /// guard, in any process, gets a revocation request ([`Guard::is_revocation_requested`],
-    /// [`Guard::revocation_signal`], the manager's
-    /// [`on_revocation_request`](crate::LockManagerBuilder::on_revocation_request) callback).
-    /// Answers how many holds were asked (0 when the lock is free).
-    ///
-    /// Cooperative, as Curator's revocable locks are: nothing is released unless the holder
-    /// releases, and a holder that does not listen is not affected. The request goes out as
-    /// a pub/sub notice: a holder whose pub/sub connection is down at that moment does not
-    /// hear it (ask again). To free a lock whatever its holder does, see
-    /// [`Lock::force_unlock`](crate::Lock::force_unlock).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name; the
-    /// errors of a call to Redis.
-    pub fn request_revocation(&self) -> Result<usize> {
+    /// See [`revocable_handle`]'s `request_revocation`.
+    pub(crate) fn ask_holders(&self) -> Result<usize> {
         self.raw.request_revocation()
     }
 
-    /// This handle, with its waits (and those of its clones) asking the holders to let go
-    /// ([`request_revocation`](Self::request_revocation)) once they have waited `delay`,
-    /// once per wait: a waiter that needs the lock soon, or whose work outranks the
-    /// holder's.
-    ///
-    /// ```
-    /// # fn main() -> redlease::Result<()> {
-    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
-    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
-    /// use std::time::Duration;
-    ///
-    /// let report = manager.lock("monthly-report");
-    /// let (taken, holding) = std::sync::mpsc::channel();
-    /// let holder = std::thread::spawn({
-    ///     let report = report.clone();
-    ///     move || -> redlease::Result<()> {
-    ///         let guard = report.lock()?;
-    ///         taken.send(()).unwrap();
-    ///         // The holder works until someone asks, then lets go.
-    ///         let _ = guard.revocation_signal().recv();
-    ///         guard.unlock()
-    ///     }
-    /// });
-    /// holding.recv().unwrap();
-    /// let urgent = report.revoking_after(Duration::from_millis(50));
-    /// let _mine = urgent.lock()?; // asks after 50 ms, and gets it once the holder lets go
-    /// holder.join().unwrap()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn revoking_after(&self, delay: Duration) -> Self {
+    /// See [`revocable_handle`]'s `revoking_after`.
+    pub(crate) fn with_revoke_after(&self, delay: Duration) -> Self {
         LockHandle {
             raw: self.raw.clone(),
             cancel: self.cancel.clone(),
@@ -345,6 +300,73 @@ impl<R: RawRevocable> LockHandle<R> {
         }
     }
 }
+
+/// The revocation calls of the handles over `$raw`, a [`RawRevocable`] type: an `impl` of
+/// each handle type of its own, so that its page shows them, and the pages of handles that
+/// cannot be revoked do not (the documentation lists a generic `impl` on every alias of
+/// [`LockHandle`], whatever its bounds).
+macro_rules! revocable_handle {
+    ($raw:ty) => {
+        impl $crate::hold::handle::LockHandle<$raw> {
+            /// Asks the current holders that keep this handle's acquisition out to let go (a
+            /// lock's holder, a leader; every holder of a read-write lock for its write lock,
+            /// its writer for its read lock, its writer and upgradable reader for its
+            /// upgradable read): each holder's guard, in any process, gets a revocation request
+            /// ([`Guard::is_revocation_requested`](crate::Guard::is_revocation_requested),
+            /// [`Guard::revocation_signal`](crate::Guard::revocation_signal), the manager's
+            /// [`on_revocation_request`](crate::LockManagerBuilder::on_revocation_request)
+            /// callback). Answers how many holds were asked (0 when the lock is free).
+            ///
+            /// Cooperative, as Curator's revocable locks are: nothing is released unless the
+            /// holder releases, and a holder that does not listen is not affected. The request
+            /// goes out as a pub/sub notice: a holder whose pub/sub connection is down at that
+            /// moment does not hear it (ask again). To free a lock whatever its holder does,
+            /// see [`Lock::force_unlock`](crate::Lock::force_unlock).
+            ///
+            /// # Errors
+            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name; the
+            /// errors of a call to Redis.
+            pub fn request_revocation(&self) -> $crate::error::Result<usize> {
+                self.ask_holders()
+            }
+
+            /// This handle, with its waits (and those of its clones) asking the holders to let
+            /// go ([`request_revocation`](Self::request_revocation)) once they have waited
+            /// `delay`, once per wait: a waiter that needs the lock soon, or whose work
+            /// outranks the holder's.
+            ///
+            /// ```
+            /// # fn main() -> redlease::Result<()> {
+            /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+            /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+            /// use std::time::Duration;
+            ///
+            /// let report = manager.lock("monthly-report");
+            /// let (taken, holding) = std::sync::mpsc::channel();
+            /// let holder = std::thread::spawn({
+            ///     let report = report.clone();
+            ///     move || -> redlease::Result<()> {
+            ///         let guard = report.lock()?;
+            ///         taken.send(()).unwrap();
+            ///         // The holder works until someone asks, then lets go.
+            ///         let _ = guard.revocation_signal().recv();
+            ///         guard.unlock()
+            ///     }
+            /// });
+            /// holding.recv().unwrap();
+            /// let urgent = report.revoking_after(Duration::from_millis(50));
+            /// let _mine = urgent.lock()?; // asks after 50 ms, and gets it once the holder lets go
+            /// holder.join().unwrap()?;
+            /// # Ok(())
+            /// # }
+            /// ```
+            pub fn revoking_after(&self, delay: ::std::time::Duration) -> Self {
+                self.with_revoke_after(delay)
+            }
+        }
+    };
+}
+pub(crate) use revocable_handle;
 
 impl<R: fmt::Debug> fmt::Debug for LockHandle<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

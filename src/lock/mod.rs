@@ -29,7 +29,7 @@ use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
 use crate::hold::guard::{Guard, Hold, Watched};
-use crate::hold::handle::{Lease, LockHandle, RawAcquire, RawRevocable, Terms};
+use crate::hold::handle::{revocable_handle, Lease, LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
@@ -154,6 +154,8 @@ impl RawAcquire for RawLock {
         self.acquire_level(terms, |hold| hold)
     }
 }
+
+revocable_handle!(RawLock);
 
 impl RawRevocable for RawLock {
     fn request_revocation(&self) -> Result<usize> {

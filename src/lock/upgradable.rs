@@ -14,7 +14,7 @@ use super::{Lock, LockGuard, RawLock};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::hold::guard::Guard;
-use crate::hold::handle::{LockHandle, RawAcquire, RawRevocable, Terms};
+use crate::hold::handle::{revocable_handle, LockHandle, RawAcquire, RawRevocable, Terms};
 use crate::protocol::names::LockKind;
 
 /// The upgradable read of a [`ReadWriteLock`](crate::ReadWriteLock), from
@@ -47,6 +47,8 @@ impl RawAcquire for RawUpgradable {
         })
     }
 }
+
+revocable_handle!(RawUpgradable);
 
 impl RawRevocable for RawUpgradable {
     fn request_revocation(&self) -> Result<usize> {
@@ -167,6 +169,12 @@ impl Guard<UpgradableHold> {
     /// reference); otherwise as [`LockHandle::lock`].
     pub fn upgrade(&self) -> Result<LockGuard> {
         self.upgrades()?.lock()
+    }
+
+    /// Like [`upgrade`](Self::upgrade), without waiting: one try, `Ok(None)` when plain
+    /// readers are there.
+    pub fn try_upgrade(&self) -> Result<Option<LockGuard>> {
+        self.upgrades()?.try_lock()
     }
 
     /// Like [`upgrade`](Self::upgrade), waiting at most `wait`: `Ok(None)` when the readers

@@ -217,6 +217,26 @@ fn an_upgrade_waits_for_the_readers_then_comes_before_a_waiting_writer() {
     assert_nothing_left(&manager, &redis);
 }
 
+/// `try_upgrade` tries once: no upgrade while a plain reader holds, the write lock once it
+/// left.
+#[test]
+fn try_upgrade_tries_once() {
+    let redis = server();
+    let manager = manager(&redis, Duration::from_secs(30));
+    let rw = manager.read_write_lock("once");
+    let upgradable = rw.upgradable().lock().unwrap();
+    let (release_reader, reader) = plain_reader(&rw);
+    assert!(upgradable.try_upgrade().unwrap().is_none());
+    release_reader.send(()).unwrap();
+    reader.join().unwrap().unwrap();
+    let writing = upgradable.try_upgrade().unwrap().expect("no reader left");
+    let mode: String = connection(&redis).hget("once", "mode").unwrap();
+    assert_eq!(mode, "write");
+    upgradable.downgrade(writing).unwrap();
+    upgradable.unlock().unwrap();
+    assert_nothing_left(&manager, &redis);
+}
+
 #[test]
 fn clients_of_the_redisson_layout_are_kept_out_while_it_holds_and_while_it_writes() {
     let redis = server();
