@@ -187,7 +187,9 @@
 //!   |
 //! lock/           the primitives: thin handles and guards over the layers below.
 //! election/         lock/: the reentrant lock and its kinds (fair, read, write,
-//! group/            upgradable), the read-write lock that pairs them; election/: leader
+//!                   upgradable), the read-write lock that pairs them, and acquisition
+//!                   (one wait for a level: its tries judged, what they left taken back);
+//! group/            election/: leader
 //! semaphore/        election (a lock with a record, a log and a channel) and its
 //! latch, fence      observer; group/: RedLock and MultiLock; semaphore/: the counting
 //! guarded           semaphore, and permit/ its permit-expirable extension; latch: the
@@ -221,6 +223,10 @@
 //! error/          the one Error enum, used everywhere, and the sorting of Redis's answers
 //!                 into it (TLS failures, refused logins and permissions included)
 //! ```
+//!
+//! The tests against real servers are in `tests/suite/` (one binary, a module per
+//! primitive, promise or deployment; `tests/metrics.rs` and `tests/lifecycle.rs` apart, for
+//! what is global to a process), over the fixtures of the workspace's `testing` crate.
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -44,8 +44,9 @@ mod raw {
     }
 
     /// What a primitive whose holders can be asked to let go implements (the locks, the
-    /// upgradable read, a leadership); [`LockHandle`] provides `request_revocation` and
-    /// `revoking_after` over it. Its `acquire` honours [`Terms::revoke_after`].
+    /// upgradable read, a leadership); `revocable_handle!` writes the handle's
+    /// `request_revocation` and `revoking_after` over it. Its `acquire` honours
+    /// [`Terms::revoke_after`].
     pub trait RawRevocable: RawAcquire {
         /// Asks every holder to let go; answers how many holds were asked.
         fn request_revocation(&self) -> Result<usize>;
