@@ -855,50 +855,8 @@ impl LockManagerBuilder {
     /// [`Error::PermissionDenied`] when the user may not run `PING` or `SUBSCRIBE`;
     /// in sentinel mode, [`Error::UnknownMaster`] when no sentinel knows the master.
     pub fn build(self) -> Result<LockManager> {
-        names::lease_millis("connect timeout", self.connect_timeout)?;
-        names::lease_millis("response timeout", self.response_timeout)?;
-        names::lease_millis("watchdog timeout", self.watchdog_timeout)?;
-        let fair_place_ms =
-            names::lease_millis("fair lock place timeout", self.fair_lock_place_timeout)?;
-        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
-            return Err(Error::InvalidArgument(format!(
-                "watchdog timeout of {:?} is shorter than the minimum of {MIN_WATCHDOG_TIMEOUT:?}",
-                self.watchdog_timeout
-            )));
-        }
-        if self.max_connections == 0 {
-            return Err(Error::InvalidArgument(
-                "max_connections must not be zero: no call could run".into(),
-            ));
-        }
-        let acks = match (self.replica_acks, self.aof_acks) {
-            (Some(_), Some(_)) => {
-                return Err(Error::InvalidArgument(
-                    "replica_acks and aof_acks are two choices of the same setting: pick one"
-                        .into(),
-                ))
-            }
-            (Some((replicas, timeout)), None) => {
-                Some((ReplicaAcks::new(replicas, timeout)?, timeout))
-            }
-            (None, Some((local, replicas, timeout))) => {
-                Some((ReplicaAcks::aof(local, replicas, timeout)?, timeout))
-            }
-            (None, None) => None,
-        };
-        let replica_acks = match acks {
-            Some((acks, timeout)) => {
-                let renewal_interval = self.watchdog_timeout / 3;
-                if timeout >= renewal_interval {
-                    return Err(Error::InvalidArgument(format!(
-                        "replica ack timeout of {timeout:?} must be shorter than the watchdog's \
-                         renewal interval of {renewal_interval:?} (a third of its timeout)"
-                    )));
-                }
-                Some(acks)
-            }
-            None => None,
-        };
+        let fair_place_ms = self.checked_limits()?;
+        let replica_acks = self.checked_acks()?;
         let info = self.info.map_err(|err| {
             // redis-rs refuses `rediss://` when built without TLS; say which feature that is.
             if !cfg!(feature = "tls") && err.contains("can't connect with TLS") {
@@ -922,12 +880,6 @@ impl LockManagerBuilder {
             })?),
             None => None,
         };
-        if self.outage_grace > MAX_OUTAGE_GRACE {
-            return Err(Error::InvalidArgument(format!(
-                "an outage grace of {:?} is longer than the maximum of {MAX_OUTAGE_GRACE:?}",
-                self.outage_grace
-            )));
-        }
         let client = Client::connect(Settings {
             info,
             sentinel,
@@ -949,6 +901,61 @@ impl LockManagerBuilder {
             client,
             fair_place_ms,
         })
+    }
+
+    /// Checks the timeouts, the outage grace and the connection bound; answers the fair lock
+    /// place timeout in ms.
+    fn checked_limits(&self) -> Result<u64> {
+        names::lease_millis("connect timeout", self.connect_timeout)?;
+        names::lease_millis("response timeout", self.response_timeout)?;
+        names::lease_millis("watchdog timeout", self.watchdog_timeout)?;
+        let fair_place_ms =
+            names::lease_millis("fair lock place timeout", self.fair_lock_place_timeout)?;
+        if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
+            return Err(Error::InvalidArgument(format!(
+                "watchdog timeout of {:?} is shorter than the minimum of {MIN_WATCHDOG_TIMEOUT:?}",
+                self.watchdog_timeout
+            )));
+        }
+        if self.max_connections == 0 {
+            return Err(Error::InvalidArgument(
+                "max_connections must not be zero: no call could run".into(),
+            ));
+        }
+        if self.outage_grace > MAX_OUTAGE_GRACE {
+            return Err(Error::InvalidArgument(format!(
+                "an outage grace of {:?} is longer than the maximum of {MAX_OUTAGE_GRACE:?}",
+                self.outage_grace
+            )));
+        }
+        Ok(fair_place_ms)
+    }
+
+    /// The acknowledgements every write waits for, if any: replicas', or disks'
+    /// (`WAITAOF`), never both, within a timeout shorter than the renewal interval.
+    fn checked_acks(&self) -> Result<Option<ReplicaAcks>> {
+        let acks = match (self.replica_acks, self.aof_acks) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument(
+                    "replica_acks and aof_acks are two choices of the same setting: pick one"
+                        .into(),
+                ))
+            }
+            (Some((replicas, timeout)), None) => (ReplicaAcks::new(replicas, timeout)?, timeout),
+            (None, Some((local, replicas, timeout))) => {
+                (ReplicaAcks::aof(local, replicas, timeout)?, timeout)
+            }
+            (None, None) => return Ok(None),
+        };
+        let (acks, timeout) = acks;
+        let renewal_interval = self.watchdog_timeout / 3;
+        if timeout >= renewal_interval {
+            return Err(Error::InvalidArgument(format!(
+                "replica ack timeout of {timeout:?} must be shorter than the watchdog's \
+                 renewal interval of {renewal_interval:?} (a third of its timeout)"
+            )));
+        }
+        Ok(Some(acks))
     }
 }
 

@@ -125,6 +125,13 @@ impl Group {
                 elapsed,
             });
         }
+        self.fell_short(attempt)
+    }
+
+    /// What an attempt short of a quorum (and undone) tells the wait: an error when too many
+    /// members failed for a quorum to be possible; a back-off after a split vote; else a wait
+    /// for a release, or for the holders' lease to run out.
+    fn fell_short(&self, attempt: Attempt) -> Result<wait::Attempt<GroupGuard>> {
         if attempt.failed > self.members.len() - self.required {
             return Err(match attempt.first_error {
                 // Too few replicas is told as such: servers that answer are no lack of quorum.
@@ -221,25 +228,7 @@ impl Group {
         let count = self.members.len();
         let sent_at = Instant::now();
         let asked = self.who_to_ask(sent_at);
-        let requests: Vec<Request<'_>> = asked
-            .members
-            .iter()
-            .map(|&index| {
-                let member = self.members[index].raw();
-                let keys = member.keys_unchecked();
-                let call = protocol::acquire(
-                    keys,
-                    &holders[index],
-                    levels_held[index],
-                    lease_ms[index],
-                    None,
-                    false,
-                    // Read until the attempt's deadline: a try that comes later is refused.
-                    member.client().window(self.attempt_timeout).deadline_ms(),
-                );
-                Request::new(member.client(), call)
-            })
-            .collect();
+        let requests = self.tries(&asked, holders, lease_ms, levels_held);
         let deadline = sent_at + self.attempt_timeout;
         let mut fan_out = FanOut::send(&requests, deadline);
         let mut attempt = Attempt {
@@ -290,22 +279,63 @@ impl Group {
                 levels_held[index],
             );
         }
-        for (position, &index) in asked.members.iter().enumerate() {
-            if fan_out.is_pending(position) {
+        self.abandon_pending(&mut fan_out, &asked, holders, levels_held);
+        attempt
+    }
+
+    /// The tries of an attempt, one a member `asked`.
+    fn tries(
+        &self,
+        asked: &Asked,
+        holders: &[String],
+        lease_ms: &[u64],
+        levels_held: &[u32],
+    ) -> Vec<Request<'_>> {
+        asked
+            .members
+            .iter()
+            .map(|&index| {
                 let member = self.members[index].raw();
-                // Sent once, within the attempt (see the module's doc).
-                let undo = protocol::undo(
-                    member.keys_unchecked(),
+                let keys = member.keys_unchecked();
+                let call = protocol::acquire(
+                    keys,
                     &holders[index],
                     levels_held[index],
+                    lease_ms[index],
                     None,
-                    0,
+                    false,
+                    // Read until the attempt's deadline: a try that comes later is refused.
+                    member.client().window(self.attempt_timeout).deadline_ms(),
                 );
-                let undo = member.client().in_dialect(undo);
-                fan_out.abandon(position, &undo.as_eval().get_packed_command());
+                Request::new(member.client(), call)
+            })
+            .collect()
+    }
+
+    /// Abandons the tries of the attempt whose answers were not read, each with its undo
+    /// sent behind it, once, within the attempt (see the module's doc).
+    fn abandon_pending(
+        &self,
+        fan_out: &mut FanOut<'_>,
+        asked: &Asked,
+        holders: &[String],
+        levels_held: &[u32],
+    ) {
+        for (position, &index) in asked.members.iter().enumerate() {
+            if !fan_out.is_pending(position) {
+                continue;
             }
+            let member = self.members[index].raw();
+            let undo = protocol::undo(
+                member.keys_unchecked(),
+                &holders[index],
+                levels_held[index],
+                None,
+                0,
+            );
+            let undo = member.client().in_dialect(undo);
+            fan_out.abandon(position, &undo.as_eval().get_packed_command());
         }
-        attempt
     }
 
     /// The members an attempt starting `now` asks, trusted ones first: the silent ones too

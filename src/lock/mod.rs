@@ -33,8 +33,10 @@ use crate::hold::handle::{revocable_handle, Lease, LockHandle, RawAcquire, RawRe
 use crate::protocol::lock::{self as protocol, Acquired};
 use crate::protocol::names::{self, LockKeys, LockKind};
 use crate::protocol::renew::HoldKind;
+use crate::protocol::ScriptCall;
 use crate::pubsub::{Letterbox, Subscription};
 use crate::wait::cancel::CancelToken;
+use crate::wait::handoff::Offer;
 use crate::wait::{self, WaitFor};
 use crate::watchdog::lease;
 use crate::watchdog::{Grant, Holding, LevelsLeft};
@@ -528,30 +530,47 @@ impl RawLock {
             upgrade: upgrade.as_deref(),
             deadline_ms,
         };
-        let try_id = this_try.upgrade;
         let call = protocol::acquire(
             &self.keys,
             holder,
             levels_held,
             lease_ms,
-            try_id,
+            this_try.upgrade,
             grants,
             deadline_ms,
         );
         let sent_at = Instant::now();
-        // A try of a reentrant level is not undone here: it sets the chain's count (a repeat
-        // or a later try of the same level sets the same), and the wait takes the level back
-        // once, if it ends without it (an undo racing a later try would take that one).
-        let reentrant = levels_held > 0;
+        let answer = self.send_try(&call, this_try)?;
+        let grant = Granted {
+            token: 0,
+            sent_at,
+            acknowledged: answer.acknowledged,
+        };
+        Ok(Tried {
+            acquired: answer.answer,
+            grant,
+            upgrade,
+        })
+    }
+
+    /// Sends the script `call` of `this_try`, with its undo queued right behind it on the
+    /// same connection, and takes back what it may have added when its answer does not come
+    /// or too few replicas acknowledged it.
+    ///
+    /// A try of a reentrant level is not undone here: it sets the chain's count (a repeat or
+    /// a later try of the same level sets the same), and the wait takes the level back once,
+    /// if it ends without it (an undo racing a later try would take that one).
+    fn send_try(&self, call: &ScriptCall, this_try: TryOf<'_>) -> Result<Acked<Acquired>> {
+        let reentrant = this_try.levels_held > 0;
         let answer = self
             .client
-            .run_acknowledged::<Acquired>(&call, |connection| {
+            .run_acknowledged::<Acquired>(call, |connection| {
                 if reentrant {
                     return;
                 }
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
-                let undo = this_try.undo(&self.keys, deadline_ms);
+                let undo = this_try.undo(&self.keys, this_try.deadline_ms);
                 let undo = self.client.in_dialect(undo);
                 let _ = connection.send_packed_command(&undo.as_eval().get_packed_command());
             });
@@ -574,19 +593,7 @@ impl RawLock {
                 }
                 Err(why.into_error(self.name()))
             }
-            answer => {
-                let answer = answer?;
-                let grant = Granted {
-                    token: 0,
-                    sent_at,
-                    acknowledged: answer.acknowledged,
-                };
-                Ok(Tried {
-                    acquired: answer.answer,
-                    grant,
-                    upgrade,
-                })
-            }
+            answer => answer,
         }
     }
 
@@ -710,24 +717,45 @@ impl RawLock {
             0 => self.handoff_offer(),
             _ => None,
         };
+        let levels = left.total();
+        let (call, again) = self.release_calls(holder, levels, lease_ms, &receipt, offer.as_ref());
+        // The receipt makes a repeated request answer like the first, should the first have
+        // been carried out before its connection broke.
+        let until = || Instant::now() + Duration::from_millis(lease_ms);
+        let sent_at = Instant::now();
+        let answer =
+            client.release::<redis::Value>(self.name(), call, again.clone(), receipt, how, until);
+        if let (Some(offer), Some(again)) = (offer, again) {
+            self.settle_offer(offer, &answer, sent_at, again);
+        }
+        self.released(levels, answer?)
+    }
+
+    /// The script call that releases a level of `holder`'s hold (`levels` left after it)
+    /// under `receipt`, handing the lock to `offer`'s waiter when there is one; for a
+    /// handoff, also its repeat without it (see `Client::release`).
+    fn release_calls(
+        &self,
+        holder: &str,
+        levels: u32,
+        lease_ms: u64,
+        receipt: &str,
+        offer: Option<&Offer>,
+    ) -> (ScriptCall, Option<ScriptCall>) {
         // Copies of the release are sent through an outage, by the cleanup thread until the
         // lease would have run out (a dropped guard's), and after a handoff, once the release
         // is settled, until the handed lease and an outage grace have gone by (see
         // `settle_offer`).
-        let longest_lease = offer
-            .as_ref()
-            .map_or(lease_ms, |offer| lease_ms.max(offer.lease_ms()));
-        let send_for = Duration::from_millis(longest_lease) + client.outage_grace() * 2;
-        let window = client.release_window(send_for);
+        let longest_lease = offer.map_or(lease_ms, |offer| lease_ms.max(offer.lease_ms()));
+        let send_for = Duration::from_millis(longest_lease) + self.client.outage_grace() * 2;
+        let window = self.client.release_window(send_for);
         let release = |handing: protocol::Handing<'_>| {
-            let levels = left.total();
             protocol::release(
-                &self.keys, &receipt, holder, lease_ms, window, levels, handing,
+                &self.keys, receipt, holder, lease_ms, window, levels, handing,
             )
         };
-        // The release, and for a handoff its repeat without it (see `Client::release`).
         let plain = release(protocol::Handing::No);
-        let (call, again) = match &offer {
+        match offer {
             Some(offer) => {
                 let holder = offer.holder();
                 let lease_ms = offer.lease_ms();
@@ -735,22 +763,16 @@ impl RawLock {
                 (release(handing), Some(plain))
             }
             None => (plain, None),
-        };
-        // The receipt makes a repeated request answer like the first, should the first have
-        // been carried out before its connection broke.
-        let until = || Instant::now() + Duration::from_millis(lease_ms);
-        let sent_at = Instant::now();
-        let (name, receipt_key) = (self.name(), receipt.clone());
-        let answer =
-            client.release::<redis::Value>(name, call, again.clone(), receipt_key, how, until);
-        if let (Some(offer), Some(again)) = (offer, again) {
-            self.settle_offer(offer, &answer, sent_at, again);
         }
-        let acked = answer?;
-        if left.total() == 0 && protocol::handed(&acked.answer).is_none() {
+    }
+
+    /// What a release's answer tells (`levels` left after it): [`Error::NotHeld`] when there
+    /// was nothing to release; a release short of acknowledgements stands, and is counted.
+    fn released(&self, levels: u32, acked: Acked<redis::Value>) -> Result<()> {
+        if levels == 0 && protocol::handed(&acked.answer).is_none() {
             // The chain's hold ended without a handoff (freed, or found gone): the count of
             // handoffs in a row starts again.
-            client.handoffs().freed(self.name());
+            self.client.handoffs().freed(self.name());
         }
         if !protocol::released(&acked.answer) {
             return Err(Error::NotHeld {
@@ -759,7 +781,7 @@ impl RawLock {
         }
         // Released on the master, which is what the caller's hold was: it stands.
         if let Some(why) = acked.unreplicated {
-            client.release_unreplicated(self.name(), &why);
+            self.client.release_unreplicated(self.name(), &why);
         }
         Ok(())
     }

@@ -128,23 +128,11 @@ where
     // Set once the thread first sleeps: a try that succeeds at once never waited.
     let mut waiting = None;
     let mut subscribe = Some(subscribe);
-    let mut subscriptions = Vec::new();
+    let nudge = nudge.map(|nudge| (started + nudge.after, nudge.ask));
+    let mut state = Waiting::new(deadline, default_hint, outage_grace, cancel, nudge);
     if subscribe_first {
-        if let Some(subscribe) = subscribe.take() {
-            subscriptions = subscribe()?;
-        }
+        state.subscribe(&mut subscribe)?;
     }
-    let mut state = Waiting {
-        deadline,
-        default_hint,
-        outage_grace,
-        cancel: cancel.map(CancelToken::receiver),
-        subscriptions,
-        woken: Vec::new(),
-        outage_since: None,
-        nudge: nudge.map(|nudge| (started + nudge.after, nudge.ask)),
-        late_grants: 0,
-    };
     loop {
         if cancel.is_some_and(CancelToken::is_cancelled) {
             return state.fail(Error::Cancelled);
@@ -166,15 +154,7 @@ where
         if state.is_past_deadline(now) {
             return Ok(None);
         }
-        if let Some(subscribe) = subscribe.take() {
-            state.subscriptions = subscribe()?;
-            // A release may have gone by while subscribing: look again before sleeping.
-            continue;
-        }
-        state.woken.clear();
-        if follow_slots(&mut state.subscriptions)? {
-            // A subscription moved to where its channel's slot went: a release may have gone
-            // by while it was elsewhere, so look again before sleeping.
+        if state.must_look_again(&mut subscribe)? {
             continue;
         }
         waiting.get_or_insert_with(|| recorder.start_waiting());
@@ -213,9 +193,57 @@ struct Waiting<'a> {
     late_grants: u32,
 }
 
-impl Waiting<'_> {
+impl<'a> Waiting<'a> {
+    /// The state before the first try: nothing subscribed, no outage, no late grant.
+    fn new(
+        deadline: Option<Instant>,
+        default_hint: Duration,
+        outage_grace: Duration,
+        cancel: Option<&'a CancelToken>,
+        nudge: Option<(Instant, &'a dyn Fn() -> bool)>,
+    ) -> Self {
+        Waiting {
+            deadline,
+            default_hint,
+            outage_grace,
+            cancel: cancel.map(CancelToken::receiver),
+            subscriptions: Vec::new(),
+            woken: Vec::new(),
+            outage_since: None,
+            nudge,
+            late_grants: 0,
+        }
+    }
+
     fn is_past_deadline(&self, now: Instant) -> bool {
         self.deadline.is_some_and(|deadline| now >= deadline)
+    }
+
+    /// Subscribes, unless done already (`subscribe` taken).
+    fn subscribe<S>(&mut self, subscribe: &mut Option<S>) -> Result<()>
+    where
+        S: FnOnce() -> Result<Vec<Subscription>>,
+    {
+        if let Some(subscribe) = subscribe.take() {
+            self.subscriptions = subscribe()?;
+        }
+        Ok(())
+    }
+
+    /// Before the loop sleeps: whether a release may have gone by unheard, so that it must
+    /// look again first. It may have while the loop subscribed (here, on its first pause), or
+    /// while a subscription was at a node its channel's slot has left (cluster mode: it
+    /// follows the slot here).
+    fn must_look_again<S>(&mut self, subscribe: &mut Option<S>) -> Result<bool>
+    where
+        S: FnOnce() -> Result<Vec<Subscription>>,
+    {
+        if subscribe.is_some() {
+            self.subscribe(subscribe)?;
+            return Ok(true);
+        }
+        self.woken.clear();
+        follow_slots(&mut self.subscriptions)
     }
 
     /// What a try's outcome means: an outage error, or a grant too few replicas (or disks)

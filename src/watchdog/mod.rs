@@ -205,6 +205,15 @@ enum Work {
     },
 }
 
+/// When a batch of renewals was sent, when its outcomes are recorded, and how soon a failed
+/// renewal is tried again.
+#[derive(Clone, Copy)]
+struct Times {
+    sent_at: Instant,
+    now: Instant,
+    retry_delay: Duration,
+}
+
 /// The levels of a chain left in this process after one ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LevelsLeft {
@@ -657,43 +666,9 @@ impl Shared {
                 state.check_lease_end(slot, now);
             }
             let batch = state.take_batch(due_now.renewals.drain(..), now);
-            let receipts = {
-                let mut queue = self.receipts.lock();
-                if !batch.is_empty() || queue.is_due(now) {
-                    queue.take()
-                } else {
-                    Vec::new()
-                }
-            };
+            let receipts = self.receipts_to_delete(!batch.is_empty(), now);
             if !batch.is_empty() || !receipts.is_empty() {
-                // Never wait for answers past a deadline the thread must meet: the earliest
-                // lease deadline of the batch, or any lease-end check due sooner. `WAIT`'s
-                // answer, which only reports, is given up on there too.
-                let answer_by = now + self.router.response_timeout();
-                let acks_by = answer_by
-                    + self
-                        .acks
-                        .as_ref()
-                        .map_or(Duration::ZERO, ReplicaAcks::timeout);
-                let State {
-                    registry, schedule, ..
-                } = &mut *state;
-                let must_end_by = batch
-                    .iter()
-                    .map(|renewal| renewal.lease_deadline)
-                    .chain(schedule.next_lease_end(registry))
-                    .min();
-                let (answer_by, acks_by) = match must_end_by {
-                    Some(end) => (answer_by.min(end), acks_by.min(end)),
-                    None => (answer_by, acks_by),
-                };
-                return Some(Work::Renew {
-                    batch,
-                    receipts,
-                    sent_at: now,
-                    answer_by,
-                    acks_by,
-                });
+                return Some(self.renew(&mut state, batch, receipts, now));
             }
             if state.has_reports() {
                 continue;
@@ -710,6 +685,55 @@ impl Shared {
         }
     }
 
+    /// The release receipts to delete now: with a batch of renewals (`renewing`) every
+    /// receipt queued, else only once the queue is due.
+    fn receipts_to_delete(&self, renewing: bool, now: Instant) -> Vec<String> {
+        let mut queue = self.receipts.lock();
+        if renewing || queue.is_due(now) {
+            queue.take()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The work of renewing `batch` and deleting `receipts`, sent `now`: its answers are never
+    /// waited for past a deadline the thread must meet, the earliest lease deadline of the
+    /// batch or any lease-end check due sooner. `WAIT`'s answer, which only reports, is given
+    /// up on there too.
+    fn renew(
+        &self,
+        state: &mut State,
+        batch: Vec<Renewal>,
+        receipts: Vec<String>,
+        now: Instant,
+    ) -> Work {
+        let answer_by = now + self.router.response_timeout();
+        let acks_by = answer_by
+            + self
+                .acks
+                .as_ref()
+                .map_or(Duration::ZERO, ReplicaAcks::timeout);
+        let State {
+            registry, schedule, ..
+        } = state;
+        let must_end_by = batch
+            .iter()
+            .map(|renewal| renewal.lease_deadline)
+            .chain(schedule.next_lease_end(registry))
+            .min();
+        let (answer_by, acks_by) = match must_end_by {
+            Some(end) => (answer_by.min(end), acks_by.min(end)),
+            None => (answer_by, acks_by),
+        };
+        Work::Renew {
+            batch,
+            receipts,
+            sent_at: now,
+            answer_by,
+            acks_by,
+        }
+    }
+
     /// Records the outcomes and schedules what comes next. Answers how many holds were
     /// renewed.
     fn apply(&self, batch: &[Renewal], outcomes: Vec<Outcome>, sent_at: Instant) -> u64 {
@@ -722,68 +746,78 @@ impl Shared {
         let mut state = self.state.lock();
         let now = Instant::now();
         if !batch.is_empty() {
-            state.renewals.batches += 1;
-            let failed = outcomes
-                .iter()
-                .filter(|outcome| matches!(outcome, Outcome::Failed(_)))
-                .count() as u64;
-            state.renewals.sent += batch.len() as u64;
-            state.renewals.failed += failed;
-            crate::telemetry::renewed(batch.len() as u64, failed);
+            state.count_batch(batch.len() as u64, &outcomes);
         }
         for (renewal, outcome) in batch.iter().zip(outcomes) {
-            let State {
-                registry,
-                schedule,
-                risks,
-                ..
-            } = &mut *state;
-            let slot = renewal.slot;
-            let Some(entry) = registry.at_mut(slot) else {
-                continue;
+            let times = Times {
+                sent_at,
+                now,
+                retry_delay,
             };
-            if entry.chain != renewal.chain {
-                continue;
-            }
-            entry.renewing = false;
-            if entry.lease.is_marked_lost() {
-                // Told while the renewal was out (a force-release notice).
-                let key = Arc::clone(&entry.key);
-                registry.remove(&key);
-                continue;
-            }
-            let deadline = entry.lease.deadline();
-            let reason = match outcome {
-                // Redis found the holder and renewed its lease: the lease never ran out
-                // there, however late this process reads the answer (it was slow to read,
-                // starved of CPU, not the lease). It runs on from the send, unless this
-                // process was slower than a whole lease, or its holder was told meanwhile
-                // that the local deadline had passed (a lost hold stays lost).
-                Outcome::Renewed
-                    if lease::deadline(sent_at, self.timeout) > now
-                        && entry.lease.renew(sent_at, self.timeout) =>
-                {
-                    risks.renewed(entry);
-                    schedule.renewal(slot, entry, sent_at + self.interval);
-                    continue;
-                }
-                // No renewal by the deadline: the lease may have run out.
-                _ if now >= deadline => LostReason::LeaseExpired,
-                Outcome::Renewed => LostReason::LeaseExpired,
-                Outcome::Failed(reason) => {
-                    risks.renewal_failed(entry, reason);
-                    schedule.renewal(slot, entry, (now + retry_delay).min(deadline));
-                    schedule.lease_end(slot, entry);
-                    continue;
-                }
-                Outcome::HolderGone => LostReason::NotHeldAnymore,
-            };
-            let key = Arc::clone(&entry.key);
-            state.lose(&key, reason);
+            self.apply_outcome(&mut state, renewal, outcome, times);
         }
         drop(state);
         self.renewal_done.notify_all();
         renewed
+    }
+
+    /// Records the `outcome` of one `renewal` of a batch: renewed (its lease runs on from
+    /// the send), failed (tried again soon, before its deadline), or lost. A renewal of an
+    /// entry gone or replaced meanwhile is dropped.
+    fn apply_outcome(&self, state: &mut State, renewal: &Renewal, outcome: Outcome, times: Times) {
+        let Times {
+            sent_at,
+            now,
+            retry_delay,
+        } = times;
+        let State {
+            registry,
+            schedule,
+            risks,
+            ..
+        } = &mut *state;
+        let slot = renewal.slot;
+        let Some(entry) = registry.at_mut(slot) else {
+            return;
+        };
+        if entry.chain != renewal.chain {
+            return;
+        }
+        entry.renewing = false;
+        if entry.lease.is_marked_lost() {
+            // Told while the renewal was out (a force-release notice).
+            let key = Arc::clone(&entry.key);
+            registry.remove(&key);
+            return;
+        }
+        let deadline = entry.lease.deadline();
+        let reason = match outcome {
+            // Redis found the holder and renewed its lease: the lease never ran out there,
+            // however late this process reads the answer (it was slow to read, starved of
+            // CPU, not the lease). It runs on from the send, unless this process was slower
+            // than a whole lease, or its holder was told meanwhile that the local deadline had
+            // passed (a lost hold stays lost).
+            Outcome::Renewed
+                if lease::deadline(sent_at, self.timeout) > now
+                    && entry.lease.renew(sent_at, self.timeout) =>
+            {
+                risks.renewed(entry);
+                schedule.renewal(slot, entry, sent_at + self.interval);
+                return;
+            }
+            // No renewal by the deadline: the lease may have run out.
+            _ if now >= deadline => LostReason::LeaseExpired,
+            Outcome::Renewed => LostReason::LeaseExpired,
+            Outcome::Failed(reason) => {
+                risks.renewal_failed(entry, reason);
+                schedule.renewal(slot, entry, (now + retry_delay).min(deadline));
+                schedule.lease_end(slot, entry);
+                return;
+            }
+            Outcome::HolderGone => LostReason::NotHeldAnymore,
+        };
+        let key = Arc::clone(&entry.key);
+        state.lose(&key, reason);
     }
 
     /// `renewed` holds were renewed, but too few replicas acknowledged it (`why`): they are
@@ -799,6 +833,18 @@ impl Shared {
 }
 
 impl State {
+    /// Counts a batch of `sent` renewals and their `outcomes` (failures among them).
+    fn count_batch(&mut self, sent: u64, outcomes: &[Outcome]) {
+        let failed = outcomes
+            .iter()
+            .filter(|outcome| matches!(outcome, Outcome::Failed(_)))
+            .count() as u64;
+        self.renewals.batches += 1;
+        self.renewals.sent += sent;
+        self.renewals.failed += failed;
+        crate::telemetry::renewed(sent, failed);
+    }
+
     /// Whether risks, revocation requests or losses wait to be told.
     fn has_reports(&self) -> bool {
         !self.losses.is_empty() || !self.risks.is_empty() || !self.revocations.is_empty()
