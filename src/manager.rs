@@ -880,6 +880,12 @@ impl LockManagerBuilder {
             })?),
             None => None,
         };
+        if self.outage_grace > MAX_OUTAGE_GRACE {
+            return Err(Error::InvalidArgument(format!(
+                "an outage grace of {:?} is longer than the maximum of {MAX_OUTAGE_GRACE:?}",
+                self.outage_grace
+            )));
+        }
         let client = Client::connect(Settings {
             info,
             sentinel,
@@ -903,8 +909,8 @@ impl LockManagerBuilder {
         })
     }
 
-    /// Checks the timeouts, the outage grace and the connection bound; answers the fair lock
-    /// place timeout in ms.
+    /// Checks the timeouts and the connection bound; answers the fair lock place timeout in
+    /// ms.
     fn checked_limits(&self) -> Result<u64> {
         names::lease_millis("connect timeout", self.connect_timeout)?;
         names::lease_millis("response timeout", self.response_timeout)?;
@@ -921,12 +927,6 @@ impl LockManagerBuilder {
             return Err(Error::InvalidArgument(
                 "max_connections must not be zero: no call could run".into(),
             ));
-        }
-        if self.outage_grace > MAX_OUTAGE_GRACE {
-            return Err(Error::InvalidArgument(format!(
-                "an outage grace of {:?} is longer than the maximum of {MAX_OUTAGE_GRACE:?}",
-                self.outage_grace
-            )));
         }
         Ok(fair_place_ms)
     }

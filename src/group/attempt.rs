@@ -228,7 +228,7 @@ impl Group {
         let count = self.members.len();
         let sent_at = Instant::now();
         let asked = self.who_to_ask(sent_at);
-        let requests = self.tries(&asked, holders, lease_ms, levels_held);
+        let requests = self.acquire_requests(&asked, holders, lease_ms, levels_held);
         let deadline = sent_at + self.attempt_timeout;
         let mut fan_out = FanOut::send(&requests, deadline);
         let mut attempt = Attempt {
@@ -283,8 +283,8 @@ impl Group {
         attempt
     }
 
-    /// The tries of an attempt, one a member `asked`.
-    fn tries(
+    /// The acquisition requests of an attempt, one a member `asked`.
+    fn acquire_requests(
         &self,
         asked: &Asked,
         holders: &[String],

@@ -728,7 +728,7 @@ impl RawLock {
         if let (Some(offer), Some(again)) = (offer, again) {
             self.settle_offer(offer, &answer, sent_at, again);
         }
-        self.released(levels, answer?)
+        self.settle_release(levels, answer?)
     }
 
     /// The script call that releases a level of `holder`'s hold (`levels` left after it)
@@ -766,9 +766,11 @@ impl RawLock {
         }
     }
 
-    /// What a release's answer tells (`levels` left after it): [`Error::NotHeld`] when there
-    /// was nothing to release; a release short of acknowledgements stands, and is counted.
-    fn released(&self, levels: u32, acked: Acked<redis::Value>) -> Result<()> {
+    /// Settles a release by its answer (`levels` left after it): the count of handoffs in a
+    /// row starts again when the chain's hold ended without one; [`Error::NotHeld`] when
+    /// there was nothing to release; a release short of acknowledgements stands, and is
+    /// counted.
+    fn settle_release(&self, levels: u32, acked: Acked<redis::Value>) -> Result<()> {
         if levels == 0 && protocol::handed(&acked.answer).is_none() {
             // The chain's hold ended without a handoff (freed, or found gone): the count of
             // handoffs in a row starts again.

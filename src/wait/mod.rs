@@ -230,10 +230,10 @@ impl<'a> Waiting<'a> {
         Ok(())
     }
 
-    /// Before the loop sleeps: whether a release may have gone by unheard, so that it must
-    /// look again first. It may have while the loop subscribed (here, on its first pause), or
-    /// while a subscription was at a node its channel's slot has left (cluster mode: it
-    /// follows the slot here).
+    /// Before the loop sleeps: subscribes (on its first pause), or clears the wakes of the
+    /// last sleep and has each subscription follow its channel's slot (cluster mode).
+    /// Answers whether a release may have gone by unheard meanwhile, so that the loop must
+    /// look again before sleeping.
     fn must_look_again<S>(&mut self, subscribe: &mut Option<S>) -> Result<bool>
     where
         S: FnOnce() -> Result<Vec<Subscription>>,

@@ -205,8 +205,8 @@ enum Work {
     },
 }
 
-/// When a batch of renewals was sent, when its outcomes are recorded, and how soon a failed
-/// renewal is tried again.
+/// When a batch of renewals was sent, when its outcomes are recorded, and how long after
+/// that a failed renewal is tried again.
 #[derive(Clone, Copy)]
 struct Times {
     sent_at: Instant,
@@ -668,7 +668,7 @@ impl Shared {
             let batch = state.take_batch(due_now.renewals.drain(..), now);
             let receipts = self.receipts_to_delete(!batch.is_empty(), now);
             if !batch.is_empty() || !receipts.is_empty() {
-                return Some(self.renew(&mut state, batch, receipts, now));
+                return Some(self.renewal_work(&mut state, batch, receipts, now));
             }
             if state.has_reports() {
                 continue;
@@ -700,7 +700,7 @@ impl Shared {
     /// waited for past a deadline the thread must meet, the earliest lease deadline of the
     /// batch or any lease-end check due sooner. `WAIT`'s answer, which only reports, is given
     /// up on there too.
-    fn renew(
+    fn renewal_work(
         &self,
         state: &mut State,
         batch: Vec<Renewal>,
@@ -748,12 +748,12 @@ impl Shared {
         if !batch.is_empty() {
             state.count_batch(batch.len() as u64, &outcomes);
         }
+        let times = Times {
+            sent_at,
+            now,
+            retry_delay,
+        };
         for (renewal, outcome) in batch.iter().zip(outcomes) {
-            let times = Times {
-                sent_at,
-                now,
-                retry_delay,
-            };
             self.apply_outcome(&mut state, renewal, outcome, times);
         }
         drop(state);
@@ -763,7 +763,8 @@ impl Shared {
 
     /// Records the `outcome` of one `renewal` of a batch: renewed (its lease runs on from
     /// the send), failed (tried again soon, before its deadline), or lost. A renewal of an
-    /// entry gone or replaced meanwhile is dropped.
+    /// entry gone or replaced meanwhile is dropped; an entry marked lost while its renewal
+    /// was out (a force-release notice) is removed, its loss told already.
     fn apply_outcome(&self, state: &mut State, renewal: &Renewal, outcome: Outcome, times: Times) {
         let Times {
             sent_at,
