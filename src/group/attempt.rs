@@ -64,6 +64,23 @@ impl Attempt {
     fn taken_count(&self) -> usize {
         self.taken.iter().flatten().count()
     }
+
+    /// The member at `index` failed with `err` (the first error is kept), and may hold a
+    /// level of the attempt it does not count (`uncounted`), to be undone.
+    fn fail(&mut self, index: usize, err: Error, uncounted: bool) {
+        self.uncounted[index] = uncounted;
+        self.failed += 1;
+        self.first_error.get_or_insert(err);
+    }
+
+    /// A member was held by others, for `ttl` more if known: the shortest such lease is the
+    /// wait's hint.
+    fn held_for(&mut self, ttl: Option<Duration>) {
+        if let Some(ttl) = ttl {
+            let shortest = self.shortest_ttl.map_or(ttl, |shortest| shortest.min(ttl));
+            self.shortest_ttl = Some(shortest);
+        }
+    }
 }
 
 /// `delay` times a random factor between 0.5 and 1.5.
@@ -395,10 +412,8 @@ impl Group {
                 unreplicated: Some(why),
                 ..
             }) => {
-                attempt.uncounted[index] = true;
-                attempt.failed += 1;
                 let member = self.members[index].name();
-                attempt.first_error.get_or_insert(why.into_error(member));
+                attempt.fail(index, why.into_error(member), true);
             }
             Ok(Acked {
                 answer: Acquired::ChainGone | Acquired::UpgradableGone,
@@ -423,21 +438,12 @@ impl Group {
             Ok(Acked {
                 answer: Acquired::Held { ttl, .. },
                 ..
-            }) => {
-                if let Some(ttl) = ttl {
-                    let shortest = attempt
-                        .shortest_ttl
-                        .map_or(ttl, |shortest| shortest.min(ttl));
-                    attempt.shortest_ttl = Some(shortest);
-                }
-            }
+            }) => attempt.held_for(ttl),
             Err(err) => {
-                attempt.uncounted[index] = matches!(
-                    &err,
-                    Error::Unreachable(cause) if !cause.is_connection_refusal()
-                );
-                attempt.failed += 1;
-                attempt.first_error.get_or_insert(err);
+                // A request that went out on a connection that then broke may have run.
+                let may_have_run =
+                    matches!(&err, Error::Unreachable(cause) if !cause.is_connection_refusal());
+                attempt.fail(index, err, may_have_run);
             }
         }
     }

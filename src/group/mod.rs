@@ -508,34 +508,13 @@ impl Group {
         let receipts: Vec<String> = asked
             .iter()
             .map(|&(index, _)| {
-                let member = &self.members[index];
+                let member = self.members[index].raw();
                 member
-                    .raw()
                     .keys_unchecked()
-                    .release_receipt(&member.raw().client().next_request_id())
+                    .release_receipt(&member.client().next_request_id())
             })
             .collect();
-        let requests: Vec<Request<'_>> = asked
-            .iter()
-            .zip(&receipts)
-            .map(|(&(index, left), receipt)| {
-                let member = &self.members[index];
-                let keys = member.raw().keys_unchecked();
-                Request::new(
-                    member.raw().client(),
-                    protocol::release(
-                        keys,
-                        receipt,
-                        &holders[index],
-                        lease_ms[index],
-                        member.raw().client().release_window(self.attempt_timeout),
-                        left.total(),
-                        protocol::Handing::No,
-                    )
-                    .counting_sends(),
-                )
-            })
-            .collect();
+        let requests = self.release_requests(&asked, &receipts, holders, lease_ms);
         let mut outcomes: Vec<Option<Result<bool>>> =
             (0..self.members.len()).map(|_| None).collect();
         if requests.is_empty() {
@@ -547,25 +526,64 @@ impl Group {
         for ((((index, _), receipt), answer), sent_once) in
             asked.into_iter().zip(receipts).zip(answers).zip(sent)
         {
-            let member = &self.members[index];
-            let released = answer.map(|acked| {
-                // The answer has arrived: the receipt will not be asked again (unless another
-                // copy is on its way: then it stays until after the release's deadline).
-                if sent_once {
-                    member.raw().client().watchdog().discard_receipt(receipt);
-                }
-                let released = protocol::released(&acked.answer);
-                if let (true, Some(why)) = (released, acked.unreplicated) {
-                    member
-                        .raw()
-                        .client()
-                        .release_unreplicated(member.name(), &why);
-                }
-                released
-            });
+            let released =
+                answer.map(|acked| self.settle_release(index, receipt, acked, sent_once));
             outcomes[index] = Some(released);
         }
         outcomes
+    }
+
+    /// The release requests of the members `asked` (with the levels each keeps), under their
+    /// `receipts`.
+    fn release_requests(
+        &self,
+        asked: &[(usize, LevelsLeft)],
+        receipts: &[String],
+        holders: &[String],
+        lease_ms: &[u64],
+    ) -> Vec<Request<'_>> {
+        asked
+            .iter()
+            .zip(receipts)
+            .map(|(&(index, left), receipt)| {
+                let member = self.members[index].raw();
+                let call = protocol::release(
+                    member.keys_unchecked(),
+                    receipt,
+                    &holders[index],
+                    lease_ms[index],
+                    member.client().release_window(self.attempt_timeout),
+                    left.total(),
+                    protocol::Handing::No,
+                );
+                Request::new(member.client(), call.counting_sends())
+            })
+            .collect()
+    }
+
+    /// Settles the answered release of the member at `index`: whether it released. Its
+    /// receipt goes at once when the release was sent once (another copy on its way keeps it
+    /// until after the release's deadline); one short of acknowledgements stands, and is
+    /// counted.
+    fn settle_release(
+        &self,
+        index: usize,
+        receipt: String,
+        acked: Acked<redis::Value>,
+        sent_once: bool,
+    ) -> bool {
+        let member = &self.members[index];
+        if sent_once {
+            member.raw().client().watchdog().discard_receipt(receipt);
+        }
+        let released = protocol::released(&acked.answer);
+        if let (true, Some(why)) = (released, acked.unreplicated) {
+            member
+                .raw()
+                .client()
+                .release_unreplicated(member.name(), &why);
+        }
+        released
     }
 
     /// Ends the thread's hold of `chain`: releases the members it still holds.
