@@ -108,6 +108,29 @@ pub(crate) fn prepare(
     info: ConnectionInfo,
     options: TlsOptions,
 ) -> Result<(redis::Client, Option<TlsConnector>)> {
+    let Some(host) = tls_host(&info, &options)? else {
+        let client = redis::Client::open(info)
+            .map_err(|err| Error::InvalidArgument(format!("bad redis url: {err}")))?;
+        return Ok((client, None));
+    };
+    let provider = ensure_crypto_provider();
+    let server_name = server_name(&host)?;
+    let config = client_config(&options, provider)?;
+    let redis_client = command_client(info, options)?;
+    Ok((
+        redis_client,
+        Some(TlsConnector {
+            config: Arc::new(config),
+            server_name,
+        }),
+    ))
+}
+
+/// The host of a `rediss://` connection info, once checked that it asks for no TLS setting
+/// of its own (`#insecure`, certificates: the builder's options say those); `None` for a
+/// plain URL, which no TLS option may come with.
+#[cfg(feature = "tls")]
+fn tls_host(info: &ConnectionInfo, options: &TlsOptions) -> Result<Option<String>> {
     let (host, insecure, has_own_certificates) = match info.addr() {
         ConnectionAddr::TcpTls {
             host,
@@ -115,16 +138,12 @@ pub(crate) fn prepare(
             tls_params,
             ..
         } => (host.clone(), *insecure, tls_params.is_some()),
-        other => {
-            if options.any_given() {
-                return Err(Error::InvalidArgument(format!(
-                    "TLS options need a rediss:// URL, and {other} is not one"
-                )));
-            }
-            let client = redis::Client::open(info)
-                .map_err(|err| Error::InvalidArgument(format!("bad redis url: {err}")))?;
-            return Ok((client, None));
+        other if options.any_given() => {
+            return Err(Error::InvalidArgument(format!(
+                "TLS options need a rediss:// URL, and {other} is not one"
+            )));
         }
+        _ => return Ok(None),
     };
     if insecure {
         return Err(Error::InvalidArgument(
@@ -141,11 +160,13 @@ pub(crate) fn prepare(
                 .into(),
         ));
     }
-    let provider = ensure_crypto_provider();
-    let server_name = server_name(&host)?;
-    let config = client_config(&options, provider)?;
+    Ok(Some(host))
+}
 
-    let mut info = info;
+/// The client of the command connections to a `rediss://` server: redis-rs's TLS, with the
+/// builder's certificates, and its certificate checks off only when the builder says so.
+#[cfg(feature = "tls")]
+fn command_client(mut info: ConnectionInfo, options: TlsOptions) -> Result<redis::Client> {
     if options.accept_invalid_certificates {
         if let ConnectionAddr::TcpTls { host, port, .. } = info.addr() {
             let addr = ConnectionAddr::TcpTls {
@@ -162,28 +183,19 @@ pub(crate) fn prepare(
         client_identity_pem,
         ..
     } = options;
-    let redis_client = if ca_certificate_pem.is_none() && client_identity_pem.is_none() {
-        redis::Client::open(info)
-    } else {
-        let certificates = redis::TlsCertificates {
-            client_tls: client_identity_pem.map(|(client_cert, client_key)| {
-                redis::ClientTlsConfig {
-                    client_cert,
-                    client_key,
-                }
-            }),
-            root_cert: ca_certificate_pem,
-        };
-        redis::Client::build_with_tls(info, certificates)
+    if ca_certificate_pem.is_none() && client_identity_pem.is_none() {
+        return redis::Client::open(info)
+            .map_err(|err| Error::InvalidArgument(format!("bad TLS settings: {err}")));
     }
-    .map_err(|err| Error::InvalidArgument(format!("bad TLS settings: {err}")))?;
-    Ok((
-        redis_client,
-        Some(TlsConnector {
-            config: Arc::new(config),
-            server_name,
+    let certificates = redis::TlsCertificates {
+        client_tls: client_identity_pem.map(|(client_cert, client_key)| redis::ClientTlsConfig {
+            client_cert,
+            client_key,
         }),
-    ))
+        root_cert: ca_certificate_pem,
+    };
+    redis::Client::build_with_tls(info, certificates)
+        .map_err(|err| Error::InvalidArgument(format!("bad TLS settings: {err}")))
 }
 
 /// Without the `tls` feature there is no TLS session to open: no value of this type exists.
