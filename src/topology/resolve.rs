@@ -211,30 +211,47 @@ impl Lookups {
             };
         }
         if self.await_lookup(&mut state, started + wait) {
-            let fallback = state.cached.as_ref().map(|cached| cached.addresses.clone());
-            match (&state.last_failure, fallback) {
-                // A success has just filled the cache.
-                (None, Some(addresses)) => return Ok(addresses),
-                (Some((_, message)), Some(addresses)) => {
-                    log::warn!(
-                        "looking up {} failed ({message}); using the addresses found {:?} ago",
-                        self.host,
-                        self.cache_age(&state)
-                    );
-                    return Ok(addresses);
-                }
-                (Some((kind, message)), None) => {
-                    return Err(ResolveError::Failed(io::Error::new(*kind, message.clone())))
-                }
-                (None, None) => {}
+            if let Some(found) = self.lookup_ended(&state) {
+                return found;
             }
         }
-        // The lookup is still under way.
+        self.lookup_late(&state, wait)
+    }
+
+    /// What a lookup that ended tells: the addresses it found, or after a failure those found
+    /// before (if any), or the failure; `None` when it left nothing to tell.
+    fn lookup_ended(&self, state: &LookupState) -> Option<Result<Vec<SocketAddr>, ResolveError>> {
+        let fallback = state.cached.as_ref().map(|cached| cached.addresses.clone());
+        match (&state.last_failure, fallback) {
+            // A success has just filled the cache.
+            (None, Some(addresses)) => Some(Ok(addresses)),
+            (Some((_, message)), Some(addresses)) => {
+                log::warn!(
+                    "looking up {} failed ({message}); using the addresses found {:?} ago",
+                    self.host,
+                    self.cache_age(state)
+                );
+                Some(Ok(addresses))
+            }
+            (Some((kind, message)), None) => Some(Err(ResolveError::Failed(io::Error::new(
+                *kind,
+                message.clone(),
+            )))),
+            (None, None) => None,
+        }
+    }
+
+    /// A lookup still under way after `wait`: the addresses found before, if any.
+    fn lookup_late(
+        &self,
+        state: &LookupState,
+        wait: Duration,
+    ) -> Result<Vec<SocketAddr>, ResolveError> {
         if let Some(cached) = &state.cached {
             log::warn!(
                 "looking up {} took longer than {wait:?}; using the addresses found {:?} ago",
                 self.host,
-                self.cache_age(&state)
+                self.cache_age(state)
             );
             return Ok(cached.addresses.clone());
         }
