@@ -257,17 +257,8 @@ impl ClusterHubs {
     /// hub for the first master if no master has one (for the notices). With a `generation`,
     /// only once per generation of the map.
     fn tend(&self, generation: Option<u64>) {
-        {
-            let mut hubs = self.hubs.lock();
-            if hubs.stopping {
-                return;
-            }
-            if let Some(generation) = generation {
-                if hubs.tended == generation {
-                    return;
-                }
-                hubs.tended = generation;
-            }
+        if !self.takes_generation(generation) {
+            return;
         }
         // Outside the lock: the map may take locks of its own.
         let masters = self.owners.masters();
@@ -316,6 +307,22 @@ impl ClusterHubs {
             },
             _ => {}
         }
+    }
+
+    /// Whether hubs are to be tended for the slot map's `generation` (any, with `None`): not
+    /// once they stop, nor twice for one generation, which is then marked tended.
+    fn takes_generation(&self, generation: Option<u64>) -> bool {
+        let mut hubs = self.hubs.lock();
+        if hubs.stopping {
+            return false;
+        }
+        if let Some(generation) = generation {
+            if hubs.tended == generation {
+                return false;
+            }
+            hubs.tended = generation;
+        }
+        true
     }
 
     /// How many times the hubs connected again after their first connections.
