@@ -21,7 +21,7 @@ const LEASE_MS: u64 = 30_000;
 pub fn script(parts: &[&str]) -> Script {
     Script::new(&format!(
         "local publish_command = 'publish'\n{}{}",
-        include_str!("../../src/protocol/deadline.lua"),
+        include_str!("../../src/protocol/lua/deadline.lua"),
         parts.concat()
     ))
 }
@@ -73,15 +73,15 @@ impl PlainLock {
     pub fn new(connection: &mut Connection) -> RedisResult<Self> {
         Ok(PlainLock {
             acquire: script(&[
-                include_str!("../../src/protocol/try_deadline.lua"),
-                include_str!("../../src/protocol/acquire_levels.lua"),
-                include_str!("../../src/protocol/lock_take.lua"),
-                include_str!("../../src/protocol/acquire.lua"),
+                include_str!("../../src/protocol/lua/try_deadline.lua"),
+                include_str!("../../src/protocol/lua/acquire_levels.lua"),
+                include_str!("../../src/protocol/lua/lock_take.lua"),
+                include_str!("../../src/protocol/lua/acquire.lua"),
             ]),
             release: script(&[
-                include_str!("../../src/protocol/release_levels.lua"),
-                include_str!("../../src/protocol/lock_give.lua"),
-                include_str!("../../src/protocol/release.lua"),
+                include_str!("../../src/protocol/lua/release_levels.lua"),
+                include_str!("../../src/protocol/lua/lock_give.lua"),
+                include_str!("../../src/protocol/lua/release.lua"),
             ]),
             deadline_ms: deadline_ms(connection)?,
         })
@@ -145,15 +145,15 @@ impl Semaphore {
     pub fn new(connection: &mut Connection) -> RedisResult<Self> {
         let once = |body: &str| {
             script(&[
-                include_str!("../../src/protocol/semaphore_count.lua"),
-                include_str!("../../src/protocol/request_begin.lua"),
+                include_str!("../../src/protocol/lua/semaphore_count.lua"),
+                include_str!("../../src/protocol/lua/request_begin.lua"),
                 body,
-                include_str!("../../src/protocol/request_end.lua"),
+                include_str!("../../src/protocol/lua/request_end.lua"),
             ])
         };
         Ok(Semaphore {
-            take: once(include_str!("../../src/protocol/semaphore_take.lua")),
-            add: once(include_str!("../../src/protocol/semaphore_add.lua")),
+            take: once(include_str!("../../src/protocol/lua/semaphore_take.lua")),
+            add: once(include_str!("../../src/protocol/lua/semaphore_add.lua")),
             deadline_ms: deadline_ms(connection)?,
         })
     }

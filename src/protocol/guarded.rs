@@ -79,12 +79,12 @@ pub(crate) fn guarded_write(
 pub(crate) fn script_around(body: &str) -> Arc<LuaScript> {
     let source = format!(
         "{PLAIN_PRELUDE}{}{}{body}\nend\n{}{}{}{}",
-        include_str!("deadline.lua"),
-        include_str!("guarded_script_begin.lua"),
-        include_str!("request_begin.lua"),
-        include_str!("guarded_check.lua"),
-        include_str!("guarded_script_call.lua"),
-        include_str!("request_end.lua"),
+        include_str!("lua/deadline.lua"),
+        include_str!("lua/guarded_script_begin.lua"),
+        include_str!("lua/request_begin.lua"),
+        include_str!("lua/guarded_check.lua"),
+        include_str!("lua/guarded_script_call.lua"),
+        include_str!("lua/request_end.lua"),
     );
     Arc::new(LuaScript::owned(source))
 }

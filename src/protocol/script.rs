@@ -74,7 +74,7 @@ impl LuaScript {
     }
 }
 
-/// Declares a `static` [`LuaScript`] from a `.lua` file next to this module, or from several
+/// Declares a `static` [`LuaScript`] from a `.lua` file of `src/protocol/lua/`, or from several
 /// joined in order (`"shared.lua" + "body.lua"`: scripts cannot call each other, so code that
 /// several scripts run is a file they all start with). Every script starts with
 /// `deadline.lua`: the server's clock and the refusal of a late copy.
@@ -84,8 +84,9 @@ macro_rules! lua_script {
         pub(crate) static $name: $crate::protocol::script::LuaScript =
             $crate::protocol::script::LuaScript::new(concat!(
                 "local publish_command = 'publish'\n",
-                include_str!("deadline.lua"),
-                include_str!($first) $(, include_str!($more))*
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/protocol/lua/deadline.lua")),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/protocol/lua/", $first))
+                $(, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/protocol/lua/", $more)))*
             ));
     };
 }
