@@ -186,9 +186,11 @@
 //! manager         LockManager: the public facade; builds the client, hands out handles
 //!   |
 //! lock/           the primitives: thin handles and guards over the layers below.
-//! election/         lock/: the reentrant lock and its kinds (fair, read, write,
-//!                   upgradable), the read-write lock that pairs them, and acquisition
-//!                   (one wait for a level: its tries judged, what they left taken back);
+//! election/         lock/: the reentrant lock, one wait for a level (acquisition: its
+//!                   tries judged, what they left taken back), and kind/, a file per kind
+//!                   (plain, fair, read, write, upgradable) with its rules (the chain it
+//!                   joins, its watchdog key, what it waits on, whether it hands on); the
+//!                   read-write lock that pairs three kinds;
 //! group/            election/: leader
 //! semaphore/        election (a lock with a record, a log and a channel) and its
 //! latch, fence      observer; group/: RedLock and MultiLock; semaphore/: the counting
@@ -216,7 +218,9 @@
 //!   |             within a deadline), sentinel (where the master is now), cluster (the slot
 //!   |             map, one pool per node), tls (options and rustls set-up), deadline
 //! protocol/       the keys of a handle, cluster key slots, holder ids, every Lua script
-//!   |             (plain and sharded dialect) with its arguments and replies; no I/O
+//!   |             (plain and sharded dialect) with its arguments and replies, one file
+//!   |             per primitive, and lock/ one per kind of lock; the scripts' `.lua`
+//!   |             files in lua/; no I/O
 //! guide/          (public, pages only) the manual, with examples that run as doc tests
 //! layout          (public) the name of every key and channel: Redisson's naming rules,
 //!   |             also used by the redlease-inspect tool

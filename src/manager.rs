@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::fence::FencedStore;
 use crate::latch::CountDownLatch;
 use crate::lock::rwlock::ReadWriteLock;
-use crate::lock::Lock;
-use crate::protocol::names::{self, LockKind};
+use crate::lock::{Fair, Lock};
+use crate::protocol::names;
 use crate::semaphore::permit::PermitSemaphore;
 use crate::semaphore::Semaphore;
 use crate::stats::Stats;
@@ -291,10 +291,8 @@ impl LockManager {
     /// # }
     /// ```
     pub fn fair_lock(&self, name: &str) -> Lock {
-        let kind = LockKind::Fair {
-            place_ms: self.fair_place_ms,
-        };
-        Lock::of_kind(Arc::clone(&self.client), name, kind)
+        let kind = Fair::new(name, self.fair_place_ms);
+        Lock::of_kind(Arc::clone(&self.client), Arc::new(kind))
     }
 
     /// The leader election called `name` (see [`LeaderElection`]): its candidates campaign

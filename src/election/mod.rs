@@ -19,9 +19,9 @@ use crate::client::Client;
 use crate::error::{Error, LostReason, Result};
 use crate::hold::guard::Guard;
 use crate::hold::handle::{revocable_handle, LockHandle, RawAcquire, RawRevocable, Terms};
-use crate::lock::{Lock, LockHold, OverLockHold, RawLock};
-use crate::protocol::election::{self as protocol, LeaderRecord};
-use crate::protocol::names::{ElectionKeys, LockKeys};
+use crate::lock::{Lock, LockHold, LockKind, OverLockHold, RawLock};
+use crate::protocol::election::{self as protocol, ElectionLock, LeaderRecord};
+use crate::protocol::names::ElectionKeys;
 
 pub use observe::{LeaderChange, LeaderObserver};
 
@@ -81,7 +81,13 @@ pub type Candidate = LockHandle<RawCandidate>;
 #[derive(Clone, Debug)]
 pub struct RawCandidate {
     lock: RawLock,
+    /// The election's lock, as the candidate's kind of lock (the lock's kind too).
+    lock_kind: Arc<ElectionLock>,
 }
+
+/// An election's lock has the plain lock's rules, but is no group's member and hands
+/// nothing on: a release is its holder's resignation, announced.
+impl LockKind for ElectionLock {}
 
 impl RawAcquire for RawCandidate {
     type Hold = LeaderHold;
@@ -105,16 +111,14 @@ impl RawCandidate {
     /// `deadline` (without one, for the outage grace).
     fn announce(&self, guard: &LeaderGuard, deadline: Option<Instant>) -> Result<()> {
         let client = self.lock.client();
-        let keys = self.lock.keys_unchecked();
-        let election = keys.election.as_ref().expect("a candidate's keys");
-        let call = protocol::announce(keys, election, guard.holder_id(), guard.term());
+        let name = self.lock.name();
+        let call = self.lock_kind.announce(guard.holder_id(), guard.term());
         let give_up_at = deadline.unwrap_or_else(|| Instant::now() + client.outage_grace());
-        let leads: i64 =
-            client.settle_until(&keys.name, give_up_at, || client.run_script(&call))?;
+        let leads: i64 = client.settle_until(name, give_up_at, || client.run_script(&call))?;
         match leads {
             1 => Ok(()),
             _ => Err(Error::LockLost {
-                name: keys.name.clone(),
+                name: name.to_owned(),
                 reason: LostReason::NotHeldAnymore,
             }),
         }
@@ -172,11 +176,12 @@ impl LeaderElection {
     /// while it leads: an address, an instance id). Taking it is campaigning; the guard is
     /// the leadership.
     pub fn candidate(&self, value: &str) -> Candidate {
-        let keys = LockKeys::candidate(self.name(), value);
-        let lock = Lock::of_keys(Arc::clone(&self.client), keys);
+        let lock_kind = Arc::new(ElectionLock::new(self.name(), value));
+        let lock = Lock::of_kind(Arc::clone(&self.client), Arc::clone(&lock_kind) as _);
         LockHandle::from_raw(
             RawCandidate {
                 lock: lock.raw().clone(),
+                lock_kind,
             },
             None,
         )

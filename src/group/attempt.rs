@@ -22,7 +22,7 @@ use crate::call::replication::Acked;
 use crate::client::fanout::{self, FanOut, Request};
 use crate::error::{Error, Result};
 use crate::hold::handle::Lease;
-use crate::protocol::lock::{self as protocol, Acquired};
+use crate::protocol::lock::{self as protocol, Acquired, TryArgs};
 use crate::protocol::renew::HoldKind;
 use crate::wait;
 use crate::watchdog::lease::clock_drift;
@@ -313,17 +313,16 @@ impl Group {
             .iter()
             .map(|&index| {
                 let member = self.members[index].raw();
-                let keys = member.keys_unchecked();
-                let call = protocol::acquire(
-                    keys,
-                    &holders[index],
-                    levels_held[index],
-                    lease_ms[index],
-                    None,
-                    false,
+                let this_try = TryArgs {
+                    holder: &holders[index],
+                    levels_held: levels_held[index],
+                    lease_ms: lease_ms[index],
+                    upgrade: None,
+                    accepts_grant: false,
                     // Read until the attempt's deadline: a try that comes later is refused.
-                    member.client().window(self.attempt_timeout).deadline_ms(),
-                );
+                    deadline_ms: member.client().window(self.attempt_timeout).deadline_ms(),
+                };
+                let call = protocol::acquire(member.kind(), &this_try);
                 Request::new(member.client(), call)
             })
             .collect()
@@ -343,13 +342,7 @@ impl Group {
                 continue;
             }
             let member = self.members[index].raw();
-            let undo = protocol::undo(
-                member.keys_unchecked(),
-                &holders[index],
-                levels_held[index],
-                None,
-                0,
-            );
+            let undo = member.undo_of(&holders[index], levels_held[index]);
             let undo = member.client().in_dialect(undo);
             fan_out.abandon(position, &undo.as_eval().get_packed_command());
         }
@@ -514,13 +507,7 @@ impl Group {
                 let member = &self.members[index];
                 Request::new(
                     member.raw().client(),
-                    protocol::undo(
-                        member.raw().keys_unchecked(),
-                        &holders[index],
-                        levels_held[index],
-                        None,
-                        0,
-                    ),
+                    member.raw().undo_of(&holders[index], levels_held[index]),
                 )
                 .without_acks()
             })

@@ -347,7 +347,7 @@ impl<T: FromGroup> GroupBuilder<T> {
         let mut seen = HashSet::new();
         for member in &members {
             member.raw().keys()?;
-            if !member.raw().is_plain() {
+            if !member.raw().kind().may_join_groups() {
                 return Err(Error::InvalidArgument(format!(
                     "a {kind:?} is made of plain locks; {:?} is a fair, read or write lock",
                     member.name()
@@ -547,15 +547,15 @@ impl Group {
             .zip(receipts)
             .map(|(&(index, left), receipt)| {
                 let member = self.members[index].raw();
-                let call = protocol::release(
-                    member.keys_unchecked(),
+                let release = protocol::ReleaseArgs {
                     receipt,
-                    &holders[index],
-                    lease_ms[index],
-                    member.client().release_window(self.attempt_timeout),
-                    left.total(),
-                    protocol::Handing::No,
-                );
+                    holder: &holders[index],
+                    lease_ms: lease_ms[index],
+                    window: member.client().release_window(self.attempt_timeout),
+                    levels_left: left.total(),
+                    handing: protocol::Handing::No,
+                };
+                let call = protocol::release(member.kind(), &release);
                 Request::new(member.client(), call.counting_sends())
             })
             .collect()

@@ -14,7 +14,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::hold::guard::{Guard, Hold};
 use crate::hold::handle::Terms;
 use crate::protocol::lock::Acquired;
-use crate::protocol::names::{self, LockKind};
+use crate::protocol::names;
 use crate::pubsub::Subscription;
 use crate::wait::Attempt;
 
@@ -92,7 +92,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         }
         let chain = self.chain.into_inner();
         let lock = self.lock;
-        if self.queued.get() && matches!(lock.keys.kind, LockKind::Fair { .. }) {
+        if self.queued.get() && lock.kind.queue_place().is_some() {
             lock.undo_given_up(&chain.holder, None);
         }
         if self.level_may_stand.get() {
@@ -194,7 +194,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         self.new_chain()?;
         Ok(match no_guard {
             NoGuard::Late => Attempt::TooLate(Error::LeaseSpent {
-                name: self.lock.keys.name.clone(),
+                name: self.lock.name().to_owned(),
                 elapsed: grant.sent_at.elapsed(),
             }),
             NoGuard::ChainGone => Attempt::Again,
@@ -204,11 +204,11 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
     /// The upgradable read an upgrade started from is gone: it is reported lost, and the
     /// upgrade ends with this error.
     fn upgradable_gone(&self, holder: &str) -> Error {
-        let name = &self.lock.keys.name;
+        let name = self.lock.name();
         let upgradable = names::upgradable_watch_key(name, self.thread);
         self.lock.client.watchdog().chain_gone(&upgradable, holder);
         Error::LockLost {
-            name: name.clone(),
+            name: name.to_owned(),
             reason: LostReason::NotHeldAnymore,
         }
     }

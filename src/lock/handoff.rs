@@ -14,7 +14,6 @@ use crate::call::replication::Acked;
 use crate::error::Result;
 use crate::hold::handle::Lease;
 use crate::protocol::lock as protocol;
-use crate::protocol::names::LockKind;
 use crate::protocol::ScriptCall;
 use crate::pubsub::{Letterbox, Subscription};
 use crate::wait::handoff::{self, Offer, Outcome, Place};
@@ -167,7 +166,7 @@ impl RawLock {
     /// Whether this lock's waits accept a grant inside a release: a fair lock, without
     /// replica acknowledgements (a grant would be an acquisition nobody checked them for).
     pub(super) fn accepts_grant(&self) -> bool {
-        matches!(self.keys.kind, LockKind::Fair { .. }) && self.client.replica_acks().is_none()
+        self.kind.queue_place().is_some() && self.client.replica_acks().is_none()
     }
 
     /// Puts the chain `holder` of a waiting thread in the line of its plain or write lock,
@@ -203,7 +202,7 @@ impl RawLock {
     /// or a write lock, without replica acknowledgements (a handed lock would be an
     /// acquisition nobody checked them for).
     fn hands_off(&self) -> bool {
-        matches!(self.keys.kind, LockKind::Plain | LockKind::Write)
+        self.kind.hands_off()
             && self.client.replica_acks().is_none()
             && self.client.handoffs().limit() > 0
     }

@@ -14,6 +14,7 @@
 mod acquisition;
 mod guard;
 mod handoff;
+mod kind;
 pub(crate) mod rwlock;
 pub(crate) mod upgradable;
 
@@ -24,17 +25,17 @@ use std::time::{Duration, Instant};
 use acquisition::Acquisition;
 pub use guard::LockGuard;
 pub(crate) use guard::{LockHold, OverLockHold};
+pub(crate) use kind::{Fair, LockKind, Plain, Read, Upgradable, Write};
 
 use crate::call::replication::Acked;
 use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
 use crate::hold::guard::{Guard, Hold, Watched};
 use crate::hold::handle::{revocable_handle, Lease, LockHandle, RawAcquire, RawRevocable, Terms};
-use crate::protocol::lock::{self as protocol, Acquired};
-use crate::protocol::names::{self, LockKeys, LockKind};
-use crate::protocol::renew::HoldKind;
+use crate::protocol::lock::{self as protocol, Acquired, ReleaseArgs, TryArgs, UndoArgs};
+use crate::protocol::names::{self, LockKeys};
 use crate::protocol::ScriptCall;
-use crate::pubsub::{Letterbox, Subscription};
+use crate::pubsub::Letterbox;
 use crate::wait::cancel::CancelToken;
 use crate::wait::handoff::Offer;
 use crate::wait::{self, WaitFor};
@@ -72,7 +73,8 @@ pub type Lock = LockHandle<RawLock>;
 #[derive(Clone)]
 pub struct RawLock {
     client: Arc<Client>,
-    keys: Arc<LockKeys>,
+    /// The kind of lock: its keys, scripts and rules.
+    kind: Arc<dyn LockKind>,
     /// For the write lock of an upgradable guard: the holder id of the upgradable chain it
     /// upgrades, which must still be the thread's.
     upgrading: Option<Arc<str>>,
@@ -90,7 +92,7 @@ struct Tried {
 /// of it, and whether it is an upgrade (the write lock taken with the holder id of the
 /// thread's upgradable chain).
 #[derive(Clone)]
-struct Chain {
+pub(crate) struct Chain {
     holder: String,
     levels_held: u32,
     upgrade: bool,
@@ -121,14 +123,14 @@ struct TryOf<'a> {
 impl TryOf<'_> {
     /// The script that takes back what this try may have added, sent again until it runs
     /// after `not_before` (the try's deadline, or a later one: see `protocol::undo`).
-    fn undo(self, keys: &LockKeys, not_before: u64) -> crate::protocol::ScriptCall {
-        protocol::undo(
-            keys,
-            self.holder,
-            self.levels_held,
-            self.upgrade,
+    fn undo(self, kind: &dyn LockKind, not_before: u64) -> ScriptCall {
+        let undo = UndoArgs {
+            holder: self.holder,
+            levels_held: self.levels_held,
+            upgrade: self.upgrade,
             not_before,
-        )
+        };
+        protocol::undo(kind, &undo)
     }
 }
 
@@ -161,10 +163,11 @@ revocable_handle!(RawLock);
 
 impl RawRevocable for RawLock {
     fn request_revocation(&self) -> Result<usize> {
-        let keys = self.keys()?;
+        self.keys()?;
         let ask = || {
             let deadline_ms = self.client.try_deadline_ms();
-            let call = protocol::request_revocation(keys, self.upgrading.as_deref(), deadline_ms);
+            let except = self.upgrading.as_deref();
+            let call = protocol::request_revocation(&*self.kind, except, deadline_ms);
             self.client.run_script(&call)
         };
         match ask() {
@@ -178,20 +181,15 @@ impl RawRevocable for RawLock {
 
 impl Lock {
     pub(crate) fn plain(client: Arc<Client>, name: &str) -> Self {
-        Lock::of_kind(client, name, LockKind::Plain)
+        Lock::of_kind(client, Arc::new(Plain::new(name)))
     }
 
-    /// A handle to the lock `name` of the given kind: a fair lock, or the read or write lock
-    /// of a read-write lock.
-    pub(crate) fn of_kind(client: Arc<Client>, name: &str, kind: LockKind) -> Self {
-        Lock::of_keys(client, LockKeys::of_kind(name, kind))
-    }
-
-    /// A handle to the lock these keys name (an election's lock, whose keys carry more).
-    pub(crate) fn of_keys(client: Arc<Client>, keys: LockKeys) -> Self {
+    /// A handle to a lock of the given kind: a fair lock, the read or write lock of a
+    /// read-write lock, an election's lock.
+    pub(crate) fn of_kind(client: Arc<Client>, kind: Arc<dyn LockKind>) -> Self {
         let raw = RawLock {
             client,
-            keys: Arc::new(keys),
+            kind,
             upgrading: None,
         };
         LockHandle::from_raw(raw, None)
@@ -206,20 +204,8 @@ impl Lock {
     /// whether it is held in that mode).
     pub fn is_locked(&self) -> Result<bool> {
         let raw = self.raw();
-        let name = &raw.keys()?.name;
-        let mode = match raw.keys.kind {
-            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => {
-                return raw.query(redis::cmd("EXISTS").arg(name));
-            }
-            LockKind::Read => "read",
-            LockKind::Write => "write",
-            LockKind::Upgradable => {
-                let field = crate::layout::UPGRADER_FIELD;
-                return raw.query(redis::cmd("HEXISTS").arg(name).arg(field));
-            }
-        };
-        let held: Option<String> = raw.query(redis::cmd("HGET").arg(name).arg("mode"))?;
-        Ok(held.as_deref() == Some(mode))
+        raw.keys()?;
+        raw.kind.is_locked(raw)
     }
 
     /// Whether the calling thread holds the lock, as this process knows it: taken, not
@@ -238,7 +224,7 @@ impl Lock {
         let Some((holder, _)) = raw.current_chain() else {
             return Ok(0);
         };
-        let field = protocol::holder_field(&raw.keys, &holder);
+        let field = raw.kind.hold_field(&holder);
         let count: Option<u32> = raw.query(redis::cmd("HGET").arg(name).arg(field))?;
         Ok(count.unwrap_or(0))
     }
@@ -267,9 +253,10 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         let raw = self.raw();
         raw.keys()?;
-        let freed: i64 = raw.client.change(&raw.keys.name, |request| {
-            protocol::force_release(&raw.keys, request)
-        })?;
+        let name = raw.name();
+        let freed: i64 = raw
+            .client
+            .change(name, |request| protocol::force_release(&*raw.kind, request))?;
         Ok(freed == 1)
     }
 
@@ -291,21 +278,33 @@ impl Lock {
 impl RawLock {
     /// The lock name: the Redis key of the lock.
     pub(crate) fn name(&self) -> &str {
-        &self.keys.name
+        &self.kind.keys().name
     }
 
     pub(crate) fn keys(&self) -> Result<&LockKeys> {
-        self.keys.checked()
+        self.kind.keys().checked()
     }
 
     /// The keys, for callers that checked them once already.
     pub(crate) fn keys_unchecked(&self) -> &LockKeys {
-        &self.keys
+        self.kind.keys()
     }
 
-    /// Whether this is the plain reentrant lock (not a fair, read or write lock).
-    pub(crate) fn is_plain(&self) -> bool {
-        self.keys.kind == LockKind::Plain
+    /// The kind of lock: its scripts and rules.
+    pub(crate) fn kind(&self) -> &dyn LockKind {
+        &*self.kind
+    }
+
+    /// The script that takes back what a try of `holder` may have added beyond the
+    /// `levels_held` its chain had (for a group's member, whose tries are not upgrades).
+    pub(crate) fn undo_of(&self, holder: &str, levels_held: u32) -> ScriptCall {
+        let undo = UndoArgs {
+            holder,
+            levels_held,
+            upgrade: None,
+            not_before: 0,
+        };
+        protocol::undo(&*self.kind, &undo)
     }
 
     /// The client the lock talks to Redis through.
@@ -340,34 +339,19 @@ impl RawLock {
     /// The watchdog's key for `thread`'s chain of this lock (its read levels, for a read
     /// lock).
     pub(crate) fn watch_key(&self, thread: u64) -> String {
-        match self.keys.kind {
-            LockKind::Read => names::reader_watch_key(&self.keys.name, thread),
-            LockKind::Upgradable => names::upgradable_watch_key(&self.keys.name, thread),
-            _ => names::holder_watch_key(&self.keys.name, thread),
-        }
+        self.kind.watch_key(thread)
     }
 
     /// The field of the lock's hash that records `holder`'s hold: the holder id, or for a
     /// writer its writer's field.
     pub(crate) fn hold_field<'a>(&self, holder: &'a str) -> std::borrow::Cow<'a, str> {
-        match self.keys.kind {
-            LockKind::Write => std::borrow::Cow::Owned(crate::layout::writer_field(holder)),
-            _ => std::borrow::Cow::Borrowed(holder),
-        }
+        self.kind.hold_field(holder)
     }
 
-    /// How the watchdog renews a hold of this lock.
-    fn hold_kind(&self) -> HoldKind {
-        match self.keys.kind {
-            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => HoldKind::Lock,
-            LockKind::Read | LockKind::Upgradable => HoldKind::ReadLock,
-            LockKind::Write => HoldKind::WriteLock,
-        }
-    }
-
+    /// Runs `command` on the lock's server.
     fn query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
         self.client
-            .run(&self.keys.name, |connection| command.query(connection))
+            .run(self.name(), |connection| command.query(connection))
     }
 
     /// Tries until `deadline` (forever with `None`), in the shared wait loop: subscribed to
@@ -421,90 +405,26 @@ impl RawLock {
         }
     }
 
-    /// Subscribes the chain of `holder` to what announces a release: the lock's channel, or a
-    /// fair lock's own channel for it (a fair lock wakes or grants only the next in line),
-    /// whose grants are kept in `letters`.
-    fn subscribe(&self, holder: &str, letters: &Letterbox) -> Result<Vec<Subscription>> {
+    /// Subscribes the chain of `holder` to what announces a release, as the lock's kind
+    /// says (a fair lock's grants are kept in `letters`).
+    fn subscribe(
+        &self,
+        holder: &str,
+        letters: &Letterbox,
+    ) -> Result<Vec<crate::pubsub::Subscription>> {
         let pubsub = self.client.pubsub();
-        let subscription = match self.keys.kind {
-            LockKind::Fair { .. } => {
-                let channel = self.keys.waiter_channel(holder);
-                pubsub.subscribe_with_letters(&channel, &self.keys.name, letters.clone())?
-            }
-            _ => pubsub.subscribe(&self.keys.channel, &self.keys.name)?,
-        };
-        Ok(vec![subscription])
+        Ok(vec![self.kind.subscribe(pubsub, holder, letters)?])
     }
 
     /// The chain the calling thread holds the lock by, or a new one with a holder id of its
-    /// own. A thread that holds the write lock of a read-write lock takes read levels (plain
-    /// or upgradable) with the holder id of its write chain, which is how the script knows it
-    /// for the writer; a thread that holds plain read levels cannot take the write lock, nor
-    /// hold them beside the upgradable read; the upgradable reader takes the write lock with
-    /// the holder id of its upgradable chain (its upgrade).
+    /// own, unless the lock's kind has the thread join a chain of a kin lock (see
+    /// [`LockKind::chain_to_join`]).
     fn chain_to_join(&self, thread: u64) -> Result<Chain> {
         if let Some((holder, levels)) = self.current_chain() {
             return Ok(Chain::of(holder.to_string(), levels));
         }
-        let joined = match self.keys.kind {
-            LockKind::Read | LockKind::Upgradable => self.reader_joins(thread)?,
-            LockKind::Write => self.writer_joins(thread)?,
-            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => None,
-        };
+        let joined = self.kind.chain_to_join(self, thread)?;
         Ok(joined.unwrap_or_else(|| Chain::of(self.client.new_holder_id(), 0)))
-    }
-
-    /// For a reader (plain or upgradable) without a chain: the thread's write chain it joins,
-    /// if any.
-    fn reader_joins(&self, thread: u64) -> Result<Option<Chain>> {
-        let watchdog = self.client.watchdog();
-        let name = &self.keys.name;
-        // A thread reads by one reader's field: plain read levels and the upgradable read
-        // (which reads already) would share it.
-        let other = match self.keys.kind {
-            LockKind::Read => names::upgradable_watch_key(name, thread),
-            _ => names::reader_watch_key(name, thread),
-        };
-        if watchdog.chain_of(&other, thread).is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "read-write lock {name:?}: a thread that holds the upgradable read (which reads \
-                 already) cannot hold plain read levels beside it, nor the other way round"
-            )));
-        }
-        let writer_key = names::holder_watch_key(name, thread);
-        let writer = watchdog.chain_of(&writer_key, thread);
-        Ok(writer.map(|(writer, _)| Chain::of(writer.to_string(), 0)))
-    }
-
-    /// For a writer without a chain: the upgrade of the thread's upgradable chain, if it has
-    /// one (for an upgradable guard's write lock, it must be the guard's).
-    fn writer_joins(&self, thread: u64) -> Result<Option<Chain>> {
-        let watchdog = self.client.watchdog();
-        let name = &self.keys.name;
-        let reader_key = names::reader_watch_key(name, thread);
-        if watchdog.chain_of(&reader_key, thread).is_some() {
-            return Err(Error::WriteWhileReading { name: name.clone() });
-        }
-        let upgradable_key = names::upgradable_watch_key(name, thread);
-        let upgrader = watchdog.chain_of(&upgradable_key, thread);
-        match (upgrader, &self.upgrading) {
-            (Some((upgrader, _)), expected)
-                if expected
-                    .as_ref()
-                    .is_none_or(|expected| *expected == upgrader) =>
-            {
-                Ok(Some(Chain {
-                    holder: upgrader.to_string(),
-                    levels_held: 0,
-                    upgrade: true,
-                }))
-            }
-            (_, Some(_)) => Err(Error::LockLost {
-                name: name.clone(),
-                reason: crate::error::LostReason::NotHeldAnymore,
-            }),
-            (_, None) => Ok(None),
-        }
     }
 
     /// One acquisition attempt by `holder`, which holds `levels_held` levels already (an
@@ -530,15 +450,15 @@ impl RawLock {
             upgrade: upgrade.as_deref(),
             deadline_ms,
         };
-        let call = protocol::acquire(
-            &self.keys,
+        let args = TryArgs {
             holder,
             levels_held,
             lease_ms,
-            this_try.upgrade,
-            grants,
+            upgrade: this_try.upgrade,
+            accepts_grant: grants,
             deadline_ms,
-        );
+        };
+        let call = protocol::acquire(&*self.kind, &args);
         let sent_at = Instant::now();
         let answer = self.send_try(&call, this_try)?;
         let grant = Granted {
@@ -570,7 +490,7 @@ impl RawLock {
                 }
                 // The request may still run: queue its undo right behind it, on the same
                 // connection, so it runs after it and before any later request of ours.
-                let undo = this_try.undo(&self.keys, this_try.deadline_ms);
+                let undo = this_try.undo(&*self.kind, this_try.deadline_ms);
                 let undo = self.client.in_dialect(undo);
                 let _ = connection.send_packed_command(&undo.as_eval().get_packed_command());
             });
@@ -606,10 +526,7 @@ impl RawLock {
     fn take_back(&self, this_try: TryOf<'_>, cause: &dyn fmt::Display, when: Undoing) {
         let holder = this_try.holder;
         let client = &self.client;
-        let place = match self.keys.kind {
-            LockKind::Fair { place_ms } => Duration::from_millis(place_ms),
-            _ => Duration::ZERO,
-        };
+        let place = self.kind.queue_place().unwrap_or(Duration::ZERO);
         // Sent again until no copy of a try of the chain can come any more; a reentrant
         // level's undo once (a later try of the same level sets the same count: a resend
         // would take that one back).
@@ -626,7 +543,7 @@ impl RawLock {
                     self.name()
                 )
             },
-            this_try.undo(&self.keys, not_before),
+            this_try.undo(&*self.kind, not_before),
             until.max(client.past(not_before)),
         );
     }
@@ -662,9 +579,9 @@ impl RawLock {
         let watch_key = self.watch_key(thread);
         let holding = Holding {
             key: &watch_key,
-            name: &self.keys.name,
+            name: self.name(),
             holder: &holder,
-            kind: self.hold_kind(),
+            kind: self.kind.hold_kind(),
             thread,
         };
         let (state, token) = self
@@ -712,7 +629,9 @@ impl RawLock {
             Some(lease) if !left.is_watched() => names::lease_millis("lease", lease)?,
             _ => client.watchdog_timeout_ms(),
         };
-        let receipt = self.keys.release_receipt(&client.next_request_id());
+        let receipt = self
+            .keys_unchecked()
+            .release_receipt(&client.next_request_id());
         let offer = match left.total() {
             0 => self.handoff_offer(),
             _ => None,
@@ -750,9 +669,15 @@ impl RawLock {
         let send_for = Duration::from_millis(longest_lease) + self.client.outage_grace() * 2;
         let window = self.client.release_window(send_for);
         let release = |handing: protocol::Handing<'_>| {
-            protocol::release(
-                &self.keys, receipt, holder, lease_ms, window, levels, handing,
-            )
+            let release = ReleaseArgs {
+                receipt,
+                holder,
+                lease_ms,
+                window,
+                levels_left: levels,
+                handing,
+            };
+            protocol::release(&*self.kind, &release)
         };
         let plain = release(protocol::Handing::No);
         match offer {
@@ -778,7 +703,7 @@ impl RawLock {
         }
         if !protocol::released(&acked.answer) {
             return Err(Error::NotHeld {
-                name: self.keys.name.clone(),
+                name: self.name().to_owned(),
             });
         }
         // Released on the master, which is what the caller's hold was: it stands.
@@ -791,9 +716,7 @@ impl RawLock {
 
 impl std::fmt::Debug for RawLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock")
-            .field("name", &self.keys.name)
-            .finish()
+        f.debug_struct("Lock").field("name", &self.name()).finish()
     }
 }
 

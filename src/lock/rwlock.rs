@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use crate::client::Client;
 use crate::lock::upgradable::UpgradableLock;
-use crate::lock::Lock;
-use crate::protocol::names::LockKind;
+use crate::lock::{Lock, Read, Write};
 
 /// A read-write lock: any number of readers together, or one writer alone, across all
 /// processes. Cheap to clone; `Send` and `Sync`.
@@ -59,9 +58,9 @@ pub struct ReadWriteLock {
 
 impl ReadWriteLock {
     pub(crate) fn new(client: Arc<Client>, name: &str) -> Self {
-        let write = Lock::of_kind(Arc::clone(&client), name, LockKind::Write);
+        let write = Lock::of_kind(Arc::clone(&client), Arc::new(Write::new(name)));
         ReadWriteLock {
-            read: Lock::of_kind(Arc::clone(&client), name, LockKind::Read),
+            read: Lock::of_kind(Arc::clone(&client), Arc::new(Read::new(name))),
             upgradable: UpgradableLock::of(client, name, &write),
             write,
         }

@@ -1,6 +1,6 @@
 //! The upgradable read of a read-write lock: [`UpgradableLock`] and its [`UpgradableGuard`].
 //!
-//! It is a lock of the [`Upgradable`](LockKind::Upgradable) kind (a reader's hold, which the
+//! It is a lock of the [`Upgradable`] kind (a reader's hold, which the
 //! hash's `upgrader` field reserves for one chain at a time), acquired through the lock's own
 //! code; this module only wraps its guard, whose upgrade is the write lock taken by the same
 //! thread: the write lock joins the upgradable chain's holder id, and its script lets that
@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::guard::{LockHold, OverLockHold};
-use super::{Lock, LockGuard, RawLock};
+use super::{Lock, LockGuard, RawLock, Upgradable};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::hold::guard::Guard;
 use crate::hold::handle::{revocable_handle, LockHandle, RawAcquire, RawRevocable, Terms};
-use crate::protocol::names::LockKind;
 
 /// The upgradable read of a [`ReadWriteLock`](crate::ReadWriteLock), from
 /// [`ReadWriteLock::upgradable`](crate::ReadWriteLock::upgradable): a read hold that shares
@@ -58,7 +57,7 @@ impl RawRevocable for RawUpgradable {
 
 impl UpgradableLock {
     pub(crate) fn of(client: Arc<Client>, name: &str, write: &Lock) -> Self {
-        let read = Lock::of_kind(client, name, LockKind::Upgradable)
+        let read = Lock::of_kind(client, Arc::new(Upgradable::new(name)))
             .raw()
             .clone();
         let raw = RawUpgradable {

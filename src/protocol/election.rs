@@ -1,16 +1,19 @@
 //! The scripts of an election (a plain lock whose holder is the leader, with a leader
 //! record, a change log and a channel of its own; see [`ElectionKeys`]), with their
 //! arguments and the meaning of their replies. A candidate takes the lock with the lock's own
-//! acquisition script; once its guard exists, it announces itself ([`announce`]); its last
-//! release is its resignation ([`resign`]).
+//! acquisition script ([`ElectionLock`], its kind of lock); once its guard exists, it announces
+//! itself ([`ElectionLock::announce`]); its last release is its resignation.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{FromRedisValue, Value};
 
+use super::lock::{plain, LockScripts, ReleaseArgs, TryArgs, UndoArgs};
 use super::names::{ElectionKeys, LockKeys, RELEASE_MESSAGE};
 use super::script::{lua_script, ScriptCall};
+use super::Request;
+use crate::layout;
 
 lua_script!(ANNOUNCE = "announce.lua");
 lua_script!(RESIGN = "release_levels.lua" + "lock_give.lua" + "resign.lua");
@@ -19,52 +22,80 @@ lua_script!(READ_LEADER = "leader_read.lua");
 /// About how many changes an election's log keeps.
 const LOG_LENGTH: u32 = 1000;
 
-/// Announces the candidate `holder` (whose lock is `keys`) as the leader of its election,
-/// with the term `term`, once it holds the lock: answers 1 when it leads, 0 when it does not
-/// hold the lock (nothing is announced then).
-pub(crate) fn announce(
-    keys: &LockKeys,
-    election: &ElectionKeys,
-    holder: &str,
-    term: u64,
-) -> ScriptCall {
-    let keys = [
-        &*keys.name,
-        &election.record,
-        &election.log,
-        &election.channel,
-    ];
-    ScriptCall::new(&ANNOUNCE, &keys)
-        .arg(holder)
-        .arg(&election.value)
-        .arg(term)
-        .arg(LOG_LENGTH)
+/// An election's lock, for a candidate: a plain lock (its scripts take and give back levels)
+/// whose last release is its holder's resignation, with the election's keys and the value the
+/// candidate campaigns with.
+#[derive(Debug)]
+pub(crate) struct ElectionLock {
+    keys: LockKeys,
+    pub(crate) election: ElectionKeys,
 }
 
-/// Releases one level of the leader `holder`, as the lock's release does; its last level is
-/// its resignation.
-pub(crate) fn resign(
-    keys: &LockKeys,
-    election: &ElectionKeys,
-    receipt: &str,
-    release: (&str, u64, u64, u32),
-) -> ScriptCall {
-    let (holder, lease_ms, receipt_until, levels_left) = release;
-    let keys = [
-        &*keys.name,
-        &keys.channel,
-        receipt,
-        &election.record,
-        &election.log,
-        &election.channel,
-    ];
-    ScriptCall::new(&RESIGN, &keys)
-        .arg(holder)
-        .arg(lease_ms)
-        .arg(receipt_until)
-        .arg(RELEASE_MESSAGE)
-        .arg(levels_left)
-        .arg(LOG_LENGTH)
+impl ElectionLock {
+    /// The lock of the election `name`, for a candidate with `value`.
+    pub(crate) fn new(name: &str, value: &str) -> Self {
+        ElectionLock {
+            keys: LockKeys::new(name, layout::lock_channel(name)),
+            election: ElectionKeys::new(name, value),
+        }
+    }
+
+    /// Announces the candidate `holder` as the leader of its election, with the term `term`,
+    /// once it holds the lock: answers 1 when it leads, 0 when it does not hold the lock
+    /// (nothing is announced then).
+    pub(crate) fn announce(&self, holder: &str, term: u64) -> ScriptCall {
+        let election = &self.election;
+        let keys = [
+            &*self.keys.name,
+            &election.record,
+            &election.log,
+            &election.channel,
+        ];
+        ScriptCall::new(&ANNOUNCE, &keys)
+            .arg(holder)
+            .arg(&election.value)
+            .arg(term)
+            .arg(LOG_LENGTH)
+    }
+}
+
+impl LockScripts for ElectionLock {
+    fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    fn acquire_call(&self, this_try: &TryArgs<'_>) -> ScriptCall {
+        plain::acquire(&self.keys, this_try)
+    }
+
+    /// Releases one level of the leader, as the lock's release does; its last level is its
+    /// resignation.
+    fn release_call(&self, release: &ReleaseArgs<'_>) -> ScriptCall {
+        let election = &self.election;
+        let keys = [
+            &*self.keys.name,
+            &self.keys.channel,
+            release.receipt,
+            &election.record,
+            &election.log,
+            &election.channel,
+        ];
+        ScriptCall::new(&RESIGN, &keys)
+            .arg(release.holder)
+            .arg(release.lease_ms)
+            .arg(release.receipt_until())
+            .arg(RELEASE_MESSAGE)
+            .arg(release.levels_left)
+            .arg(LOG_LENGTH)
+    }
+
+    fn undo_call(&self, undo: &UndoArgs<'_>) -> ScriptCall {
+        plain::undo(&self.keys, undo)
+    }
+
+    fn force_release_call(&self, request: &Request) -> ScriptCall {
+        plain::force_release(&self.keys, request)
+    }
 }
 
 /// Reads the leader of the election `name` and where its log ends.

@@ -1,8 +1,9 @@
 //! The protocol: how `redlease` lays its locks out in Redis, in Redisson's layout.
 //!
 //! Key and channel naming, holder ids and the force-release notice format ([`names`]), and
-//! every Lua script (the `.lua` files in this folder) with the assembly of its keys and
-//! arguments and the meaning of its reply, one module per primitive. Pure: it builds
+//! every Lua script (the `.lua` files of the `lua/` folder) with the assembly of its keys and
+//! arguments and the meaning of its reply, one module per primitive ([`lock`]: a file per
+//! kind of lock). Pure: it builds
 //! commands and reads replies; the runner in `crate::call::runner` sends them. It may use nothing
 //! of the crate but the error type.
 

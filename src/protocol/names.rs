@@ -40,27 +40,6 @@ pub(crate) fn permit_watch_key(name: &str, id: &str) -> String {
     format!("{name}\0permit\0{id}")
 }
 
-/// Which of the reentrant locks (one hash per name, a field per holder) a handle is: it
-/// decides the scripts, the channel and the keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LockKind {
-    /// The reentrant lock.
-    Plain,
-    /// The fair lock: waiters take it in the order they came; a place in the queue is kept
-    /// `place_ms` after the place ahead of it expires.
-    Fair { place_ms: u64 },
-    /// The read lock of a read-write lock.
-    Read,
-    /// The write lock of a read-write lock.
-    Write,
-    /// The upgradable read of a read-write lock: a reader's hold that at most one chain has
-    /// at a time, and that its holder may turn into the write lock.
-    Upgradable,
-    /// The lock of an election: a plain lock whose holder is the leader, recorded, logged
-    /// and announced (see [`ElectionKeys`]).
-    Leader,
-}
-
 /// What an election's lock adds to a plain lock's keys: the leader record, the change log
 /// and the election's channel, and the value the candidate campaigns with.
 #[derive(Debug)]
@@ -82,63 +61,25 @@ impl ElectionKeys {
     }
 }
 
-/// The keys and channel one lock uses, computed once per [`Lock`](crate::Lock) handle.
+/// The keys and channel every lock kind uses (a kind adds its own: a fair lock's queue, an
+/// election's record), computed once per [`Lock`](crate::Lock) handle.
 #[derive(Debug)]
 pub(crate) struct LockKeys {
     pub(crate) name: String,
-    pub(crate) kind: LockKind,
     /// The release channel; for a fair lock, the prefix of each waiter's own channel
     /// (`<channel>:<holder id>`).
     pub(crate) channel: String,
     pub(crate) token: String,
-    /// A fair lock's queue, the expiries of its places, and the waiters that accept a grant
-    /// inside a release (empty for other kinds).
-    pub(crate) queue: String,
-    pub(crate) queue_timeouts: String,
-    pub(crate) grants: String,
-    /// An election's keys and the candidate's value (for [`LockKind::Leader`] only).
-    pub(crate) election: Option<ElectionKeys>,
 }
 
 impl LockKeys {
-    pub(crate) fn of_kind(name: &str, kind: LockKind) -> Self {
-        let (queue, queue_timeouts, grants) = match kind {
-            LockKind::Fair { .. } => (
-                layout::fair_queue(name),
-                layout::fair_places(name),
-                layout::fair_grants(name),
-            ),
-            _ => (String::new(), String::new(), String::new()),
-        };
-        let channel = match kind {
-            LockKind::Read | LockKind::Write | LockKind::Upgradable => layout::rwlock_channel(name),
-            LockKind::Plain | LockKind::Fair { .. } | LockKind::Leader => {
-                layout::lock_channel(name)
-            }
-        };
+    /// The keys of the lock `name`, whose releases are published on `channel`.
+    pub(crate) fn new(name: &str, channel: String) -> Self {
         LockKeys {
             name: name.to_owned(),
-            kind,
             channel,
             token: layout::token_counter(name),
-            queue,
-            queue_timeouts,
-            grants,
-            election: None,
         }
-    }
-
-    /// The keys of the election `name`'s lock, for a candidate with `value`.
-    pub(crate) fn candidate(name: &str, value: &str) -> Self {
-        LockKeys {
-            election: Some(ElectionKeys::new(name, value)),
-            ..LockKeys::of_kind(name, LockKind::Leader)
-        }
-    }
-
-    /// The channel a fair-lock waiter with holder id `holder` is woken on.
-    pub(crate) fn waiter_channel(&self, holder: &str) -> String {
-        format!("{}:{holder}", self.channel)
     }
 
     /// The keys, or [`Error::InvalidArgument`] for an empty lock name.
@@ -305,7 +246,7 @@ mod tests {
         assert_eq!(layout::derived("p", "orders"), "p:{orders}");
         assert_eq!(layout::derived("p", "{orders}:7"), "p:{orders}:7");
         assert_eq!(layout::derived("p", "a b ü"), "p:{a b ü}");
-        let keys = LockKeys::of_kind("job", LockKind::Plain);
+        let keys = LockKeys::new("job", layout::lock_channel("job"));
         assert_eq!(keys.channel, "redisson_lock__channel:{job}");
         assert_eq!(keys.token, "redisson_lock_token:{job}");
         assert_eq!(keys.release_receipt("r1"), "redisson_unlock_latch:{job}:r1");
@@ -314,7 +255,7 @@ mod tests {
     #[test]
     fn empty_names_are_rejected() {
         assert!(matches!(
-            LockKeys::of_kind("", LockKind::Plain).checked(),
+            LockKeys::new("", layout::lock_channel("")).checked(),
             Err(Error::InvalidArgument(_))
         ));
     }
