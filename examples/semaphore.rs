@@ -22,12 +22,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|_| {
             let (connections, working, most) = (connections.clone(), working.clone(), most.clone());
             std::thread::spawn(move || -> redlease::Result<()> {
-                connections.acquire(1)?; // woken by releases, not by polling
+                // Woken by releases, not by polling; the guard gives the permit back when
+                // dropped (`acquire(1)` and `release(1)` are the counted form).
+                let permit = connections.acquire_guarded(1)?;
                 let now = working.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(100));
                 working.fetch_sub(1, Ordering::SeqCst);
-                connections.release(1) // anyone may give a permit back
+                permit.release()
             })
         })
         .collect();

@@ -45,7 +45,8 @@
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
 //! - **More synchronizers.** A fair lock ([`LockManager::fair_lock`]) taken in the order of
 //!   asking; a [`ReadWriteLock`] for many readers or one writer; a [`Semaphore`] of permits
-//!   anyone may take and give back; a [`PermitSemaphore`] whose permits have ids and leases,
+//!   anyone may take and give back (counted, or with a [`SemaphoreGuard`] that gives them back
+//!   when dropped); a [`PermitSemaphore`] whose permits have ids and leases,
 //!   with a [`PermitGuard`] the watchdog keeps alive like a lock's, so a holder that dies gives
 //!   its permit back; a [`CountDownLatch`] that opens when its count, counted down from any
 //!   thread of any process, reaches zero, and wakes every waiter in every process.
@@ -273,7 +274,7 @@ pub use manager::{LockManager, LockManagerBuilder};
 /// ([`Error::Redis`]) and connection settings.
 pub use redis;
 pub use semaphore::permit::{PermitGuard, PermitSemaphore};
-pub use semaphore::Semaphore;
+pub use semaphore::{Semaphore, SemaphoreGuard};
 pub use stats::{Stats, WaitTimes};
 pub use wait::cancel::CancelToken;
 pub use watchdog::lease::{LostLock, RevocationNotice, RiskChange, RiskNotice};

@@ -78,15 +78,23 @@ pub type Candidate = LockHandle<RawCandidate>;
 
 /// The raw candidate behind a [`Candidate`] (`pub` in a private module: it names the
 /// handle's type).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RawCandidate {
     lock: RawLock,
     /// The election's lock, as the candidate's kind of lock (the lock's kind too).
     lock_kind: Arc<ElectionLock>,
 }
 
-/// An election's lock has the plain lock's rules, but is no group's member and hands
-/// nothing on: a release is its holder's resignation, announced.
+impl std::fmt::Debug for RawCandidate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawCandidate")
+            .field("lock", &self.lock)
+            .finish()
+    }
+}
+
+/// An election's lock has the default rules: a plain lock's, except that it is no group's
+/// member and hands nothing on (a release is its holder's resignation, announced).
 impl LockKind for ElectionLock {}
 
 impl RawAcquire for RawCandidate {

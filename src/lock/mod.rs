@@ -184,8 +184,8 @@ impl Lock {
         Lock::of_kind(client, Arc::new(Plain::new(name)))
     }
 
-    /// A handle to a lock of the given kind: a fair lock, the read or write lock of a
-    /// read-write lock, an election's lock.
+    /// A handle to a lock of the given kind: the plain or fair lock, the read, write or
+    /// upgradable lock of a read-write lock, an election's lock.
     pub(crate) fn of_kind(client: Arc<Client>, kind: Arc<dyn LockKind>) -> Self {
         let raw = RawLock {
             client,

@@ -12,6 +12,7 @@
 //! permits back and fails ([`Error::NotReplicated`]); a release stands, and is counted.
 
 pub(crate) mod permit;
+mod taken;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,21 +20,26 @@ use std::time::{Duration, Instant};
 use redis::{Connection, FromRedisValue};
 
 use crate::call::replication::Acked;
-use crate::client::{Client, Undoing};
+use crate::client::{Client, Release, Undoing};
 use crate::error::{Error, Result};
 use crate::protocol::semaphore::{self as protocol, Changed, SemaphoreKeys, MAX_COUNT};
 use crate::protocol::{Request, ScriptCall};
 use crate::pubsub::Subscription;
 use crate::wait::cancel::CancelToken;
 use crate::wait::{self, Attempt, WaitFor};
+pub use taken::SemaphoreGuard;
 
 /// A handle to one named counting semaphore, shared by every process that uses the name.
 /// Cheap to clone; `Send` and `Sync`.
 ///
 /// Permits are plain counts, as in Redisson's `RSemaphore`: any thread or process may release
-/// permits it never took, and [`acquire`](Semaphore::acquire) returns nothing that gives them
-/// back by itself. A holder that dies keeps its permits forever; when that matters, use a
-/// [`PermitSemaphore`](crate::PermitSemaphore), whose permits have a lease and a guard.
+/// permits it never took. They are taken in two forms: counted
+/// ([`acquire`](Semaphore::acquire) and its `try_` forms, given back by
+/// [`release`](Semaphore::release), from anywhere), or with a guard
+/// ([`acquire_guarded`](Semaphore::acquire_guarded) and its `try_` forms: a
+/// [`SemaphoreGuard`] that gives them back when dropped, on `?` or a panic too). A holder
+/// that dies keeps its permits forever; when that matters, use a
+/// [`PermitSemaphore`](crate::PermitSemaphore), whose permits have a lease.
 ///
 /// The semaphore does not exist until its permits are set: [`try_set_permits`](Semaphore::try_set_permits)
 /// sets them once, [`add_permits`](Semaphore::add_permits) and [`release`](Semaphore::release)
@@ -138,6 +144,41 @@ impl Semaphore {
         Ok(self.acquire_until(permits, Some(deadline))?.is_some())
     }
 
+    /// Takes `permits` as [`acquire`](Semaphore::acquire) does, with a guard that gives them
+    /// back when dropped.
+    pub fn acquire_guarded(&self, permits: u32) -> Result<SemaphoreGuard> {
+        self.acquire(permits)?;
+        Ok(SemaphoreGuard::new(self, permits))
+    }
+
+    /// Takes `permits` if that many are available now, without waiting, with a guard that
+    /// gives them back when dropped.
+    pub fn try_acquire_guarded(&self, permits: u32) -> Result<Option<SemaphoreGuard>> {
+        self.try_acquire_guarded_for(permits, Duration::ZERO)
+    }
+
+    /// Takes `permits`, waiting at most `wait`, with a guard that gives them back when
+    /// dropped; `None` when the wait ran out.
+    pub fn try_acquire_guarded_for(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> Result<Option<SemaphoreGuard>> {
+        let taken = self.try_acquire_for(permits, wait)?;
+        Ok(taken.then(|| SemaphoreGuard::new(self, permits)))
+    }
+
+    /// Takes `permits`, waiting until `deadline` at most, with a guard that gives them back
+    /// when dropped; `None` when it passed.
+    pub fn try_acquire_guarded_until(
+        &self,
+        permits: u32,
+        deadline: Instant,
+    ) -> Result<Option<SemaphoreGuard>> {
+        let taken = self.try_acquire_until(permits, deadline)?;
+        Ok(taken.then(|| SemaphoreGuard::new(self, permits)))
+    }
+
     /// Gives `permits` back (or adds them: they need not have been taken) and wakes the
     /// waiters. With [`replica_acks`](crate::LockManagerBuilder::replica_acks), a release
     /// that too few replicas acknowledged stands, and is counted in
@@ -149,14 +190,32 @@ impl Semaphore {
     /// permits may have been given back (a repeat of the same call is not sent twice, but a
     /// new call is a new release).
     pub fn release(&self, permits: u32) -> Result<()> {
+        self.give_back(permits, Release::Waited)
+    }
+
+    /// Gives `permits` back: by a caller that waits for the outcome ([`Release::Waited`]:
+    /// sent again through an outage), or by a dropped guard ([`Release::Dropped`]: sent once,
+    /// and unanswered, sent again by the cleanup thread for up to the outage grace, with the
+    /// same request id).
+    fn give_back(&self, permits: u32, how: Release) -> Result<()> {
         checked_permits(permits)?;
         let change = i64::from(permits);
         let keys = self.keys()?;
-        let acked = self
-            .client
-            .change_acknowledged::<Changed>(&keys.name, |request| {
-                protocol::add(keys, change, request)
-            })?;
+        let acked = match how {
+            Release::Waited => self
+                .client
+                .change_acknowledged::<Changed>(&keys.name, |request| {
+                    protocol::add(keys, change, request)
+                })?,
+            Release::Dropped => {
+                let client = &self.client;
+                let request = client.request_sent_for(&keys.name, client.outage_grace());
+                let call = protocol::add(keys, change, &request);
+                let until = || request.send_until();
+                let key = request.key().to_owned();
+                client.release::<Changed>(&keys.name, call, None, key, how, until)?
+            }
+        };
         self.count_after(acked.answer, change)?;
         if let Some(why) = acked.unreplicated {
             self.client.release_unreplicated(self.name(), &why);

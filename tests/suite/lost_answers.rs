@@ -73,6 +73,36 @@ fn a_semaphore_release_whose_answer_is_lost_adds_its_permits_once() {
     );
 }
 
+/// A semaphore guard's drop does not wait for an answer that does not come: the cleanup
+/// thread sends its release again, which is answered; the first copy, held up in the network
+/// until then and delivered after, finds the answer kept and gives nothing back twice.
+#[test]
+fn a_dropped_semaphore_guards_release_held_past_its_resend_gives_the_permits_back_once() {
+    let redis = server();
+    let proxy = CuttingProxy::start(redis.port()).unwrap();
+    let manager = manager_through(&proxy);
+    let slots = manager.semaphore("held-guard");
+    assert!(slots.try_set_permits(3).unwrap());
+    let taken = slots.acquire_guarded(2).unwrap();
+    let held = proxy.hold_next(&["EVALSHA", "held-guard"]);
+    drop(taken);
+    assert!(
+        held.wait_until_held(Duration::ZERO),
+        "the drop sent its release"
+    );
+    assert!(eventually(PATIENCE, || {
+        manager.stats().cleanup_pending == 0 && slots.available_permits().unwrap() == 3
+    }));
+    assert_eq!(
+        manager.stats().cleanup_done,
+        1,
+        "the cleanup thread's resend"
+    );
+    let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
+    assert!(reply.starts_with('*'), "the answer kept: {reply:?}");
+    assert_eq!(slots.available_permits().unwrap(), 3, "given back once");
+}
+
 #[test]
 fn a_permit_take_whose_answer_is_lost_takes_one_permit() {
     let redis = server();

@@ -310,3 +310,82 @@ fn redis_down_or_a_manager_shut_down_is_an_error_not_a_hang() {
     manager.shutdown();
     assert!(matches!(pool.acquire(1), Err(Error::ShutDown)));
 }
+
+#[test]
+fn a_guard_gives_its_permits_back_at_the_end_of_a_scope_on_an_early_return_and_on_a_panic() {
+    let redis = server();
+    let manager = manager(&redis, LONG_WATCHDOG);
+    let slots = manager.semaphore("guarded");
+    assert!(slots.try_set_permits(PERMITS).unwrap());
+    let available = || slots.available_permits().unwrap();
+    {
+        let taken = slots.acquire_guarded(2).unwrap();
+        assert_eq!(taken.permits(), 2);
+        assert_eq!(taken.semaphore().name(), "guarded");
+        assert_eq!(available(), 1);
+        assert!(slots.try_acquire_guarded(2).unwrap().is_none());
+    }
+    assert_eq!(available(), 3);
+    // An early return with `?`: the guard goes with the frame.
+    let fails_midway = |slots: &redlease::Semaphore| -> redlease::Result<()> {
+        let _taken = slots.acquire_guarded(3)?;
+        slots.acquire(0)
+    };
+    assert!(matches!(
+        fails_midway(&slots),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(available(), 3);
+    // A panic in another thread (counted permits have no owner: the guard may move).
+    let deadline = Instant::now() + PATIENCE;
+    let moved = slots.try_acquire_guarded_until(3, deadline).unwrap();
+    let moved = moved.expect("three permits are free");
+    let worker = std::thread::spawn(move || {
+        let _moved = moved;
+        panic!("a worker fails while it holds the permits");
+    });
+    assert!(worker.join().is_err());
+    assert_eq!(available(), 3);
+    // `release` says how it went; `forget` keeps the permits taken.
+    slots.acquire_guarded(1).unwrap().release().unwrap();
+    let kept = slots.try_acquire_guarded_for(2, PATIENCE).unwrap();
+    assert_eq!(kept.expect("two permits are free").forget(), 2);
+    assert_eq!(available(), 1);
+    slots.release(2).unwrap();
+    assert_eq!(available(), 3);
+    assert!(matches!(
+        slots.acquire_guarded(0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_left_nothing(&manager, &redis, "guarded");
+}
+
+/// A drop does not block for the outage: its release, unanswered, is handed to the cleanup
+/// thread, whose resends carry the same request id as the copy sent into the pause (which
+/// the server may run when it wakes): the permits come back, once.
+#[test]
+fn a_guard_dropped_while_redis_is_paused_gives_its_permits_back_once_when_it_wakes() {
+    let redis = server();
+    let manager = redlease::LockManager::builder(redis.url())
+        .response_timeout(Duration::from_secs(1))
+        .outage_grace(PATIENCE)
+        .build()
+        .unwrap();
+    let slots = manager.semaphore("paused");
+    assert!(slots.try_set_permits(PERMITS).unwrap());
+    let taken = slots.acquire_guarded(2).unwrap();
+    redis.pause().unwrap();
+    let dropped_at = Instant::now();
+    drop(taken);
+    // One response timeout, not the outage.
+    assert!(dropped_at.elapsed() < Duration::from_secs(5));
+    assert!(eventually(PATIENCE, || manager.stats().cleanup_pending == 1));
+    let sent = manager.stats().cleanup_done;
+    redis.resume().unwrap();
+    assert!(eventually(PATIENCE, || {
+        let stats = manager.stats();
+        stats.cleanup_pending == 0 && stats.cleanup_done > sent
+    }));
+    assert_eq!(slots.available_permits().unwrap(), u64::from(PERMITS));
+    assert_eq!(manager.stats().cleanup_abandoned, 0);
+}

@@ -28,8 +28,10 @@ pub(crate) use crate::protocol::lock::fair::Fair;
 pub(crate) use crate::protocol::lock::plain::Plain;
 pub(crate) use crate::protocol::lock::rwlock::{Read, Upgradable, Write};
 
-/// One kind of lock's rules in this process, over its scripts. Every rule has the plain
-/// lock's answer as its default; a kind writes down where it differs.
+/// One kind of lock's rules in this process, over its scripts. Each rule's default is the
+/// answer of most kinds (a plain lock's, except that it hands on and joins groups: only the
+/// plain and write locks hand on, only the plain lock joins groups); a kind writes down where
+/// it differs.
 pub(crate) trait LockKind: LockScripts + fmt::Debug {
     /// The watchdog's key for `thread`'s chain of this lock.
     fn watch_key(&self, thread: u64) -> String {
@@ -65,9 +67,10 @@ pub(crate) trait LockKind: LockScripts + fmt::Debug {
         pubsub.subscribe(&keys.channel, &keys.name)
     }
 
-    /// For a kind whose waiters keep a place in a queue: how long a place is kept after the
-    /// one ahead of it expires. A waiter that gives up leaves its place, and its grants come
-    /// inside a release, by message.
+    /// For a kind whose waiters queue (the fair lock): how long a place is kept after the one
+    /// ahead of it expires. `Some` says the rest of a queue's rules too: a waiter that gives
+    /// up is taken out of the queue, and a release may grant the lock to the next in line,
+    /// by message.
     fn queue_place(&self) -> Option<Duration> {
         None
     }

@@ -1,6 +1,7 @@
 //! The reentrant lock's scripts: Redisson's `RLock` layout, a hash of holder id -> reentrancy
 //! count whose TTL is the lease, with a release that may hand the lock to a waiting chain of
-//! the releasing process. An election's lock takes and gives back levels with them too.
+//! the releasing process. An election's lock takes the lock, undoes tries and is freed by
+//! force with these scripts too (its release is its resignation, `super::super::election`).
 
 use super::{LockScripts, ReleaseArgs, TryArgs, UndoArgs};
 use crate::layout;
