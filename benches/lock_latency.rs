@@ -807,7 +807,7 @@ fn measure_coordination(
     );
     drop(held);
     let candidate = manager.leader_election("bench:election").candidate("bench");
-    let terms = Samples::new(measure_steps(PAIRS, || candidate.lock()?.resign())?);
+    let terms = Samples::new(measure_steps(PAIRS, || candidate.lock()?.unlock())?);
     println!(
         "{:<36} {}",
         "campaign+resign pair",

@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let lock = lock.clone();
             let invoice = invoice.clone();
             move || -> redlease::Result<()> {
-                let guard = lock.lock_with_lease(Duration::from_secs(1))?;
+                let guard = lock.leased_for(Duration::from_secs(1)).lock()?;
                 let token = guard.fencing_token();
                 println!("slow holder: took the lock, token {token}; stalling for 2 s");
                 let _ = took_it.send(());

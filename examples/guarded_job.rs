@@ -3,7 +3,7 @@
 //! with guarded writes, which Redis applies only while the hold is current.
 //!
 //! Halfway through, an operator frees the lock by force (as `redlease-inspect` or
-//! `force_unlock` would). The job's next guarded write is refused and nothing is written: the
+//! `break_lock` would). The job's next guarded write is refused and nothing is written: the
 //! status in Redis still names the last batch the holder did while it held the lock.
 //!
 //! `cargo run --example guarded_job [redis-url]`: without a URL it starts a throwaway
@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = manager.lock("export").lock()?;
     for batch in 1..=6 {
         if batch == 4 {
-            operator.lock("export").force_unlock()?;
+            operator.lock("export").break_lock()?;
             println!("operator: freed the lock by force");
         }
         match run_batch(&guard, batch) {

@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     println!("{host} (term {}): scheduling round {round}", leading.term());
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                leading.resign() // or drop it; the next candidate is woken
+                leading.unlock() // or drop it; the next candidate is woken
             }))
         })
         .collect::<redlease::Result<_>>()?;

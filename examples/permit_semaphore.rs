@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     renderers.try_set_permits(1)?;
 
     // A holder that takes the only permit for 1 s and forgets it.
-    let forgotten = renderers.lock_with_lease(Duration::from_secs(1))?;
+    let forgotten = renderers.leased_for(Duration::from_secs(1)).lock()?;
     println!("permit {} taken with a 1 s lease", forgotten.permit_id());
     std::mem::forget(forgotten); // as a process that died would
 
@@ -28,6 +28,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         permit.permit_id(),
         started.elapsed()
     );
-    permit.release()?;
+    permit.unlock()?;
     Ok(())
 }

@@ -49,9 +49,14 @@ def alias_impls(html):
     start = text.index("Object.fromEntries(") + len("Object.fromEntries(")
     end = text.rindex(");\n    if (window")
     methods = set()
-    # One list a crate; a documentation built over an older one may name a crate twice: as
-    # in the page's script, the last one counts.
-    by_crate = dict(json.loads(text[start:end]))
+    # One list a crate; a documentation built over an older one names a crate again, and
+    # which one is current cannot be told.
+    entries = json.loads(text[start:end])
+    crates = [crate for crate, _ in entries]
+    if crates.count(CRATE) > 1:
+        sys.exit(f"{script}.js names {CRATE} {crates.count(CRATE)} times, from earlier "
+                 f"builds: remove {DOC} and run cargo doc again")
+    by_crate = dict(entries)
     for entry in by_crate.get(CRATE, []):
         fragment, trait, aliases = entry[0], entry[1], entry[2:]
         if trait == 0 and self_path in aliases:

@@ -77,7 +77,7 @@ impl CountDownLatch {
 
     /// This handle, with its waits (and those of its clones) ended by `token`: once it is
     /// cancelled, they return [`Error::Cancelled`] promptly, leaving no subscription behind.
-    pub fn with_cancel(&self, token: &CancelToken) -> CountDownLatch {
+    pub fn cancellable_by(&self, token: &CancelToken) -> CountDownLatch {
         CountDownLatch {
             cancel: Some(token.clone()),
             ..self.clone()

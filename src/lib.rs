@@ -22,7 +22,7 @@
 //!   [`on_lost_lock`](LockManagerBuilder::on_lost_lock) callback report a lock found gone,
 //!   with its [`LostReason`]: within one renewal interval of Redis answering that the holder
 //!   is gone, at the local lease deadline when Redis cannot be reached, at once after a
-//!   [`force_unlock`](Lock::force_unlock).
+//!   [`break_lock`](Lock::break_lock).
 //! - **What a holder can rely on.** [`Guard::valid_for`] says how long the hold is certain by
 //!   the local clock, and [`Guard::check_valid_for`] refuses a step that needs longer. A
 //!   renewal that fails while the lease may still hold puts the hold at risk
@@ -121,7 +121,7 @@
 //!   the last error (not `Ok(None)`); one without a deadline for up to the
 //!   [`outage_grace`](LockManagerBuilder::outage_grace) (30 s by default).
 //! - **Changes are sent again, then told.** `count_down`, `release`, `add_permits`,
-//!   `try_set_*`, `delete`, `drain_permits`, `force_unlock`, fenced writes and a guard's
+//!   `try_set_*`, `delete`, `drain_permits`, `break_lock`, fenced writes and a guard's
 //!   `unlock` are sent again with the same request through an outage, for up to the outage
 //!   grace. When none of the sends was answered and one may have run, the call fails with
 //!   [`Error::Indeterminate`]: look at the state once Redis answers. When every send surely
@@ -154,10 +154,10 @@
 //! | lock, fair, read, write, upgradable, candidate: take | finds its own hold (holder id), adds no level; a reentrant level sets its count | undone (place; a level, if the wait ends without it); the next try is a new chain; a copy after the try's deadline takes nothing, and the undo is sent once more when that deadline has passed |
 //! | leader: announcement (once the candidate's guard exists) | finds the record naming it: logged once | the campaign fails, and its lock is given back |
 //! | upgradable: `upgrade` (the write lock) | finds its own write field | undone, that try's grant only (a try id in the hash): back to the upgradable read |
-//! | leader: `resign`, guard drop | answered from its release receipt (the resignation is logged once) | as a lock's release |
+//! | leader: `unlock`, guard drop | answered from its release receipt (the resignation is logged once) | as a lock's release |
 //! | `request_revocation` | sends the notices again: a holder asked twice is told once; a copy after its deadline asks nobody | the error |
 //! | lock: `unlock`, guard drop | answered from its release receipt (a handoff too); a repeat never hands the lock on; a copy after its deadline changes nothing | `Indeterminate` (`unlock`), or sent again in the background (drop); one that may have handed the lock on is sent again until answered, and a hold handed to a thread that stopped waiting taken back |
-//! | `force_unlock` | answered from its request | `Indeterminate` |
+//! | `break_lock` | answered from its request | `Indeterminate` |
 //! | [`Semaphore`]: take | answered from its request | undone: the permits it took are given back |
 //! | [`Semaphore`]: `release`, `add_permits`, `drain_permits`, `try_set_permits` | answered from its request | `Indeterminate` |
 //! | [`PermitSemaphore`]: take | answered from its request (the permit's id) | undone: the permit is given back |
@@ -175,6 +175,17 @@
 //! answer is lost counts as not taken and is undone within the attempt, once; an undo that
 //! does not reach its member leaves a level that runs out with its lease (the cleanup thread
 //! does not send group undos yet).
+//!
+//! # Other crates in the API
+//!
+//! Two crates' types appear in the API, on purpose, and both are re-exported so that a caller
+//! names them through this crate and always has the version it was built with:
+//! [`redis`] (an [`Error::Redis`] carries the client's error, with its kind and the server's
+//! code; the builder takes its `IntoConnectionInfo`; a [`FencedStore`] and
+//! [`LockGuard::run_guarded`] take and give its values) and [`crossbeam_channel`] (the lost,
+//! at-risk and revocation signals are its `Receiver`s, for `select!` over several). Wrapping
+//! them would hide what callers use them for; a new major version of either is a new major
+//! version of this crate.
 //!
 //! # Inside (for contributors)
 //!
@@ -270,8 +281,9 @@ pub use lock::rwlock::ReadWriteLock;
 pub use lock::upgradable::{UpgradableGuard, UpgradableLock};
 pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};
-/// The Redis client this crate is built on, whose types appear in its errors
-/// ([`Error::Redis`]) and connection settings.
+/// The Redis client this crate is built on, whose types appear in its API: its errors
+/// ([`Error::Redis`]), connection settings ([`LockManager::builder`]), the values of a
+/// [`FencedStore`] and the arguments and reply of [`LockGuard::run_guarded`].
 pub use redis;
 pub use semaphore::permit::{PermitGuard, PermitSemaphore};
 pub use semaphore::{Semaphore, SemaphoreGuard};

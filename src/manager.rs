@@ -723,7 +723,7 @@ impl LockManagerBuilder {
     ///   error (not `Ok(None)`: nobody was seen holding the lock).
     /// - A wait without one (`lock`, `acquire`, `wait`) tries again until this long after the
     ///   first error in a row, then fails with it.
-    /// - A change (`count_down`, `release`, `add_permits`, `unlock`, `force_unlock`, ...) is
+    /// - A change (`count_down`, `release`, `add_permits`, `unlock`, `break_lock`, ...) is
     ///   sent again with the same request id, which Redis runs once, for up to this long;
     ///   when it may have run and no answer came, it fails with [`Error::Indeterminate`].
     /// - A guard dropped while Redis cannot be reached has its release sent again by the

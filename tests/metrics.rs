@@ -118,7 +118,7 @@ fn the_figures_of_stats_move_through_the_metrics_facade() {
     }));
 
     // A loss, by its reason.
-    assert!(manager.lock("metered").force_unlock().unwrap());
+    assert!(manager.lock("metered").break_lock().unwrap());
     assert!(eventually(PATIENCE, || {
         let now = figures.update(&snapshotter);
         now.counter("redlease_lost_total{reason=force_released}") == 1

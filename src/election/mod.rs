@@ -2,7 +2,7 @@
 //! [`Candidate`]s and the [`LeaderGuard`] of the one that leads.
 //!
 //! The leader holds a plain lock on the election's name (Redisson's lock layout: renewed by
-//! the watchdog, expiring when its holder dies, freed by `force_unlock`, asked to let go by
+//! the watchdog, expiring when its holder dies, freed by `break_lock`, asked to let go by
 //! `request_revocation`); the election's scripts (`crate::protocol::election`) add a leader
 //! record (value, term, since when), a change log and an announcement on the election's
 //! channel: written once the candidate's guard exists (a campaign whose caller gave up is
@@ -32,9 +32,9 @@ pub use observe::{LeaderChange, LeaderObserver};
 /// - **Campaign**: [`candidate`](Self::candidate) with a value (an address, an instance id)
 ///   and take it like a lock: [`lock`](LockHandle::lock) blocks until this candidate leads,
 ///   [`try_lock_for`](LockHandle::try_lock_for) and the rest wait less,
-///   [`with_cancel`](LockHandle::with_cancel) ends the wait. The answer is a [`LeaderGuard`],
+///   [`cancellable_by`](LockHandle::cancellable_by) ends the wait. The answer is a [`LeaderGuard`],
 ///   with the lost and at-risk signals of a lock guard.
-/// - **Resign** by dropping the guard or with [`LeaderGuard::resign`]; a leader that dies is
+/// - **Resign** by dropping the guard or with [`unlock`](crate::Guard::unlock); a leader that dies is
 ///   replaced within its lease (the watchdog timeout); one whose process pauses past its
 ///   lease finds its guard lost when it resumes ([`Guard::is_lost`]), before anything else
 ///   it checks.
@@ -54,7 +54,7 @@ pub use observe::{LeaderChange, LeaderObserver};
 /// assert_eq!(election.leader()?.unwrap().value, "host-a:8080");
 ///
 /// // ... run the scheduler while `leading` lives; check leading.is_lost() between steps ...
-/// leading.resign()?;
+/// leading.unlock()?;
 ///
 /// use redlease::LeaderChange;
 /// assert!(matches!(observer.next_change()?, LeaderChange::Elected(leader) if leader.value == "host-a:8080"));
@@ -72,7 +72,7 @@ pub struct LeaderElection {
 }
 
 /// A candidate of a [`LeaderElection`], with its value: take it with the acquisition calls
-/// of [`LockHandle`] (`lock` to campaign until it leads, `try_lock_for`, `with_cancel`,
+/// of [`LockHandle`] (`lock` to campaign until it leads, `try_lock_for`, `cancellable_by`,
 /// `revoking_after`...). Cheap to clone; `Send` and `Sync`.
 pub type Candidate = LockHandle<RawCandidate>;
 
@@ -219,9 +219,10 @@ impl LeaderElection {
     }
 
     /// Asks the leader to let go (see [`LockHandle::request_revocation`]): its guard is told,
-    /// and nothing else happens unless it resigns. Answers whether there was a leader to ask.
-    pub fn request_revocation(&self) -> Result<bool> {
-        Ok(self.lock.request_revocation()? > 0)
+    /// and nothing else happens unless it resigns. Answers how many holds were asked, as
+    /// every `request_revocation` does: 1 when someone leads, 0 when nobody does.
+    pub fn request_revocation(&self) -> Result<usize> {
+        self.lock.request_revocation()
     }
 
     fn read(&self) -> Result<protocol::LeaderNow> {
@@ -254,6 +255,10 @@ impl OverLockHold for LeaderHold {
 
 /// The leadership of an election, held by the current thread: a [`Guard`] (lost and
 /// at-risk signals, `valid_for`, revocation requests) whose drop resigns.
+///
+/// [`unlock`](Guard::unlock) resigns now and reports the outcome: the election is told (its
+/// log and channel) in the same step as the lock is freed, and the next candidate is woken;
+/// [`Error::NotHeld`](crate::Error::NotHeld) when the leadership was lost before.
 pub type LeaderGuard = Guard<LeaderHold>;
 
 impl Guard<LeaderHold> {
@@ -266,13 +271,5 @@ impl Guard<LeaderHold> {
     /// The holder id of the leadership's lock, as [`Leader::holder_id`] shows it.
     pub fn holder_id(&self) -> &str {
         self.hold().hold.holder()
-    }
-
-    /// Steps down now: the election is told (its log and channel) in the same step as the
-    /// lock is freed, and the next candidate is woken. The same as dropping the guard, with
-    /// its outcome ([`Error::NotHeld`](crate::Error::NotHeld) when the leadership was lost
-    /// before).
-    pub fn resign(self) -> Result<()> {
-        self.unlock()
     }
 }

@@ -637,7 +637,7 @@ pub enum LostReason {
     /// unreachable, slow or busy, or this process was paused past the lease. For a lock
     /// taken with a fixed lease: the lease ran out while the guard still lived.
     LeaseExpired,
-    /// Someone freed the lock with [`Lock::force_unlock`](crate::Lock::force_unlock), and
+    /// Someone freed the lock with [`Lock::break_lock`](crate::Lock::break_lock), and
     /// this manager heard the notice.
     ForceReleased,
 }

@@ -138,7 +138,7 @@ impl<H: Hold> Guard<H> {
     /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
     /// use std::time::Duration;
     ///
-    /// let guard = manager.lock("nightly-export").lock_with_lease(Duration::from_secs(60))?;
+    /// let guard = manager.lock("nightly-export").leased_for(Duration::from_secs(60)).lock()?;
     /// assert!(guard.valid_for() <= Duration::from_secs(60));
     /// assert!(guard.valid_for() > Duration::from_secs(50));
     /// # Ok(())

@@ -1,9 +1,9 @@
 //! The acquisition API, written once: [`LockHandle`] gives every primitive that hands out a
 //! guard ([`Lock`](crate::Lock), [`RedLock`](crate::RedLock), [`MultiLock`](crate::MultiLock),
 //! [`PermitSemaphore`](crate::PermitSemaphore)) the same `lock` / `try_lock` / `_for` /
-//! `_until` / `_with_lease` / `with_lock` calls, with the same semantics, over the
-//! crate-internal [`RawAcquire`] trait each implements (as `lock_api` builds `Mutex` over
-//! `RawMutex`).
+//! `_until` / `with_lock` calls and the same modifiers (`leased_for`, `cancellable_by`), with
+//! the same semantics, over the crate-internal [`RawAcquire`] trait each implements (as
+//! `lock_api` builds `Mutex` over `RawMutex`).
 //!
 //! It may use the wait layer (a wait without deadline, deadlines) and the protocol's lease
 //! checks; it does no I/O of its own.
@@ -108,13 +108,18 @@ fn holding<H: Hold, T>(guard: Guard<H>, work: impl FnOnce(&Guard<H>) -> T) -> Re
 /// Every acquisition answers a guard that releases one level (or gives its permit back) when
 /// dropped. The calls differ only in how long they wait (`lock`: as long as it takes;
 /// `try_lock`: not at all; `try_lock_for` / `try_lock_until`: until a deadline, then
-/// `Ok(None)`) and how long the lock is kept (the watchdog's renewed lease, or a fixed lease:
-/// `_with_lease`). A wait rides out an outage (Redis unreachable, slow, loading or failing
+/// `Ok(None)`). How long the lock is kept, and what ends a wait early, are the handle's: the
+/// watchdog's renewed lease, or a fixed one ([`leased_for`](LockHandle::leased_for)); a
+/// cancel token ([`cancellable_by`](LockHandle::cancellable_by)); for the locks, a request
+/// that the holders let go (`revoking_after`). A wait rides out an outage (Redis unreachable, slow, loading or failing
 /// over) up to its deadline, or without one for up to the manager's
 /// [`outage_grace`](crate::LockManagerBuilder::outage_grace), then fails with the last error.
 #[derive(Clone)]
 pub struct LockHandle<R> {
     raw: R,
+    /// The fixed lease of this handle's acquisitions (`None`: the watchdog's), checked when
+    /// one is made.
+    lease: Option<Duration>,
     /// Ends this handle's waits when cancelled.
     cancel: Option<CancelToken>,
     /// This handle's waits ask the holders to let go once they have lasted this long.
@@ -125,6 +130,7 @@ impl<R> LockHandle<R> {
     pub(crate) fn from_raw(raw: R, cancel: Option<CancelToken>) -> Self {
         LockHandle {
             raw,
+            lease: None,
             cancel,
             revoke_after: None,
         }
@@ -137,34 +143,35 @@ impl<R> LockHandle<R> {
 }
 
 impl<R: RawAcquire> LockHandle<R> {
-    fn terms(&self, deadline: Option<Instant>, lease: Lease) -> Terms<'_> {
-        Terms {
+    /// The terms of an acquisition that tries until `deadline`; an error for a bad lease.
+    fn terms(&self, deadline: Option<Instant>) -> Result<Terms<'_>> {
+        let lease = match self.lease {
+            None => Lease::Watchdog,
+            Some(lease) => Lease::fixed(lease)?,
+        };
+        Ok(Terms {
             deadline,
             lease,
             cancel: self.cancel.as_ref(),
             revoke_after: self.revoke_after,
-        }
+        })
     }
 
     /// Waits as long as it takes.
-    fn take_forever(&self, lease: Lease) -> Result<Guard<R::Hold>> {
-        wait::without_deadline(|| self.raw.acquire(self.terms(None, lease)))
+    fn take_forever(&self) -> Result<Guard<R::Hold>> {
+        let terms = self.terms(None)?;
+        wait::without_deadline(|| self.raw.acquire(terms))
     }
 
     /// Waits until `deadline` at most: `Ok(None)` once it passed. A deadline in the past
     /// tries once.
-    fn take_until(&self, deadline: Instant, lease: Lease) -> Result<Option<Guard<R::Hold>>> {
-        self.raw.acquire(self.terms(Some(deadline), lease))
+    fn take_until(&self, deadline: Instant) -> Result<Option<Guard<R::Hold>>> {
+        self.raw.acquire(self.terms(Some(deadline))?)
     }
 
     /// Waits `wait` at most; `call` names the public call in the error for a wait too long.
-    fn take_within(
-        &self,
-        wait: Duration,
-        lease: Lease,
-        call: &str,
-    ) -> Result<Option<Guard<R::Hold>>> {
-        self.take_until(wait::deadline_after(wait, call)?, lease)
+    fn take_within(&self, wait: Duration, call: &str) -> Result<Option<Guard<R::Hold>>> {
+        self.take_until(wait::deadline_after(wait, call)?)
     }
 
     /// Takes the lock, waiting as long as it takes; the watchdog (for a group lock, each
@@ -177,56 +184,31 @@ impl<R: RawAcquire> LockHandle<R> {
     /// but too few replicas acknowledged it in time
     /// ([`Error::NotReplicated`](crate::Error::NotReplicated): it was given back, and the
     /// wait ends there, as every acquisition of the handle does).
-    pub fn lock(&self) -> Result<Guard<R::Hold>> {
-        self.take_forever(Lease::Watchdog)
-    }
-
-    /// Takes the lock for a fixed `lease`, waiting as long as it takes. Nothing renews it: it
-    /// expires after `lease` even if the guard still lives.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a zero or too long
-    /// lease; otherwise as [`lock`](LockHandle::lock).
-    pub fn lock_with_lease(&self, lease: Duration) -> Result<Guard<R::Hold>> {
-        self.take_forever(Lease::fixed(lease)?)
+    /// Also [`Error::InvalidArgument`](crate::Error::InvalidArgument), for every acquisition
+    /// of a handle, when its fixed lease ([`leased_for`](LockHandle::leased_for)) is under
+    /// 10 ms or too long.
+    pub fn lock(&self) -> Result<Guard<R::Hold>> {
+        self.take_forever()
     }
 
     /// Takes the lock if it is free (or held by this thread), without waiting: one try (for
     /// a group lock, one round trip to every server).
     pub fn try_lock(&self) -> Result<Option<Guard<R::Hold>>> {
-        self.take_until(Instant::now(), Lease::Watchdog)
+        self.take_until(Instant::now())
     }
 
     /// Takes the lock, waiting at most `wait` for it; `Ok(None)` when the wait ran out. A zero
     /// `wait` tries once.
     pub fn try_lock_for(&self, wait: Duration) -> Result<Option<Guard<R::Hold>>> {
-        self.take_within(wait, Lease::Watchdog, "try_lock_for")
-    }
-
-    /// Like [`try_lock_for`](LockHandle::try_lock_for), with a fixed `lease` and no watchdog.
-    pub fn try_lock_for_with_lease(
-        &self,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Option<Guard<R::Hold>>> {
-        let lease = Lease::fixed(lease)?;
-        self.take_within(wait, lease, "try_lock_for_with_lease")
+        self.take_within(wait, "try_lock_for")
     }
 
     /// Takes the lock, waiting until `deadline` at most; `Ok(None)` when it passed. A
     /// deadline in the past tries once.
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<Guard<R::Hold>>> {
-        self.take_until(deadline, Lease::Watchdog)
-    }
-
-    /// Like [`try_lock_until`](LockHandle::try_lock_until), with a fixed `lease` and no
-    /// watchdog.
-    pub fn try_lock_until_with_lease(
-        &self,
-        deadline: Instant,
-        lease: Duration,
-    ) -> Result<Option<Guard<R::Hold>>> {
-        self.take_until(deadline, Lease::fixed(lease)?)
+        self.take_until(deadline)
     }
 
     /// Runs `work` holding the lock, taken as by [`lock`](LockHandle::lock), and releases it
@@ -259,29 +241,47 @@ impl<R: RawAcquire> LockHandle<R> {
         wait: Duration,
         work: impl FnOnce(&Guard<R::Hold>) -> T,
     ) -> Result<Option<T>> {
-        match self.take_within(wait, Lease::Watchdog, "with_lock_for")? {
+        match self.take_within(wait, "with_lock_for")? {
             Some(guard) => holding(guard, work).map(Some),
             None => Ok(None),
         }
     }
 
-    /// Like [`with_lock`](LockHandle::with_lock), with a fixed `lease` and no watchdog.
-    pub fn with_lock_with_lease<T>(
-        &self,
-        lease: Duration,
-        work: impl FnOnce(&Guard<R::Hold>) -> T,
-    ) -> Result<T> {
-        holding(self.lock_with_lease(lease)?, work)
+    /// This handle, with its acquisitions (and those of its clones) taken for a fixed
+    /// `lease`, which nothing renews: a hold expires after `lease` even if its guard still
+    /// lives. The handle it is called on keeps the watchdog's lease.
+    ///
+    /// An acquisition of a handle whose lease is under 10 ms or too long fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use std::time::Duration;
+    ///
+    /// let export = manager.lock("nightly-export").leased_for(Duration::from_secs(60));
+    /// if let Some(guard) = export.try_lock_for(Duration::from_secs(5))? {
+    ///     // ... held for 60 s at most, renewed by nobody ...
+    ///     guard.unlock()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn leased_for(&self, lease: Duration) -> Self {
+        LockHandle {
+            lease: Some(lease),
+            ..self.clone()
+        }
     }
 
     /// This handle, with its waits (and those of its clones) ended by `token`: once it is
     /// cancelled, they return [`Error::Cancelled`](crate::Error::Cancelled) promptly,
     /// leaving no subscription and no place in a fair lock's queue behind.
-    pub fn with_cancel(&self, token: &CancelToken) -> Self {
+    pub fn cancellable_by(&self, token: &CancelToken) -> Self {
         LockHandle {
-            raw: self.raw.clone(),
             cancel: Some(token.clone()),
-            revoke_after: self.revoke_after,
+            ..self.clone()
         }
     }
 }
@@ -295,9 +295,8 @@ impl<R: RawRevocable> LockHandle<R> {
     /// See [`revocable_handle`]'s `revoking_after`.
     pub(crate) fn with_revoke_after(&self, delay: Duration) -> Self {
         LockHandle {
-            raw: self.raw.clone(),
-            cancel: self.cancel.clone(),
             revoke_after: Some(delay),
+            ..self.clone()
         }
     }
 }
@@ -322,7 +321,7 @@ macro_rules! revocable_handle {
             /// holder releases, and a holder that does not listen is not affected. The request
             /// goes out as a pub/sub notice: a holder whose pub/sub connection is down at that
             /// moment does not hear it (ask again). To free a lock whatever its holder does,
-            /// see [`Lock::force_unlock`](crate::Lock::force_unlock).
+            /// see [`Lock::break_lock`](crate::Lock::break_lock).
             ///
             /// # Errors
             /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name; the

@@ -188,7 +188,7 @@ impl Guard<LockHold> {
     /// )?;
     /// assert_eq!(answers, [Value::Int(1), Value::Int(1)]);
     ///
-    /// manager.lock("job").force_unlock()?;
+    /// manager.lock("job").break_lock()?;
     /// let refused = guard.guarded_write(redlease::Writes::new().set("{job}:status", "done"));
     /// assert!(matches!(refused, Err(redlease::Error::LockLost { .. })));
     /// # Ok(())

@@ -241,8 +241,8 @@ impl Lock {
         })
     }
 
-    /// Frees the lock whoever holds it, and wakes its waiters. Answers whether it was held.
-    /// On the read or write lock of a read-write lock, it frees the whole read-write lock:
+    /// Frees the lock whoever holds it, and wakes its waiters (Redisson's `forceUnlock`).
+    /// Answers whether it was held. On the read or write lock of a read-write lock, it frees the whole read-write lock:
     /// readers and writer.
     ///
     /// A holder that is a `redlease` manager hears a notice at once and its guard reports
@@ -250,7 +250,7 @@ impl Lock {
     /// miss it (its pub/sub connection was down, or an ACL refuses the notice channel), its
     /// next renewal finds the lock gone; a holder with a fixed lease, which nothing renews,
     /// then only learns at the end of its lease. Its release answers [`Error::NotHeld`].
-    pub fn force_unlock(&self) -> Result<bool> {
+    pub fn break_lock(&self) -> Result<bool> {
         let raw = self.raw();
         raw.keys()?;
         let name = raw.name();
@@ -261,9 +261,24 @@ impl Lock {
     }
 
     /// Releases one level of the calling thread's hold without a guard: for holds whose guard
-    /// was leaked with [`std::mem::forget`]. Fails with [`Error::NotHeld`] when the calling
-    /// thread does not hold the lock.
-    pub fn unlock(&self) -> Result<()> {
+    /// was leaked with [`std::mem::forget`], as `lock_api`'s `force_unlock` does (safe here:
+    /// it releases only what the calling thread holds). Fails with [`Error::NotHeld`] when
+    /// the calling thread does not hold the lock. To free the lock whoever holds it, see
+    /// [`break_lock`](Lock::break_lock).
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let lock = manager.lock("batch");
+    /// std::mem::forget(lock.lock()?); // held past this scope, without a guard
+    /// assert!(lock.is_held_by_current_thread());
+    /// lock.force_unlock()?;
+    /// assert!(!lock.is_locked()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn force_unlock(&self) -> Result<()> {
         let raw = self.raw();
         let name = &raw.keys()?.name;
         let watchdog = raw.client.watchdog();

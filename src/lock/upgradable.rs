@@ -22,7 +22,7 @@ use crate::hold::handle::{revocable_handle, LockHandle, RawAcquire, RawRevocable
 /// time; its guard can [`upgrade`](UpgradableGuard::upgrade) to the write lock without a
 /// window for another writer. Cheap to clone; `Send` and `Sync`.
 ///
-/// The acquisition calls (`lock`, `try_lock_for`, `with_cancel`, ...) are [`LockHandle`]'s.
+/// The acquisition calls (`lock`, `try_lock_for`, `cancellable_by`, ...) are [`LockHandle`]'s.
 /// The hold is renewed by the watchdog, reports losses and risks, and carries a fencing
 /// token, as a read lock's does.
 pub type UpgradableLock = LockHandle<RawUpgradable>;

@@ -79,7 +79,7 @@ impl Semaphore {
 
     /// This handle, with its waits (and those of its clones) ended by `token`: once it is
     /// cancelled, they return [`Error::Cancelled`] promptly, leaving no subscription behind.
-    pub fn with_cancel(&self, token: &CancelToken) -> Semaphore {
+    pub fn cancellable_by(&self, token: &CancelToken) -> Semaphore {
         Semaphore {
             cancel: Some(token.clone()),
             ..self.clone()

@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 /// Ends the waits of every handle bound to it (what Redisson's `lockInterruptibly` gives
 /// Java). Cheap to clone; all clones are the same token; once cancelled, it stays cancelled.
 ///
-/// A handle is bound with `with_cancel`, on [`Lock`](crate::Lock),
+/// A handle is bound with `cancellable_by`, on [`Lock`](crate::Lock),
 /// [`RedLock`](crate::RedLock), [`MultiLock`](crate::MultiLock) and the other primitives;
 /// every blocking call on the bound handle (and on its clones) then returns
 /// [`Error::Cancelled`](crate::Error::Cancelled) soon after [`cancel`](CancelToken::cancel),
@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 /// let held = manager.lock("migration").lock()?;
 /// let stop = CancelToken::new();
 /// let waiter = {
-///     let lock = manager.lock("migration").with_cancel(&stop);
+///     let lock = manager.lock("migration").cancellable_by(&stop);
 ///     std::thread::spawn(move || lock.lock().map(drop))
 /// };
 /// stop.cancel(); // e.g. on shutdown

@@ -277,7 +277,7 @@ fn a_waiter_of_another_manager_is_woken_by_the_release() {
 }
 
 #[test]
-fn a_force_unlock_reaches_the_holder_through_the_notice_channel() {
+fn a_break_lock_reaches_the_holder_through_the_notice_channel() {
     let (server, url) = server_with_user();
     let holder_manager = manager_for_url(&url, LONG_WATCHDOG);
     let other_manager = manager_for_url(&url, LONG_WATCHDOG);
@@ -292,7 +292,7 @@ fn a_force_unlock_reaches_the_holder_through_the_notice_channel() {
     let guard = holder_manager.lock("acl:forced").lock().unwrap();
     let lost = guard.lost_signal();
     let forced_at = Instant::now();
-    assert!(other_manager.lock("acl:forced").force_unlock().unwrap());
+    assert!(other_manager.lock("acl:forced").break_lock().unwrap());
     assert_eq!(lost.recv_timeout(PATIENCE), Ok(LostReason::ForceReleased));
     // The next renewal would only come after 10 s: the notice told the holder.
     assert!(
@@ -460,9 +460,9 @@ fn elections_revocation_and_the_upgradable_read_with_the_listed_additions() {
     let mut observer = election.observe().unwrap();
     let leading = election.candidate("me").lock().unwrap();
     assert_eq!(election.leader().unwrap().unwrap().value, "me");
-    assert!(election.request_revocation().unwrap());
+    assert_eq!(election.request_revocation().unwrap(), 1);
     assert!(eventually(PATIENCE, || leading.is_revocation_requested()));
-    leading.resign().unwrap();
+    leading.unlock().unwrap();
     let elected = observer.next_change_for(PATIENCE).unwrap();
     assert!(matches!(elected, Some(redlease::LeaderChange::Elected(_))));
     let resigned = observer.next_change_for(PATIENCE).unwrap();

@@ -252,7 +252,7 @@ fn take_expirable_permit(manager: &LockManager) -> redlease::Result<Option<Relea
     let permits = manager.permit_semaphore(PERMIT_SEMAPHORE);
     Ok(permits
         .try_lock_for(WAIT)?
-        .map(|guard| Box::new(move || (guard.is_lost(), guard.release())) as Release<'_>))
+        .map(|guard| Box::new(move || (guard.is_lost(), guard.unlock())) as Release<'_>))
 }
 
 /// Takes the guarded lock, and while holding it increments the counter by guarded writes,
@@ -327,7 +327,7 @@ fn lead<'a>(
     let wait = Duration::from_millis(200 + now_ns() % 2_000);
     Ok(candidate.try_lock_for(wait)?.map(|leading| {
         let _ = events.send(format!("term {}", leading.term()));
-        Box::new(move || (leading.is_lost(), leading.resign())) as Release<'a>
+        Box::new(move || (leading.is_lost(), leading.unlock())) as Release<'a>
     }))
 }
 

@@ -999,7 +999,7 @@ fn every_key_of_a_name_with_a_hash_tag_is_in_the_name_slot() {
         in_line.join().unwrap(),
         "the fair lock's next in line took it"
     );
-    permit.release().unwrap();
+    permit.unlock().unwrap();
     semaphore.release(1).unwrap();
     if latch_works {
         latch.count_down().unwrap();
@@ -1255,10 +1255,13 @@ fn elections_upgrades_and_revocation_requests_work_on_every_master() {
             }
         });
         // The follower asks through the notice channel; the leader hears it and resigns.
-        assert!(other.leader_election(&name).request_revocation().unwrap());
+        assert_eq!(
+            other.leader_election(&name).request_revocation().unwrap(),
+            1
+        );
         assert!(eventually(Duration::from_secs(5), || leading.is_revocation_requested()));
         let first = leading.term();
-        leading.resign().unwrap();
+        leading.unlock().unwrap();
         let second = follower.join().unwrap().expect("the follower was elected");
         assert!(second > first);
         let changes: Vec<_> = (0..3)

@@ -151,7 +151,7 @@ fn candidate_process() {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = leading.resign();
+        let _ = leading.unlock();
     }
 }
 

@@ -61,7 +61,7 @@ fn token_taker_process() {
                     let outer = if (thread + round) % 2 == 0 {
                         lock.lock().unwrap()
                     } else {
-                        lock.lock_with_lease(Duration::from_secs(20)).unwrap()
+                        lock.leased_for(Duration::from_secs(20)).lock().unwrap()
                     };
                     let inner = lock.lock().unwrap();
                     assert_eq!(inner.fencing_token(), outer.fencing_token());

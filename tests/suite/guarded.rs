@@ -1,5 +1,5 @@
 //! Guarded writes: a holder's writes to its own keys go through only while its hold is
-//! current, checked by Redis in the same script. After a force-unlock, after the lease ran
+//! current, checked by Redis in the same script. After a break-lock, after the lease ran
 //! out, and after another holder took the lock, nothing is written (seen in the keys); an
 //! answer lost on the way applies the writes once; bad input is refused before anything is
 //! sent.
@@ -76,13 +76,13 @@ fn writes_apply_in_order_while_the_hold_is_current() {
 }
 
 #[test]
-fn nothing_is_written_after_a_force_unlock() {
+fn nothing_is_written_after_a_break_lock() {
     let redis = server();
     let manager = manager(&redis, Duration::from_secs(30));
     let other = common::manager(&redis, Duration::from_secs(30));
     let guard = manager.lock("job").lock().unwrap();
     guard.guarded_write(&status("running")).unwrap();
-    assert!(other.lock("job").force_unlock().unwrap());
+    assert!(other.lock("job").break_lock().unwrap());
     assert_lock_lost(guard.guarded_write(&status("done")));
     assert_eq!(get(&redis, "{job}:status"), "$7\r\nrunning\r\n");
     assert!(guard.is_lost());
@@ -107,7 +107,8 @@ fn nothing_is_written_once_redis_let_the_lease_run_out() {
     // A fixed lease that ran out by the local clock is refused here, before anything is sent.
     let fixed = manager
         .lock("job")
-        .lock_with_lease(Duration::from_millis(50))
+        .leased_for(Duration::from_millis(50))
+        .lock()
         .unwrap();
     assert!(eventually(PATIENCE, || fixed.is_lost()));
     match fixed.guarded_write(&status("late")) {
@@ -230,7 +231,7 @@ fn read_and_write_guards_of_a_read_write_lock_guard_their_writes() {
     let reader = rwlock.read().lock().unwrap();
     reader.guarded_write(&status("read")).unwrap();
     assert_eq!(get(&redis, "{job}:status"), "$4\r\nread\r\n");
-    assert!(rwlock.read().force_unlock().unwrap());
+    assert!(rwlock.read().break_lock().unwrap());
     assert_lock_lost(reader.guarded_write(&status("late")));
     assert_eq!(get(&redis, "{job}:status"), "$4\r\nread\r\n");
 }

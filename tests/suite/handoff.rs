@@ -118,7 +118,7 @@ fn a_handoff_to_a_waiter_that_stopped_waiting(stopped: Duration, waits: Option<D
     holding.recv().unwrap();
     let cancel = CancelToken::new();
     let waiter = {
-        let lock = lock.with_cancel(&cancel);
+        let lock = lock.cancellable_by(&cancel);
         std::thread::spawn(move || match waits {
             Some(wait) => lock.try_lock_for(wait).map(|guard| guard.is_some()),
             None => lock.lock().map(|_| true),

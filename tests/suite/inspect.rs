@@ -173,13 +173,13 @@ fn list_finds_the_held_lock_by_pattern() {
 }
 
 #[test]
-fn force_unlock_frees_the_lock_and_the_holder_hears_it() {
+fn break_lock_frees_the_lock_and_the_holder_hears_it() {
     let redis = server();
     let (_child, mut output, client_id) = job_held_elsewhere(&redis);
 
     let freed = json(&tool(
         &redis.url(),
-        &["--json", "force-unlock", "job", "--yes"],
+        &["--json", "break-lock", "job", "--yes"],
         "",
     ));
     assert_eq!(freed["freed"], true);
@@ -191,11 +191,11 @@ fn force_unlock_frees_the_lock_and_the_holder_hears_it() {
 }
 
 #[test]
-fn force_unlock_answered_no_leaves_the_lock_held() {
+fn break_lock_answered_no_leaves_the_lock_held() {
     let redis = server();
     let (_child, _output, client_id) = job_held_elsewhere(&redis);
 
-    let declined = tool(&redis.url(), &["force-unlock", "job"], "n\n");
+    let declined = tool(&redis.url(), &["break-lock", "job"], "n\n");
     assert_eq!(declined.code, 1, "stdout: {}", declined.stdout);
     assert!(
         declined.stderr.contains("Free lock \"job\" held by"),
@@ -206,7 +206,7 @@ fn force_unlock_answered_no_leaves_the_lock_held() {
     let still = json(&tool(&redis.url(), &["--json", "inspect", "job"], ""));
     assert_eq!(still["holders"][0]["client_id"], client_id.as_str());
     // No answer at all (the end of input) declines too.
-    assert_eq!(tool(&redis.url(), &["force-unlock", "job"], "").code, 1);
+    assert_eq!(tool(&redis.url(), &["break-lock", "job"], "").code, 1);
 }
 
 #[test]
@@ -280,7 +280,7 @@ fn missing_names_and_unreachable_servers_have_their_exit_codes() {
     assert_eq!(missing.code, 1);
     assert!(missing.stderr.contains("nothing on"), "{}", missing.stderr);
     assert_eq!(
-        tool(&url, &["force-unlock", "nothing-here", "--yes"], "").code,
+        tool(&url, &["break-lock", "nothing-here", "--yes"], "").code,
         1
     );
     assert_eq!(tool("nope://x", &["inspect", "job"], "").code, 2);
@@ -370,7 +370,7 @@ fn the_tool_speaks_tls_with_the_ca_it_is_given() {
             "--tls-ca",
             ca_path,
             "--json",
-            "force-unlock",
+            "break-lock",
             "job",
             "--yes",
         ],
@@ -399,7 +399,7 @@ fn the_tool_asks_the_sentinels_for_the_master() {
     let report = json(&tool_with(&inspect, ""));
     assert_eq!(report["holders"][0]["id"], holder.as_str());
     let mut force = asked.to_vec();
-    force.extend(["--json", "force-unlock", "job", "--yes"]);
+    force.extend(["--json", "break-lock", "job", "--yes"]);
     assert_eq!(json(&tool_with(&force, ""))["freed"], true);
     let mut unknown = vec!["--sentinel", sentinel_url.as_str(), "--master", "nobody"];
     unknown.extend(["inspect", "job"]);

@@ -119,7 +119,7 @@ fn a_permit_take_whose_answer_is_lost_takes_one_permit() {
         4,
         "one permit taken"
     );
-    permit.release().unwrap();
+    permit.unlock().unwrap();
     assert_eq!(semaphore.available_permits().unwrap(), 5, "all back");
 }
 
@@ -163,7 +163,7 @@ fn a_fair_waiter_that_gives_up_while_redis_is_paused_leaves_the_queue_once_it_is
     let held = fair.lock().unwrap();
     let stop = CancelToken::new();
     let waiter = {
-        let fair = fair.with_cancel(&stop);
+        let fair = fair.cancellable_by(&stop);
         std::thread::spawn(move || fair.try_lock_for(Duration::from_secs(60)).map(drop))
     };
     assert!(
@@ -302,12 +302,13 @@ fn a_grant_that_arrives_past_its_lease_is_not_handed_out() {
     lock.try_lock().unwrap().expect("free").unlock().unwrap(); // the scripts are loaded
     proxy.set_latency(Duration::from_millis(400));
     let lease = Duration::from_millis(200);
-    if let Ok(Some(guard)) = lock.try_lock_for_with_lease(Duration::from_secs(2), lease) {
+    if let Ok(Some(guard)) = lock.leased_for(lease).try_lock_for(Duration::from_secs(2)) {
         panic!("a guard handed out past its lease: {:?}", guard.check());
     }
     proxy.set_latency(Duration::ZERO);
     let guard = lock
-        .try_lock_for_with_lease(PATIENCE, Duration::from_secs(5))
+        .leased_for(Duration::from_secs(5))
+        .try_lock_for(PATIENCE)
         .unwrap()
         .expect("the late grants were given back or ran out");
     assert!(!guard.is_lost());
@@ -330,12 +331,12 @@ fn a_wait_whose_grants_all_come_too_late_ends() {
     proxy.set_latency(Duration::from_millis(300));
     let lease = Duration::from_millis(100);
     let started = Instant::now();
-    let outcome = lock.lock_with_lease(lease).map(drop);
+    let outcome = lock.leased_for(lease).lock().map(drop);
     assert!(
         matches!(&outcome, Err(Error::LeaseSpent { name, .. }) if name == "always-late"),
         "{outcome:?}"
     );
-    let outcome = permits.lock_with_lease(lease).map(drop);
+    let outcome = permits.leased_for(lease).lock().map(drop);
     assert!(
         matches!(&outcome, Err(Error::LeaseSpent { name, .. }) if name == "always-late-permits"),
         "{outcome:?}"
@@ -359,24 +360,23 @@ fn a_permit_granted_past_its_lease_is_not_handed_out() {
     let manager = manager_through(&proxy);
     let permits = manager.permit_semaphore("late-permit");
     assert!(permits.try_set_permits(1).unwrap());
-    permits
-        .try_lock()
-        .unwrap()
-        .expect("free")
-        .release()
-        .unwrap(); // scripts loaded
+    permits.try_lock().unwrap().expect("free").unlock().unwrap(); // scripts loaded
     proxy.set_latency(Duration::from_millis(400));
     let lease = Duration::from_millis(200);
-    if let Ok(Some(guard)) = permits.try_lock_for_with_lease(Duration::from_secs(2), lease) {
+    if let Ok(Some(guard)) = permits
+        .leased_for(lease)
+        .try_lock_for(Duration::from_secs(2))
+    {
         panic!("a permit handed out past its lease: {:?}", guard.check());
     }
     proxy.set_latency(Duration::ZERO);
     let guard = permits
-        .try_lock_for_with_lease(PATIENCE, Duration::from_secs(5))
+        .leased_for(Duration::from_secs(5))
+        .try_lock_for(PATIENCE)
         .unwrap()
         .expect("the late permits were given back or ran out");
     assert!(!guard.is_lost());
-    guard.release().unwrap();
+    guard.unlock().unwrap();
 }
 
 // Late copies: a call whose first send the network holds up past its response timeout, past
@@ -586,7 +586,7 @@ fn late_permit_take(
     let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-permit"], || {
         ok(permits.try_lock_for(PATIENCE))?
             .ok_or("not taken")?
-            .release()
+            .unlock()
             .map_err(|e| format!("{e:?}"))
     })?;
     refused_as_late(&reply)?;
@@ -607,7 +607,7 @@ fn late_permit_change(
     expect("available", ok(permits.available_permits())?, 1)
 }
 
-fn late_force_unlock(
+fn late_break_lock(
     redis: &RedisServer,
     proxy: &CuttingProxy,
     manager: &LockManager,
@@ -616,7 +616,7 @@ fn late_force_unlock(
     let first = ok(lock.try_lock())?.ok_or("free")?;
     let taker = manager.lock("late-force");
     let reply = late_copy_of(redis, proxy, &["EVALSHA", "late-force"], || {
-        expect("freed", ok(lock.force_unlock())?, true)?;
+        expect("freed", ok(lock.break_lock())?, true)?;
         drop(first);
         // Another thread takes the lock: the late copy must not free it.
         std::thread::spawn(move || std::mem::forget(taker.try_lock()))
@@ -695,7 +695,7 @@ fn a_late_copy_of_a_change_is_refused_after_its_deadline() {
         ("semaphore take", late_semaphore_take),
         ("permit take", late_permit_take),
         ("permit semaphore add_permits", late_permit_change),
-        ("force_unlock", late_force_unlock),
+        ("break_lock", late_break_lock),
         ("fenced store set", late_fenced_write),
         ("guarded_write", late_guarded_write),
         ("run_guarded", late_guarded_script),
@@ -951,25 +951,25 @@ fn cut_permit_release(
 ) -> Result<(), String> {
     let permits = manager.permit_semaphore("cut-permit-release");
     ok(permits.try_set_permits(2))?;
-    ok(ok(permits.lock())?.release())?; // the scripts are loaded
+    ok(ok(permits.lock())?.unlock())?; // the scripts are loaded
     let first = ok(permits.lock())?;
     let _second = ok(permits.lock())?;
     with_cut_answer(proxy, &["EVALSHA", "cut-permit-release"], || {
-        ok(first.release())
+        ok(first.unlock())
     })?;
     expect("available", ok(permits.available_permits())?, 1)
 }
 
-fn cut_force_unlock(
+fn cut_break_lock(
     _: &RedisServer,
     proxy: &CuttingProxy,
     manager: &LockManager,
 ) -> Result<(), String> {
     let lock = manager.lock("cut-force");
-    ok(lock.force_unlock())?; // the script is loaded
+    ok(lock.break_lock())?; // the script is loaded
     let guard = ok(lock.lock())?;
     with_cut_answer(proxy, &["EVALSHA", "cut-force"], || {
-        expect("freed", ok(lock.force_unlock())?, true)
+        expect("freed", ok(lock.break_lock())?, true)
     })?;
     expect(
         "its holder told",
@@ -1069,7 +1069,7 @@ fn cut_election(
 ) -> Result<(), String> {
     let election = manager.leader_election("cut-election");
     let mut observer = ok(election.observe())?;
-    ok(ok(election.candidate("warm").lock())?.resign())?; // the scripts are loaded
+    ok(ok(election.candidate("warm").lock())?.unlock())?; // the scripts are loaded
     let candidate = election.candidate("host-a");
     // Its campaign (the lock's take), its announcement and its resignation each lose an
     // answer.
@@ -1082,8 +1082,8 @@ fn cut_election(
             Ok(())
         },
     )?;
-    ok(ok(candidate.lock())?.resign()).map_err(|why| format!("a level: {why}"))?;
-    ok(leading.take().ok_or("not leading")?.resign())?;
+    ok(ok(candidate.lock())?.unlock()).map_err(|why| format!("a level: {why}"))?;
+    ok(leading.take().ok_or("not leading")?.unlock())?;
     with_cut_answer(
         proxy,
         &["EVALSHA", "redlease_leader_log:{cut-election}"],
@@ -1095,7 +1095,7 @@ fn cut_election(
     with_cut_answer(
         proxy,
         &["EVALSHA", "redisson_unlock_latch:{cut-election}"],
-        || ok(leading.take().ok_or("not leading")?.resign()),
+        || ok(leading.take().ok_or("not leading")?.unlock()),
     )?;
     let mut changes = Vec::new();
     while let Some(change) = ok(observer.next_change_for(Duration::from_millis(500)))? {
@@ -1142,7 +1142,7 @@ fn every_change_whose_answer_is_lost_is_applied_once() {
         ("latch try_set_count and delete", cut_latch_set_and_delete),
         ("semaphore add, take away, drain", cut_semaphore_changes),
         ("permit release", cut_permit_release),
-        ("force_unlock", cut_force_unlock),
+        ("break_lock", cut_break_lock),
         ("fenced set and delete", cut_fenced_writes),
         ("run_guarded", cut_guarded_script),
         ("lock kinds: take, level, releases", cut_lock_kinds),

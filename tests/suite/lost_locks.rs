@@ -260,7 +260,7 @@ fn a_restart_without_persistence_is_reported_within_one_renewal_interval() {
 }
 
 #[test]
-fn a_force_unlock_from_another_process_reaches_the_holder_at_once() {
+fn a_break_lock_from_another_process_reaches_the_holder_at_once() {
     let redis = server();
     // Renewals every 10 s: only the force-release notice can tell the holder in time.
     let (manager, reports) = reporting_manager(&redis, Duration::from_secs(30));
@@ -270,12 +270,13 @@ fn a_force_unlock_from_another_process_reaches_the_holder_at_once() {
     let lost = inner.lost_signal();
     let fixed = manager
         .lock("forced-fixed")
-        .lock_with_lease(Duration::from_secs(60))
+        .leased_for(Duration::from_secs(60))
+        .lock()
         .unwrap();
     let fixed_lost = fixed.lost_signal();
     let mut child = spawn_child(
-        "lost_locks::force_unlocker_process",
-        "force_unlocker",
+        "lost_locks::lock_breaker_process",
+        "lock_breaker",
         &[("REDLEASE_TEST_URL", redis.url())],
     );
     let mut output = wait_for_line(&mut child, "READY");
@@ -316,16 +317,16 @@ fn a_force_unlock_from_another_process_reaches_the_holder_at_once() {
 /// Child side of the test above.
 #[test]
 #[ignore = "a child process of the test above, which runs it"]
-fn force_unlocker_process() {
-    if child_role().as_deref() != Some("force_unlocker") {
+fn lock_breaker_process() {
+    if child_role().as_deref() != Some("lock_breaker") {
         return;
     }
     let manager = manager_for_url(&env("REDLEASE_TEST_URL"), Duration::from_secs(30));
     println!("READY");
-    println!("FREED {}", manager.lock("forced").force_unlock().unwrap());
+    println!("FREED {}", manager.lock("forced").break_lock().unwrap());
     println!(
         "FREED {}",
-        manager.lock("forced-fixed").force_unlock().unwrap()
+        manager.lock("forced-fixed").break_lock().unwrap()
     );
 }
 
@@ -349,7 +350,7 @@ fn a_notice_for_another_chain_of_the_holder_is_ignored() {
         .unwrap();
     assert!(listeners.starts_with(":1"), "{listeners}");
     // Notices are handled in order: once the witness's is, the one before it was too.
-    assert!(manager.lock("witness").force_unlock().unwrap());
+    assert!(manager.lock("witness").break_lock().unwrap());
     assert_eq!(
         witness_lost.recv_timeout(PATIENCE),
         Ok(LostReason::ForceReleased)
@@ -383,7 +384,7 @@ fn a_deadline_is_met_while_another_lock_waits_for_a_silent_redis() {
         .unwrap();
     let watched = manager.lock("watched").lock().unwrap();
     let lease = Duration::from_millis(2500);
-    let fixed = manager.lock("fixed").lock_with_lease(lease).unwrap();
+    let fixed = manager.lock("fixed").leased_for(lease).lock().unwrap();
     let fixed_lost = fixed.lost_signal();
     let taken_at = Instant::now();
     redis.pause().unwrap();
@@ -445,7 +446,7 @@ fn without_the_notice_channel_in_its_acl_a_manager_still_works() {
     assert!(guard.fencing_token() > token);
     let lost = guard.lost_signal();
     let other = manager_for_url(&url, Duration::from_secs(1));
-    assert!(other.lock("acl").force_unlock().unwrap());
+    assert!(other.lock("acl").break_lock().unwrap());
     assert_eq!(lost.recv_timeout(PATIENCE), Ok(LostReason::NotHeldAnymore));
     assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
     assert_nothing_left(&manager, &redis);

@@ -52,7 +52,7 @@ fn permit_back_after_kill(role: &str, name: &str) -> Duration {
     let back_after = killed_at.elapsed();
     eprintln!("{role}: permit back {back_after:?} after the kill");
     assert_ne!(guard.permit_id(), id);
-    guard.release().unwrap();
+    guard.unlock().unwrap();
     // The dead holder's permit was given back by the server, not by this release.
     assert!(matches!(
         semaphore.release_id(&id),
@@ -94,7 +94,7 @@ fn holder_process() {
     let semaphore = manager.permit_semaphore(&env("REDLEASE_TEST_NAME"));
     let guard = match role.as_str() {
         "guarded" => semaphore.lock().unwrap(),
-        "fixed" => semaphore.lock_with_lease(FIXED_LEASE).unwrap(),
+        "fixed" => semaphore.leased_for(FIXED_LEASE).lock().unwrap(),
         _ => return,
     };
     println!("READY");
@@ -141,7 +141,8 @@ fn a_fixed_lease_permit_is_told_lost_when_its_lease_ends() {
     let lease = Duration::from_millis(400);
     let taken_at = Instant::now();
     let guard = semaphore
-        .try_lock_for_with_lease(Duration::ZERO, lease)
+        .leased_for(lease)
+        .try_lock_for(Duration::ZERO)
         .unwrap()
         .unwrap();
     let lost = guard.lost_signal();
@@ -154,7 +155,7 @@ fn a_fixed_lease_permit_is_told_lost_when_its_lease_ends() {
         .available_permits()
         .unwrap()
         == 1));
-    assert!(matches!(guard.release(), Err(Error::NotHeld { .. })));
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
     assert_eq!(
         semaphore.available_permits().unwrap(),
         1,
@@ -180,9 +181,9 @@ fn a_permit_released_by_id_elsewhere_is_told_lost_to_its_guard() {
     assert_eq!(semaphore.available_permits().unwrap(), 1);
     // Found at the next renewal, a third of the watchdog timeout later at most.
     assert_eq!(lost.recv_timeout(PATIENCE), Ok(LostReason::NotHeldAnymore));
-    assert!(matches!(guard.release(), Err(Error::NotHeld { .. })));
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
     assert!(kept.check().is_ok(), "the other permit is unaffected");
-    kept.release().unwrap();
+    kept.unlock().unwrap();
     assert_eq!(semaphore.available_permits().unwrap(), 2);
     assert_left_nothing(&manager, &redis, "handed");
 }
@@ -254,7 +255,7 @@ fn a_hand_written_client_of_the_layout_excludes_and_wakes_and_is_excluded_and_wo
     let mut subscribed = listener.as_pubsub();
     subscribed.subscribe(channel("mixed")).unwrap();
     subscribed.set_read_timeout(Some(PATIENCE)).unwrap();
-    guard.release().unwrap();
+    guard.unlock().unwrap();
     assert_eq!(
         subscribed
             .get_message()
@@ -272,7 +273,7 @@ fn a_hand_written_client_of_the_layout_excludes_and_wakes_and_is_excluded_and_wo
     std::thread::scope(|scope| {
         let waiter = scope.spawn(|| {
             let got = semaphore.try_lock_for(PATIENCE).unwrap();
-            (got.map(|guard| guard.release()), Instant::now())
+            (got.map(|guard| guard.unlock()), Instant::now())
         });
         assert!(eventually(PATIENCE, || manager.subscribed_channels() == 1));
         let released_at = Instant::now();
@@ -310,8 +311,8 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
             "{outcome:?}"
         );
     }
-    invalid(semaphore.lock_with_lease(Duration::ZERO));
-    invalid(semaphore.lock_with_lease(Duration::MAX));
+    invalid(semaphore.leased_for(Duration::ZERO).lock());
+    invalid(semaphore.leased_for(Duration::MAX).lock());
     invalid(semaphore.try_lock_for(Duration::MAX));
     match semaphore.try_lock_for(Duration::MAX) {
         Err(Error::InvalidArgument(message)) => {
@@ -319,10 +320,18 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
         }
         other => panic!("{other:?}"),
     }
-    invalid(semaphore.try_lock_until_with_lease(Instant::now(), Duration::ZERO));
+    invalid(
+        semaphore
+            .leased_for(Duration::ZERO)
+            .try_lock_until(Instant::now()),
+    );
     invalid(semaphore.with_lock_for(Duration::MAX, |_| ()));
-    invalid(semaphore.with_lock_with_lease(Duration::ZERO, |_| ()));
-    invalid(semaphore.try_lock_for_with_lease(Duration::ZERO, Duration::ZERO));
+    invalid(semaphore.leased_for(Duration::ZERO).with_lock(|_| ()));
+    invalid(
+        semaphore
+            .leased_for(Duration::ZERO)
+            .try_lock_for(Duration::ZERO),
+    );
     invalid(semaphore.add_permits(0));
     invalid(semaphore.add_permits(-2));
     invalid(semaphore.release_id("not an id"));
@@ -376,7 +385,7 @@ fn redis_down_or_a_manager_shut_down_is_an_error_not_a_hang() {
     );
     assert!(started.elapsed() < PATIENCE);
     assert!(matches!(
-        guard.release(),
+        guard.unlock(),
         Err(Error::Unreachable(_) | Error::Timeout(_))
     ));
     assert_eq!(manager.watched_locks(), 0);
@@ -442,17 +451,18 @@ fn a_user_with_only_the_listed_permissions_uses_both_semaphores() {
     assert!(expiring.try_set_permits(2).unwrap());
     let kept = expiring.lock().unwrap();
     let brief = expiring
-        .lock_with_lease(Duration::from_millis(200))
+        .leased_for(Duration::from_millis(200))
+        .lock()
         .unwrap();
     // The brief permit comes back by itself; the kept one is renewed past its lease.
     let rival = manager_for_url(&url, LONG_WATCHDOG).permit_semaphore("acl:expiring");
     let back = rival.try_lock_for(PATIENCE).unwrap().expect("expired");
-    assert!(matches!(brief.release(), Err(Error::NotHeld { .. })));
+    assert!(matches!(brief.unlock(), Err(Error::NotHeld { .. })));
     assert!(rival.try_lock_for(SHORT_WATCHDOG * 2).unwrap().is_none());
     assert!(kept.check().is_ok());
     expiring.release_id(back.permit_id()).unwrap();
-    assert!(matches!(back.release(), Err(Error::NotHeld { .. })));
-    kept.release().unwrap();
+    assert!(matches!(back.unlock(), Err(Error::NotHeld { .. })));
+    kept.unlock().unwrap();
     assert_eq!(expiring.available_permits().unwrap(), 2);
     assert_eq!(manager.watched_locks(), 0);
 }
@@ -513,7 +523,8 @@ fn a_take_gives_the_permit_zset_the_expiry_of_the_count_as_redisson_does() {
         .unwrap();
     // Kept to the end: its release would give the permit back to the expired count.
     let brief = semaphore
-        .lock_with_lease(Duration::from_millis(100))
+        .leased_for(Duration::from_millis(100))
+        .lock()
         .unwrap();
     assert!(eventually(PATIENCE, || !exists(&mut plain, "ttl-gone")));
     assert!(
@@ -522,7 +533,7 @@ fn a_take_gives_the_permit_zset_the_expiry_of_the_count_as_redisson_does() {
     );
     assert!(semaphore.try_set_permits(3).unwrap());
     assert_eq!(semaphore.available_permits().unwrap(), 3);
-    assert!(matches!(brief.release(), Err(Error::NotHeld { .. })));
+    assert!(matches!(brief.unlock(), Err(Error::NotHeld { .. })));
     assert_eq!(semaphore.available_permits().unwrap(), 3);
     assert_left_nothing(&manager, &redis, "ttl-gone");
 }
@@ -542,10 +553,13 @@ fn every_form_of_acquisition_takes_a_permit_and_gives_it_back() {
         "given back after it"
     );
     let lease = Duration::from_secs(60);
-    let ran = semaphore.with_lock_with_lease(lease, |permit| permit.is_lost());
+    let ran = semaphore
+        .leased_for(lease)
+        .with_lock(|permit| permit.is_lost());
     assert!(!ran.unwrap());
     let held = semaphore
-        .try_lock_until_with_lease(Instant::now() + PATIENCE, lease)
+        .leased_for(lease)
+        .try_lock_until(Instant::now() + PATIENCE)
         .unwrap()
         .expect("a free permit");
     let ran = semaphore.with_lock_for(Duration::from_millis(50), |_| ());
@@ -553,7 +567,7 @@ fn every_form_of_acquisition_takes_a_permit_and_gives_it_back() {
         ran.unwrap().is_none(),
         "no permit free: the work did not run"
     );
-    held.release().unwrap();
+    held.unlock().unwrap();
     assert_eq!(semaphore.with_lock_for(PATIENCE, |_| 7).unwrap(), Some(7));
     assert_left_nothing(&manager, &redis, "forms");
 }

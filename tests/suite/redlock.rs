@@ -371,8 +371,8 @@ fn an_old_guard_dropped_after_retaking_leaves_the_new_hold_alone() {
     let lost = old.lost_signal();
     // Someone frees two of the three members.
     let others = self::managers(&urls(&servers), Duration::from_secs(30));
-    assert!(others[1].lock("retaken").force_unlock().unwrap());
-    assert!(others[2].lock("retaken").force_unlock().unwrap());
+    assert!(others[1].lock("retaken").break_lock().unwrap());
+    assert!(others[2].lock("retaken").break_lock().unwrap());
     assert_eq!(
         lost.recv_timeout(Duration::from_secs(10)),
         Ok(LostReason::ForceReleased)
@@ -425,7 +425,7 @@ fn too_short_a_lease_is_refused() {
     let managers = managers(&urls(&servers), Duration::from_secs(30));
     let lock = redlock(&managers, "brief");
     assert!(matches!(
-        lock.lock_with_lease(Duration::from_millis(2)),
+        lock.leased_for(Duration::from_millis(2)).lock(),
         Err(Error::InvalidArgument(_))
     ));
 }

@@ -83,7 +83,9 @@ fn another_thread_cannot_release_what_it_does_not_hold() {
     let lock = manager.lock("owned");
     let guard = lock.lock().unwrap();
     let other = lock.clone();
-    let outcome = std::thread::spawn(move || other.unlock()).join().unwrap();
+    let outcome = std::thread::spawn(move || other.force_unlock())
+        .join()
+        .unwrap();
     assert!(
         matches!(outcome, Err(Error::NotHeld { ref name }) if name == "owned"),
         "{outcome:?}"
@@ -106,14 +108,14 @@ fn a_leaked_guard_is_released_through_the_handle() {
     let lock = manager.lock("leaked");
     std::mem::forget(lock.lock().unwrap());
     assert_eq!(manager.watched_locks(), 1);
-    lock.unlock().unwrap();
+    lock.force_unlock().unwrap();
     assert!(!lock.is_locked().unwrap());
     assert_eq!(manager.watched_locks(), 0);
-    assert!(matches!(lock.unlock(), Err(Error::NotHeld { .. })));
+    assert!(matches!(lock.force_unlock(), Err(Error::NotHeld { .. })));
 }
 
 #[test]
-fn force_unlock_frees_a_lock_held_elsewhere() {
+fn break_lock_frees_a_lock_held_elsewhere() {
     let redis = server();
     let holder = manager(&redis, WATCHDOG);
     let other = manager(&redis, WATCHDOG);
@@ -121,12 +123,9 @@ fn force_unlock_frees_a_lock_held_elsewhere() {
     let guard = lock.lock().unwrap();
     let foreign = other.lock("forced");
     assert!(foreign.try_lock().unwrap().is_none());
-    assert!(foreign.force_unlock().unwrap());
-    assert!(!foreign.force_unlock().unwrap(), "nothing left to free");
-    let taken = foreign
-        .try_lock()
-        .unwrap()
-        .expect("free after force_unlock");
+    assert!(foreign.break_lock().unwrap());
+    assert!(!foreign.break_lock().unwrap(), "nothing left to free");
+    let taken = foreign.try_lock().unwrap().expect("free after break_lock");
     assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
     taken.unlock().unwrap();
 }
@@ -138,7 +137,7 @@ fn a_fixed_lease_hands_the_lock_over_when_it_runs_out() {
     let lock = manager.lock("fixed");
     let lease = Duration::from_millis(800);
     let taken_at = Instant::now();
-    let stale = lock.lock_with_lease(lease).unwrap();
+    let stale = lock.leased_for(lease).lock().unwrap();
     let lost = stale.lost_signal();
     assert_eq!(
         manager.watched_locks(),
@@ -185,7 +184,7 @@ fn remaining_ttl_follows_the_lease() {
     let manager = manager(&redis, Duration::from_secs(20));
     let lock = manager.lock("ttl");
     assert_eq!(lock.remaining_ttl().unwrap(), None);
-    let guard = lock.lock_with_lease(Duration::from_secs(5)).unwrap();
+    let guard = lock.leased_for(Duration::from_secs(5)).lock().unwrap();
     let left = lock.remaining_ttl().unwrap().unwrap();
     assert!(
         left > Duration::from_secs(3) && left <= Duration::from_secs(5),
@@ -245,23 +244,26 @@ fn bad_input_gets_typed_errors() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        nameless.force_unlock(),
+        nameless.break_lock(),
         Err(Error::InvalidArgument(_))
     ));
     let lock = manager.lock("inputs");
     assert!(matches!(
-        lock.lock_with_lease(Duration::ZERO),
+        lock.leased_for(Duration::ZERO).lock(),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        lock.lock_with_lease(Duration::MAX),
+        lock.leased_for(Duration::MAX).lock(),
         Err(Error::InvalidArgument(_))
     ));
     // Too short to be held: no grant would arrive before it ran out, and the wait would
     // never end.
     for lease in [Duration::from_nanos(1), Duration::from_millis(9)] {
         assert!(
-            matches!(lock.lock_with_lease(lease), Err(Error::InvalidArgument(_))),
+            matches!(
+                lock.leased_for(lease).lock(),
+                Err(Error::InvalidArgument(_))
+            ),
             "{lease:?}"
         );
     }
@@ -275,7 +277,8 @@ fn bad_input_gets_typed_errors() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        lock.try_lock_for_with_lease(Duration::from_secs(1), Duration::ZERO),
+        lock.leased_for(Duration::ZERO)
+            .try_lock_for(Duration::from_secs(1)),
         Err(Error::InvalidArgument(_))
     ));
     assert!(
@@ -351,7 +354,7 @@ fn a_reentrant_level_never_shortens_the_lease_of_the_outer_one() {
     let manager = manager(&redis, Duration::from_secs(20));
     let lock = manager.lock("nested-leases");
     let outer = lock.lock().unwrap();
-    let inner = lock.lock_with_lease(Duration::from_millis(100)).unwrap();
+    let inner = lock.leased_for(Duration::from_millis(100)).lock().unwrap();
     let left = lock.remaining_ttl().unwrap().unwrap();
     assert!(
         left > Duration::from_secs(15),

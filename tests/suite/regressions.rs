@@ -20,7 +20,7 @@ fn a_release_of_an_old_hold_leaves_the_newer_hold_of_the_same_thread_alone() {
     let lock = manager.lock("x");
     let first = lock.lock().unwrap();
     let lost = first.lost_signal();
-    assert!(other.lock("x").force_unlock().unwrap());
+    assert!(other.lock("x").break_lock().unwrap());
     assert_eq!(
         lost.recv_timeout(Duration::from_secs(10)),
         Ok(LostReason::ForceReleased)

@@ -130,7 +130,7 @@ fn acknowledged_acquisitions_are_on_the_replica() {
         lock.unlock(),
         fair.unlock(),
         write.unlock(),
-        permit.release(),
+        permit.unlock(),
         counted.release(2),
         group.unlock(),
     ] {
@@ -154,7 +154,7 @@ fn without_replica_acks_no_wait_is_sent() {
     guard.unlock().unwrap();
     let permits = manager.permit_semaphore("plain:permits");
     permits.try_set_permits(1).unwrap();
-    permits.lock().unwrap().release().unwrap();
+    permits.lock().unwrap().unlock().unwrap();
     manager.fenced_store("plain:store").set(1, "value").unwrap();
     let commands = ask(&redis, &["INFO", "commandstats"]);
     assert!(commands.contains("cmdstat_evalsha:"), "{commands}");
@@ -217,7 +217,7 @@ fn an_acquisition_short_of_acks_is_undone_and_told() {
         lock.unlock(),
         fair.unlock(),
         write.unlock(),
-        permit.release(),
+        permit.unlock(),
     ] {
         released.unwrap();
     }
@@ -298,7 +298,7 @@ fn a_release_short_of_acks_stands_and_is_counted() {
     replica.pause().expect("SIGSTOP the replica");
     let started = Instant::now();
     lock.unlock().unwrap();
-    permit.release().unwrap();
+    permit.unlock().unwrap();
     counted.release(1).unwrap();
     let took = started.elapsed();
     assert!(

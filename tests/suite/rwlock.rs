@@ -348,11 +348,7 @@ fn a_force_release_frees_readers_and_writer_and_tells_them() {
     let write = rw.write().lock().unwrap();
     let read = rw.read().lock().unwrap();
     let (write_lost, read_lost) = (write.lost_signal(), read.lost_signal());
-    assert!(rival
-        .read_write_lock("vault")
-        .read()
-        .force_unlock()
-        .unwrap());
+    assert!(rival.read_write_lock("vault").read().break_lock().unwrap());
     for signal in [write_lost, read_lost] {
         let reason = signal.recv_timeout(Duration::from_secs(5)).expect("told");
         assert_eq!(reason, redlease::LostReason::ForceReleased);
@@ -376,7 +372,7 @@ fn a_writer_turned_reader_keeps_the_lock_only_as_long_as_its_read_level() {
     let manager = manager(&redis, Duration::from_secs(30));
     let rw = manager.read_write_lock("handover");
     let write = rw.write().lock().unwrap();
-    let read = rw.read().lock_with_lease(Duration::from_secs(1)).unwrap();
+    let read = rw.read().leased_for(Duration::from_secs(1)).lock().unwrap();
     write.unlock().unwrap();
     let left: i64 = connection(&redis).pttl("handover").unwrap();
     assert!(left > 0 && left <= 1_000, "the lock lives {left} ms more");

@@ -53,7 +53,7 @@ fn stats_follow_a_scripted_workload() {
 
     // A force release, told as a loss by reason.
     let guard = lock.lock().unwrap();
-    assert!(other.lock("counted").force_unlock().unwrap());
+    assert!(other.lock("counted").break_lock().unwrap());
     assert!(eventually(Duration::from_secs(5), || {
         manager.stats().lost_force_released == 1
     }));

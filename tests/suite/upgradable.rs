@@ -294,7 +294,8 @@ fn a_dead_upgradable_reader_is_replaced_once_its_lease_ends() {
     // A holder that died: its level's lease ran out, its fields stayed.
     let guard = rw
         .upgradable()
-        .lock_with_lease(Duration::from_millis(300))
+        .leased_for(Duration::from_millis(300))
+        .lock()
         .unwrap();
     std::mem::forget(guard);
     let other = std::thread::spawn({
@@ -362,7 +363,7 @@ fn misuse_is_an_error_not_a_deadlock() {
     let writing = upgradable.upgrade().unwrap();
     drop(writing);
     // Freed by force: an upgrade finds its upgradable read gone, and takes nothing.
-    rw.read().force_unlock().unwrap();
+    rw.read().break_lock().unwrap();
     let outcome = upgradable.upgrade().map(|guard| guard.fencing_token());
     assert!(
         matches!(outcome, Err(Error::LockLost { .. })),
@@ -383,7 +384,7 @@ fn an_upgrade_waiting_while_its_upgradable_read_is_freed_by_force_takes_nothing(
         let rw = rw.clone();
         move || {
             std::thread::sleep(Duration::from_millis(200));
-            rw.write().force_unlock().unwrap()
+            rw.write().break_lock().unwrap()
         }
     });
     // The upgrade waits for the reader; the force release wakes it, and it finds its hold
@@ -409,7 +410,7 @@ fn an_upgrade_waiting_for_readers_ends_when_its_handle_is_cancelled() {
     let manager = manager(&redis, Duration::from_secs(30));
     let rw = manager.read_write_lock("cancelled");
     let token = redlease::CancelToken::new();
-    let upgradable = rw.upgradable().with_cancel(&token).lock().unwrap();
+    let upgradable = rw.upgradable().cancellable_by(&token).lock().unwrap();
     let (release, reader) = plain_reader(&rw);
     let canceller = std::thread::spawn({
         let token = token.clone();

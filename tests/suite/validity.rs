@@ -65,7 +65,7 @@ fn a_fixed_lease_counts_down_and_a_lost_hold_is_valid_for_nothing() {
     let redis = server();
     let manager = manager(&redis, Duration::from_secs(30));
     let lease = Duration::from_secs(20);
-    let guard = manager.lock("fixed").lock_with_lease(lease).unwrap();
+    let guard = manager.lock("fixed").leased_for(lease).lock().unwrap();
     let first = guard.valid_for();
     assert!(first <= lease, "{first:?}");
     assert_within_redis_expiry(&redis, "fixed", &guard);
@@ -73,7 +73,7 @@ fn a_fixed_lease_counts_down_and_a_lost_hold_is_valid_for_nothing() {
     assert!(guard.valid_for() < first, "nothing renews a fixed lease");
 
     let other = manager.lock("fixed");
-    assert!(other.force_unlock().unwrap());
+    assert!(other.break_lock().unwrap());
     assert!(
         eventually(PATIENCE, || guard.valid_for().is_zero()),
         "a force-released hold is still said to be valid"
@@ -127,7 +127,7 @@ fn group_and_permit_guards_tell_their_validity() {
     assert!(valid > Duration::ZERO && valid <= watchdog, "{valid:?}");
     // Two of three members gone: the group is lost, and valid for nothing.
     for manager in &managers[..2] {
-        assert!(manager.lock("quorum").force_unlock().unwrap());
+        assert!(manager.lock("quorum").break_lock().unwrap());
     }
     assert!(
         eventually(PATIENCE, || guard.valid_for().is_zero()),
@@ -138,8 +138,8 @@ fn group_and_permit_guards_tell_their_validity() {
     let permits = managers[0].permit_semaphore("validity-permits");
     assert!(permits.try_set_permits(1).unwrap());
     let lease = Duration::from_secs(10);
-    let permit = permits.lock_with_lease(lease).unwrap();
+    let permit = permits.leased_for(lease).lock().unwrap();
     let valid = permit.valid_for();
     assert!(valid > Duration::ZERO && valid <= lease, "{valid:?}");
-    permit.release().unwrap();
+    permit.unlock().unwrap();
 }

@@ -36,7 +36,7 @@ fn a_cancelled_lock_returns_promptly_and_leaves_no_subscription() {
     let waiting = manager(&redis, Duration::from_secs(30));
     let held = holder.lock("job").lock().unwrap();
     let token = CancelToken::new();
-    let lock = waiting.lock("job").with_cancel(&token);
+    let lock = waiting.lock("job").cancellable_by(&token);
     let waiter = std::thread::spawn(move || {
         let outcome = lock.lock().map(drop);
         (outcome, Instant::now())
@@ -70,7 +70,7 @@ fn a_fair_lock_waiter_cancelled_mid_queue_leaves_the_queue_clean() {
     let mut waiters = Vec::new();
     for index in 0..3 {
         let lock = match index {
-            1 => lock.with_cancel(&token),
+            1 => lock.cancellable_by(&token),
             _ => lock.clone(),
         };
         waiters.push(std::thread::spawn(move || lock.lock().map(drop)));
@@ -117,8 +117,8 @@ fn cancelled_waits_of_a_redlock_and_a_latch_return_too() {
     let token = CancelToken::new();
     let redlock = RedLock::from_managers(&managers, "group")
         .unwrap()
-        .with_cancel(&token);
-    let gate = latch.with_cancel(&token);
+        .cancellable_by(&token);
+    let gate = latch.cancellable_by(&token);
     let redlock_waiter = std::thread::spawn(move || redlock.lock().map(drop));
     let latch_waiter = std::thread::spawn(move || gate.wait());
     // The first manager also carries the latch's channel.
@@ -198,7 +198,7 @@ fn with_lock_releases_on_return_on_panic_and_reports_a_lost_lock() {
 
     // Lost while the work ran: the caller hears of it.
     let lost = lock.with_lock(|_| {
-        assert!(other.lock("scoped").force_unlock().unwrap());
+        assert!(other.lock("scoped").break_lock().unwrap());
         "done"
     });
     assert!(
@@ -222,7 +222,9 @@ fn with_lock_releases_on_return_on_panic_and_reports_a_lost_lock() {
     .unwrap();
     assert!(ran.is_none());
     drop(held);
-    let lost = lock.with_lock_with_lease(Duration::from_secs(5), |guard| guard.is_lost());
+    let lost = lock
+        .leased_for(Duration::from_secs(5))
+        .with_lock(|guard| guard.is_lost());
     assert!(!lost.unwrap());
     assert_nothing_left(&manager, &redis);
 }

@@ -48,7 +48,7 @@ fn renewal_stops_with_the_last_level() {
     drop(outer);
     assert_eq!(manager.watched_locks(), 0);
     // Leak a level so the key would stay if anything renewed it; nothing does.
-    std::mem::forget(lock.lock_with_lease(Duration::from_millis(300)).unwrap());
+    std::mem::forget(lock.leased_for(Duration::from_millis(300)).lock().unwrap());
     assert!(eventually(Duration::from_secs(5), || !lock
         .is_locked()
         .unwrap()));
@@ -70,7 +70,7 @@ fn no_renewal_outlives_its_release() {
         let watched = lock.lock().unwrap();
         std::thread::sleep(Duration::from_millis(rounds % 35));
         drop(watched);
-        let short = lock.lock_with_lease(fixed).unwrap();
+        let short = lock.leased_for(fixed).lock().unwrap();
         let ttl = lock.remaining_ttl().unwrap().unwrap();
         assert!(
             ttl <= fixed,

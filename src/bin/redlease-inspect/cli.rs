@@ -24,7 +24,7 @@ pub struct Cli {
     )]
     pub url: Vec<String>,
 
-    /// Redis Cluster: --url names seed nodes; `inspect`, `watch` and `force-unlock` go to
+    /// Redis Cluster: --url names seed nodes; `inspect`, `watch` and `break-lock` go to
     /// the master of the name's slot, `list` scans every master.
     #[arg(long, global = true, conflicts_with = "sentinel")]
     pub cluster: bool,
@@ -113,7 +113,7 @@ pub enum Command {
         interval: Duration,
     },
     /// Free the lock on NAME whoever holds it; its holders hear that they lost it.
-    ForceUnlock {
+    BreakLock {
         /// The name of the lock (a lock, fair lock or read-write lock).
         name: String,
         /// Do not ask for confirmation.

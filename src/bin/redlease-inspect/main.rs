@@ -4,18 +4,18 @@
 //!
 //! `inspect NAME` shows a primitive's holders, lease, fencing token and waiters; `watch NAME`
 //! follows it as it changes; `list PATTERN` finds held locks (on every master of a cluster);
-//! `force-unlock NAME` frees one. Plain text, or one JSON object per command (per change, for
+//! `break-lock NAME` frees one. Plain text, or one JSON object per command (per change, for
 //! `watch`) with `--json`. Exit codes: 0 done, 1 nothing found or not confirmed, 2 bad
 //! arguments or the server could not be asked; errors go to stderr.
 //!
 //! Modules: `cli` (arguments), `deployment` (which servers, with which TLS files),
 //! `connection` (the bounded connection, failures and exit codes), `probe` (inspect),
-//! `watch`, `scan` (list), `force` (force-unlock), `render` (text output).
+//! `watch`, `scan` (list), `break_lock`, `render` (text output).
 
+mod break_lock;
 mod cli;
 mod connection;
 mod deployment;
-mod force;
 mod probe;
 mod render;
 mod scan;
@@ -72,13 +72,13 @@ fn run(cli: &Cli) -> Result<String, Failure> {
             let listing = scan::list(&mut masters, pattern, *limit, *scan_count)?;
             output(cli.json, &listing, render::listing)
         }
-        Command::ForceUnlock { name, yes } => {
+        Command::BreakLock { name, yes } => {
             let mut redis = deployment.connect_for(name)?;
-            let settings = force::Settings {
+            let settings = break_lock::Settings {
                 deployment: &deployment,
                 yes: *yes,
             };
-            let freed = force::force_unlock(&mut redis, name, &settings)?;
+            let freed = break_lock::break_lock(&mut redis, name, &settings)?;
             output(cli.json, &freed, render::freed)
         }
     }

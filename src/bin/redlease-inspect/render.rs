@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::force::Freed;
+use crate::break_lock::Freed;
 use crate::probe::{Holder, Permit, Queue, Report, Role};
 use crate::scan::Listing;
 

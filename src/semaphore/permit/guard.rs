@@ -10,8 +10,9 @@ use crate::protocol::semaphore::PermitId;
 /// `is_lost`, `check`, `lost_signal` and `unlock`) that also knows its permit id.
 ///
 /// Dropping the guard gives the permit back and wakes the waiters;
-/// [`release`](Guard::release) (or [`unlock`](Guard::unlock)) does the same and says how it
-/// went, where `Drop` can only log a failure. While it lives, the watchdog renews the permit's lease, unless it was
+/// [`unlock`](Guard::unlock) does the same and says how it went
+/// ([`NotHeld`](crate::Error::NotHeld) when it was given back before: its lease ran out, or
+/// someone released its id), where `Drop` can only log a failure. While it lives, the watchdog renews the permit's lease, unless it was
 /// taken with a fixed lease. Like a [`LockGuard`](crate::LockGuard) it tells when the permit
 /// is known to be lost, is `Sync` but not `Send`, and owns a clone of its handle.
 ///
@@ -29,7 +30,7 @@ use crate::protocol::semaphore::PermitId;
 /// let permit = uploads.lock()?;
 /// assert_eq!(uploads.available_permits()?, 2);
 /// permit.check()?; // Err(Error::LockLost { .. }) once the permit is known to be lost
-/// permit.release()?;
+/// permit.unlock()?;
 /// assert_eq!(uploads.available_permits()?, 3);
 /// # Ok(())
 /// # }
@@ -74,15 +75,5 @@ impl Guard<PermitHold> {
     /// process may give the permit back with [`PermitSemaphore::release_id`].
     pub fn permit_id(&self) -> &str {
         &self.hold().hex
-    }
-
-    /// Gives the permit back now and reports the outcome: [`NotHeld`](crate::Error::NotHeld)
-    /// when it was given back before (its lease ran out, or someone released its id), or
-    /// [`Indeterminate`](crate::Error::Indeterminate) when Redis did not answer within the
-    /// outage grace (see the crate's "On a bad day").
-    ///
-    /// The same as [`unlock`](Guard::unlock), under a semaphore's word.
-    pub fn release(self) -> Result<()> {
-        self.unlock()
     }
 }

@@ -42,7 +42,7 @@ use crate::watchdog::{Grant, Holding};
 /// Taking a permit returns a [`PermitGuard`] that gives it back when dropped. Taken without a
 /// lease ([`lock`](LockHandle::lock)), the permit gets the watchdog timeout as its
 /// lease and is renewed while its guard lives; taken with one
-/// ([`lock_with_lease`](LockHandle::lock_with_lease)), it comes back when the lease
+/// ([`leased_for`](LockHandle::leased_for)), it comes back when the lease
 /// runs out, guard or not. Either way a holder that dies gives its permit back within its
 /// lease. The permits available are set as for a [`Semaphore`]
 /// ([`try_set_permits`](PermitSemaphore::try_set_permits),
@@ -62,7 +62,7 @@ use crate::watchdog::{Grant, Holding};
 /// drop(permit);
 ///
 /// // A permit with a fixed lease comes back when the lease runs out, guard or not.
-/// let short = workers.lock_with_lease(Duration::from_millis(100))?;
+/// let short = workers.leased_for(Duration::from_millis(100)).lock()?;
 /// let next = workers.try_lock_for(Duration::from_secs(5))?;
 /// assert!(next.is_some() && short.is_lost());
 /// # Ok(())

@@ -1,6 +1,6 @@
-//! `force-unlock`: frees a lock whoever holds it, after the operator confirms.
+//! `break-lock`: frees a lock whoever holds it, after the operator confirms.
 //!
-//! The release goes through the library's own `force_unlock` for the lock's kind (lock,
+//! The release goes through the library's own `break_lock` for the lock's kind (lock,
 //! fair lock, or the write half of a read-write lock, which frees readers and writer), so
 //! that every holder that is a redlease manager hears the force-release notice at once and
 //! its guard reports `LostReason::ForceReleased`, and the next waiter is woken as the kind
@@ -32,7 +32,7 @@ pub struct Settings<'a> {
 
 /// Frees the lock `name`, asking on stderr and reading the answer from stdin unless
 /// `settings.yes`.
-pub fn force_unlock(
+pub fn break_lock(
     redis: &mut Connection,
     name: &str,
     settings: &Settings,
@@ -40,7 +40,7 @@ pub fn force_unlock(
     let report = probe::probe(redis, name)?;
     if !report.kind.is_lock() {
         return Err(Failure::Usage(format!(
-            "{name:?} is a {}: force-unlock frees locks only",
+            "{name:?} is a {}: break-lock frees locks only",
             report.kind.describe()
         )));
     }
@@ -52,9 +52,9 @@ pub fn force_unlock(
     }
     let manager = settings.deployment.manager()?;
     let freed = match report.kind {
-        Kind::FairLock => manager.fair_lock(name).force_unlock(),
-        Kind::ReadWriteLock => manager.read_write_lock(name).write().force_unlock(),
-        _ => manager.lock(name).force_unlock(),
+        Kind::FairLock => manager.fair_lock(name).break_lock(),
+        Kind::ReadWriteLock => manager.read_write_lock(name).write().break_lock(),
+        _ => manager.lock(name).break_lock(),
     };
     manager.shutdown();
     if !freed? {
