@@ -93,6 +93,55 @@ impl Redirect {
     }
 }
 
+/// Runs `attempt` on the node of the cluster that serves `slot` until it is done, following
+/// `MOVED` (at most [`MAX_REDIRECTIONS`] times) and `ASK`, and waiting out `TRYAGAIN`, both
+/// only until `try_again_until` (a migration's). `None` when nothing was answered at all.
+fn route_in_cluster<T>(
+    cluster: &Cluster,
+    slot: u16,
+    try_again_until: Instant,
+    mut attempt: impl FnMut(&Pool, bool) -> Result<Routed<T>>,
+) -> Option<Result<T>> {
+    let mut ask_at: Option<NodeAddress> = None;
+    let mut last = None;
+    let mut moves = 0;
+    while moves <= MAX_REDIRECTIONS {
+        let (pool, asking) = match ask_at.take() {
+            Some(node) => (cluster.pool_at(&node), true),
+            None => (cluster.pool_for_slot(slot), false),
+        };
+        let tried = match attempt(&pool, asking) {
+            // The slot is being migrated and the call's keys are split between the two
+            // nodes (`TRYAGAIN`): it runs once the keys have moved, or the slot has.
+            Err(Error::Redis(err))
+                if err.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
+                    && Instant::now() + TRY_AGAIN_AFTER < try_again_until =>
+            {
+                std::thread::sleep(TRY_AGAIN_AFTER);
+                continue;
+            }
+            Err(err) => return Some(Err(err)),
+            Ok(tried) => tried,
+        };
+        let redirect = match tried {
+            Routed::Done(value) => return Some(Ok(value)),
+            Routed::Redirected(redirect) => redirect,
+        };
+        if redirect.ask {
+            // Only while the migration lasts, which `TRYAGAIN` bounds.
+            if Instant::now() >= try_again_until {
+                return Some(Err(Error::Redis(redirect.error)));
+            }
+            ask_at = Some(redirect.to.clone());
+        } else {
+            moves += 1;
+            cluster.moved(redirect.slot, &redirect.to);
+        }
+        last = Some(redirect.error);
+    }
+    last.map(|err| Err(Error::Redis(err)))
+}
+
 /// `outcome`, with a redirection taken out of its error.
 pub(crate) fn intercept<T>(outcome: RedisResult<T>) -> RedisResult<Routed<T>> {
     match outcome {
@@ -167,63 +216,22 @@ impl Router {
         key: &[u8],
         mut attempt: impl FnMut(&Pool, bool) -> Result<Routed<T>>,
     ) -> Result<T> {
-        let cluster = match self {
-            Router::Single(pool) => {
-                return match attempt(pool, false)? {
-                    Routed::Done(value) => Ok(value),
-                    Routed::Redirected(redirect) => Err(Error::InvalidArgument(format!(
-                        "{} is a Redis Cluster node (it answered {}): build the manager with \
-                         LockManager::builder_cluster",
-                        pool.server(),
-                        redirect.error
-                    ))),
-                };
-            }
-            Router::Cluster(cluster) => cluster,
-        };
-        let slot = key_slot(key);
-        let mut ask_at: Option<NodeAddress> = None;
-        let mut last = None;
-        let try_again_until = Instant::now() + self.response_timeout();
-        let mut moves = 0;
-        while moves <= MAX_REDIRECTIONS {
-            let (pool, asking) = match ask_at.take() {
-                Some(node) => (cluster.pool_at(&node), true),
-                None => (cluster.pool_for_slot(slot), false),
-            };
-            let tried = match attempt(&pool, asking) {
-                // The slot is being migrated and the call's keys are split between the two
-                // nodes (`TRYAGAIN`): it runs once the keys have moved, or the slot has.
-                Err(Error::Redis(err))
-                    if err.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
-                        && Instant::now() + TRY_AGAIN_AFTER < try_again_until =>
-                {
-                    std::thread::sleep(TRY_AGAIN_AFTER);
-                    continue;
-                }
-                tried => tried?,
-            };
-            match tried {
-                Routed::Done(value) => return Ok(value),
-                Routed::Redirected(redirect) => {
-                    if redirect.ask {
-                        // Only while the migration lasts, which `TRYAGAIN` bounds.
-                        if Instant::now() >= try_again_until {
-                            return Err(Error::Redis(redirect.error));
-                        }
-                        ask_at = Some(redirect.to.clone());
-                    } else {
-                        moves += 1;
-                        cluster.moved(redirect.slot, &redirect.to);
-                    }
-                    last = Some(redirect.error);
-                }
+        match self {
+            Router::Single(pool) => match attempt(pool, false)? {
+                Routed::Done(value) => Ok(value),
+                Routed::Redirected(redirect) => Err(Error::InvalidArgument(format!(
+                    "{} is a Redis Cluster node (it answered {}): build the manager with \
+                     LockManager::builder_cluster",
+                    pool.server(),
+                    redirect.error
+                ))),
+            },
+            Router::Cluster(cluster) => {
+                let try_again_until = Instant::now() + self.response_timeout();
+                route_in_cluster(cluster, key_slot(key), try_again_until, attempt)
+                    .unwrap_or_else(|| Err(Error::Timeout(self.response_timeout())))
             }
         }
-        Err(match last {
-            Some(err) => Error::Redis(err),
-            None => Error::Timeout(self.response_timeout()),
-        })
     }
 
     /// Runs one protocol call on the node that serves its keys, and answers its answer.

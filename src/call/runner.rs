@@ -74,34 +74,64 @@ pub(crate) fn run_pipelined(
     calls.iter().for_each(Call::note_sent);
     let mut answers = query_before(connection, &pipeline, calls.len() + other.len(), deadline)?;
     let other_answers = answers.split_off(calls.len());
+    let missing = missing_scripts(calls, &answers);
+    if missing.is_empty() {
+        return Ok((answers, other_answers));
+    }
+    let deadline = match acks {
+        Some(acks) => pass_stale_wait(connection, acks, deadline, started)?,
+        None => deadline,
+    };
+    let reloaded = send_with_scripts(connection, calls, &answers, &missing, acks, deadline)?;
+    Ok((reloaded, other_answers))
+}
+
+/// The calls whose `answers` say their script was missing (`NOSCRIPT`), one a script.
+fn missing_scripts<'a>(calls: &'a [Call], answers: &[Value]) -> Vec<&'a Call> {
     let mut missing: Vec<&Call> = Vec::new();
-    for (call, answer) in calls.iter().zip(&answers) {
+    for (call, answer) in calls.iter().zip(answers) {
         if refused_no_script(answer) && !missing.iter().any(|other| same_script(other, call)) {
             missing.push(call);
         }
     }
-    if missing.is_empty() {
-        return Ok((answers, other_answers));
+    missing
+}
+
+/// Reads the answer of the `WAIT` behind calls some of which were refused for a missing
+/// script: it answers before anything sent now, and vouched for nothing they wrote. It
+/// answers within its own timeout: at once while enough replicas are there, only at its end
+/// while they are not (a master that has just been promoted, its script cache empty, often
+/// has fewer). Should it not come, a late answer would be read as the load's: nothing more
+/// goes on this connection. Answers the pipeline's `deadline`, moved by the time this took.
+fn pass_stale_wait(
+    connection: &mut Connection,
+    acks: &ReplicaAcks,
+    deadline: Instant,
+    started: Instant,
+) -> RedisResult<Instant> {
+    let stale_from = Instant::now();
+    // As long as a `WAIT` behind a call that was answered in time gets.
+    let stale_by = deadline.max(stale_from) + acks.timeout();
+    let budget = stale_by.saturating_duration_since(started);
+    if acks.read_answer(connection, stale_by, budget).1 == Reading::AnswerLeft {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, "WAIT did not answer").into());
     }
-    let mut deadline = deadline;
-    if let Some(acks) = acks {
-        // The `WAIT` behind the refused calls answers before anything sent now; it vouched
-        // for nothing they wrote. It answers within its own timeout: at once while enough
-        // replicas are there, only at its end while they are not (a master that has just
-        // been promoted, its script cache empty, often has fewer). Should it not come, a late
-        // answer would be read as the load's: nothing more goes on this connection. The
-        // reload gets the time it took on top of the deadline.
-        let stale_from = Instant::now();
-        // As long as a `WAIT` behind a call that was answered in time gets.
-        let stale_by = deadline.max(stale_from) + acks.timeout();
-        let budget = stale_by.saturating_duration_since(started);
-        if acks.read_answer(connection, stale_by, budget).1 == Reading::AnswerLeft {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "WAIT did not answer").into());
-        }
-        deadline += stale_from.elapsed();
-    }
+    Ok(deadline + stale_from.elapsed())
+}
+
+/// Loads the `missing` scripts and sends `calls` once more (first `answered` as they were),
+/// with the `WAIT` behind them again; answers the calls' new answers, read before
+/// `deadline`.
+fn send_with_scripts(
+    connection: &mut Connection,
+    calls: &[Call],
+    answered: &[Value],
+    missing: &[&Call],
+    acks: Option<&ReplicaAcks>,
+    deadline: Instant,
+) -> RedisResult<Vec<Value>> {
     let mut again = Vec::new();
-    for call in &missing {
+    for call in missing {
         load_command(call).write_packed_command(&mut again);
     }
     for call in calls {
@@ -111,16 +141,13 @@ pub(crate) fn run_pipelined(
         acks.command().write_packed_command(&mut again);
     }
     // Sent again: the calls that ran the first time (a call refused with `NOSCRIPT` did not).
-    for (call, answer) in calls.iter().zip(&answers) {
+    for (call, answer) in calls.iter().zip(answered) {
         if !refused_no_script(answer) {
             call.note_sent();
         }
     }
     let reloaded = query_before(connection, &again, missing.len() + calls.len(), deadline)?;
-    Ok((
-        reloaded.into_iter().skip(missing.len()).collect(),
-        other_answers,
-    ))
+    Ok(reloaded.into_iter().skip(missing.len()).collect())
 }
 
 /// Whether a call's answer read off a pipeline is the server's `NOSCRIPT`.

@@ -70,6 +70,15 @@ struct InFlight {
     extension: Duration,
 }
 
+/// A request's answer as read: on which connection, whether it came from the idle list, how
+/// much longer than the caller's deadline it was awaited, and when it was due.
+struct Read {
+    connection: Pooled,
+    was_idle: bool,
+    extension: Duration,
+    answer_by: Instant,
+}
+
 /// Sends every request's call to its server, all requests written before any answer is read,
 /// and reads every answer, in order, until `deadline`. Answers one outcome per request.
 pub(crate) fn call_all(requests: &[Request<'_>], deadline: Instant) -> Vec<Result<Acked<Value>>> {
@@ -140,31 +149,13 @@ impl<'a> FanOut<'a> {
             .take()
             .unwrap_or(Err(Error::Timeout(budget)))?;
         let request = &self.requests[index];
-        let pool = &request.pool;
         let mut answer_by = deadline + extension;
         let answer = match read_in_time(&mut connection, answer_by) {
             Ok(Value::ServerError(err)) if err.kind() == Some(ServerErrorKind::NoScript) => {
-                // The `WAIT` behind the refused call answers first, within its own timeout
-                // (only at its end while replicas are short); it vouched for nothing.
-                let in_step = match request.acks {
-                    Some(acks) => {
-                        let stale_by = answer_by.max(Instant::now()) + acks.timeout();
-                        acks.read_answer(&mut connection, stale_by, budget).1
-                    }
-                    None => Reading::Complete,
-                };
-                if in_step == Reading::AnswerLeft {
-                    return Err(Error::Timeout(budget));
-                }
-                let mut both = runner::load_command(&request.call).get_packed_command();
-                both.extend_from_slice(&self.packed[index]);
-                let reload_by = Instant::now() + budget;
+                let (answer, reload_by) = self.reload(index, &mut connection, answer_by)?;
                 // The `WAIT` behind the call sent again gets its time after this answer.
                 answer_by = reload_by;
-                connection
-                    .send_packed_command(&both)
-                    .and_then(|()| read_in_time(&mut connection, reload_by))
-                    .and_then(|_loaded| read_in_time(&mut connection, reload_by))
+                answer
             }
             // The idle connection was dead before the request reached the server: once more
             // on a fresh one (a fresh connection is not retried, so this ends).
@@ -172,34 +163,85 @@ impl<'a> FanOut<'a> {
                 // Its place goes back first: the pool may have no other for the new one.
                 drop(connection);
                 request.call.note_sent();
-                self.flights[index] =
-                    Some(send(pool, &self.packed[index], None, answer_by, budget));
+                let packed = &self.packed[index];
+                self.flights[index] = Some(send(&request.pool, packed, None, answer_by, budget));
                 return self.read(index, answer_by);
             }
             answer => answer,
         };
-        match answer {
-            Err(err) if err.is_timeout() => {
-                // The request may still run; its connection stays for an undo behind it.
-                self.flights[index] = Some(Ok(InFlight {
-                    connection,
-                    was_idle: false,
-                    extension,
-                }));
-                Err(Error::Timeout(budget))
+        let read = Read {
+            connection,
+            was_idle,
+            extension,
+            answer_by,
+        };
+        self.settle(index, read, answer)
+    }
+
+    /// Request `index` again, on `connection`, after its server refused it for want of its
+    /// script: the `WAIT` behind the refused call, which vouched for nothing, is read first
+    /// (within its own timeout: only at its end while replicas are short), then the script
+    /// is loaded and the request sent once more. Answers its answer and when it was due.
+    fn reload(
+        &self,
+        index: usize,
+        connection: &mut Connection,
+        answer_by: Instant,
+    ) -> Result<(RedisResult<Value>, Instant)> {
+        let budget = self.budget;
+        let request = &self.requests[index];
+        let in_step = match request.acks {
+            Some(acks) => {
+                let stale_by = answer_by.max(Instant::now()) + acks.timeout();
+                acks.read_answer(connection, stale_by, budget).1
             }
-            answer => {
-                let outcome = finish(request, connection, answer, answer_by, budget);
-                if was_idle {
-                    outcome
-                } else {
-                    // A new connection ended without an answer may have met a TLS-only server.
-                    outcome.map_err(|err| {
-                        pool.explain_fresh_failure(err, pool::Stage::FirstCommand, answer_by)
-                    })
-                }
-            }
+            None => Reading::Complete,
+        };
+        if in_step == Reading::AnswerLeft {
+            return Err(Error::Timeout(budget));
         }
+        let mut both = runner::load_command(&request.call).get_packed_command();
+        both.extend_from_slice(&self.packed[index]);
+        let reload_by = Instant::now() + budget;
+        let answer = connection
+            .send_packed_command(&both)
+            .and_then(|()| read_in_time(connection, reload_by))
+            .and_then(|_loaded| read_in_time(connection, reload_by));
+        Ok((answer, reload_by))
+    }
+
+    /// Settles request `index` by the `answer` `read` on its connection: a timeout leaves it
+    /// pending (it may still run; its connection stays for an undo behind it); any other
+    /// answer is finished, its `WAIT` read, and a new connection's failure explained.
+    fn settle(
+        &mut self,
+        index: usize,
+        read: Read,
+        answer: RedisResult<Value>,
+    ) -> Result<Acked<Value>> {
+        let budget = self.budget;
+        let Read {
+            connection,
+            was_idle,
+            extension,
+            answer_by,
+        } = read;
+        if matches!(&answer, Err(err) if err.is_timeout()) {
+            self.flights[index] = Some(Ok(InFlight {
+                connection,
+                was_idle: false,
+                extension,
+            }));
+            return Err(Error::Timeout(budget));
+        }
+        let request = &self.requests[index];
+        let outcome = finish(request, connection, answer, answer_by, budget);
+        if was_idle {
+            return outcome;
+        }
+        // A new connection ended without an answer may have met a TLS-only server.
+        let pool = &request.pool;
+        outcome.map_err(|err| pool.explain_fresh_failure(err, pool::Stage::FirstCommand, answer_by))
     }
 
     /// Gives up on the answer to request `index`: writes `then` behind the request on its

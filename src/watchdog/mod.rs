@@ -308,39 +308,24 @@ impl Watchdog {
         sent_at: Instant,
         fixed: Option<Duration>,
     ) -> Option<(Arc<LeaseState>, u64)> {
-        let token = grant.token;
         let key = holding.key;
         let shared = &*self.shared;
-        let lease = fixed.unwrap_or(shared.timeout);
+        let level = Level {
+            sent_at,
+            lease: fixed.unwrap_or(shared.timeout),
+            fixed: fixed.is_some(),
+            interval: shared.interval,
+        };
         let mut state = shared.state.lock();
         let state = &mut *state;
         let mut wake = false;
         if let Some((slot, entry)) = state.registry.find_mut(key) {
             if &*entry.holder == holding.holder && entry.lease.lost().is_none() {
-                entry.lease.extend(sent_at, lease);
-                // Redis just granted a level of the chain: it holds.
-                state.risks.renewed(entry);
-                match fixed {
-                    None => {
-                        entry.renewed_levels += 1;
-                        if entry.renewed_levels == 1 && !entry.renewing {
-                            let at = sent_at + shared.interval;
-                            wake = state.schedule.renewal(slot, entry, at);
-                        }
-                    }
-                    Some(_) => {
-                        entry.fixed_levels += 1;
-                        if entry.renewed_levels == 0 {
-                            wake = state.schedule.lease_end(slot, entry);
-                        }
-                    }
-                }
-                let lease = Arc::clone(&entry.lease);
-                let token = entry.lease.token();
+                let (joined, wake) = state.add_level(slot, level);
                 if wake {
                     shared.work_arrived.notify_one();
                 }
-                return Some((lease, token));
+                return joined;
             }
             if grant.joins {
                 return None;
@@ -353,24 +338,11 @@ impl Watchdog {
         } else if grant.joins {
             return None;
         }
-        let lease = Arc::new(LeaseState::new(sent_at, lease, token));
-        let (slot, entry) = state.registry.start_chain(
-            Arc::from(key),
-            &holding,
-            Arc::clone(&lease),
-            fixed.is_some(),
-        );
-        wake |= match fixed {
-            None => state
-                .schedule
-                .renewal(slot, entry, sent_at + shared.interval),
-            Some(_) => state.schedule.lease_end(slot, entry),
-        };
-        state.schedule.compact(&state.registry);
-        if wake {
+        let (started, woke) = state.start_chain(&holding, grant.token, level);
+        if wake || woke {
             shared.work_arrived.notify_one();
         }
-        Some((lease, token))
+        Some(started)
     }
 
     /// The chain under `key` by which `thread` holds it, unless it is known to be lost: its
@@ -411,6 +383,8 @@ impl Watchdog {
         self.end_level(key, |entry| entry.thread == thread, None)
     }
 
+    /// Ends one level of the chain under `key` that `is_ours` (a `fixed`-lease one, a renewed
+    /// one, or with `None` a renewed one if there is one): see [`unwatch`](Watchdog::unwatch).
     fn end_level(
         &self,
         key: &str,
@@ -423,16 +397,7 @@ impl Watchdog {
             registry, schedule, ..
         } = &mut *state;
         let (slot, entry) = registry.find_mut(key).filter(|(_, entry)| is_ours(entry))?;
-        let fixed = fixed.unwrap_or(entry.renewed_levels == 0);
-        if fixed {
-            entry.fixed_levels = entry.fixed_levels.saturating_sub(1);
-        } else {
-            entry.renewed_levels = entry.renewed_levels.saturating_sub(1);
-        }
-        let left = LevelsLeft {
-            renewed: entry.renewed_levels,
-            fixed: entry.fixed_levels,
-        };
+        let left = entry.end_level(fixed.unwrap_or(entry.renewed_levels == 0));
         let holder = Arc::clone(&entry.holder);
         if left.renewed > 0 {
             return Some((left, holder));
@@ -446,6 +411,19 @@ impl Watchdog {
             }
             return Some((left, holder));
         }
+        self.remove_once_settled(&mut state, key, is_ours);
+        Some((left, holder))
+    }
+
+    /// Removes the entry under `key`, if it still `is_ours`, once a renewal of it in flight
+    /// has come back (its answer would otherwise be applied to the next holder's entry).
+    fn remove_once_settled(
+        &self,
+        state: &mut parking_lot::MutexGuard<'_, State>,
+        key: &str,
+        is_ours: impl Fn(&Entry) -> bool,
+    ) {
+        let shared = &*self.shared;
         // A renewal reads its answers for at most the response timeout (it is applied before
         // any `WAIT` behind it is read); the bound only guards against a bug.
         let give_up_at =
@@ -456,10 +434,10 @@ impl Watchdog {
                 .get(key)
                 .is_some_and(|entry| is_ours(entry) && entry.renewing)
         };
-        while renewing(&state) {
+        while renewing(state) {
             if shared
                 .renewal_done
-                .wait_until(&mut state, give_up_at)
+                .wait_until(state, give_up_at)
                 .timed_out()
             {
                 log::warn!("lock {key:?}: released while its renewal is still unanswered");
@@ -471,9 +449,8 @@ impl Watchdog {
         }
         let State {
             registry, schedule, ..
-        } = &mut *state;
+        } = &mut **state;
         schedule.compact(registry);
-        Some((left, holder))
     }
 
     /// Queues the receipt key a release left, once its answer has arrived, for deletion with
@@ -833,7 +810,65 @@ impl Shared {
     }
 }
 
+/// A level granted to a chain: when its request was sent, the lease it asked for (a `fixed`
+/// one, or the watchdog's), and the renewal interval.
+#[derive(Clone, Copy)]
+struct Level {
+    sent_at: Instant,
+    lease: Duration,
+    fixed: bool,
+    interval: Duration,
+}
+
 impl State {
+    /// Adds `level` to the live chain at `slot`: its lease extends from the level's send and
+    /// its risk clears (Redis just granted a level of it); a first renewed level schedules the
+    /// chain's renewal, a fixed one watches its lease's end while nothing renews the chain.
+    /// Answers the chain's lease state and fencing token, and whether the watchdog's thread
+    /// must wake.
+    fn add_level(&mut self, slot: Slot, level: Level) -> (Option<(Arc<LeaseState>, u64)>, bool) {
+        let Some(entry) = self.registry.at_mut(slot) else {
+            return (None, false);
+        };
+        entry.lease.extend(level.sent_at, level.lease);
+        self.risks.renewed(entry);
+        let wake = if level.fixed {
+            entry.fixed_levels += 1;
+            entry.renewed_levels == 0 && self.schedule.lease_end(slot, entry)
+        } else {
+            entry.renewed_levels += 1;
+            let first = entry.renewed_levels == 1 && !entry.renewing;
+            let at = level.sent_at + level.interval;
+            first && self.schedule.renewal(slot, entry, at)
+        };
+        let token = entry.lease.token();
+        (Some((Arc::clone(&entry.lease), token)), wake)
+    }
+
+    /// Starts tracking a new chain of `holding` with its first `level`, granted with
+    /// `token`: renewed from the level's send on, or watched until its fixed lease ends.
+    /// Answers its lease state and token, and whether the watchdog's thread must wake.
+    fn start_chain(
+        &mut self,
+        holding: &Holding<'_>,
+        token: u64,
+        level: Level,
+    ) -> ((Arc<LeaseState>, u64), bool) {
+        let lease = Arc::new(LeaseState::new(level.sent_at, level.lease, token));
+        let key = Arc::from(holding.key);
+        let (slot, entry) =
+            self.registry
+                .start_chain(key, holding, Arc::clone(&lease), level.fixed);
+        let wake = match level.fixed {
+            false => self
+                .schedule
+                .renewal(slot, entry, level.sent_at + level.interval),
+            true => self.schedule.lease_end(slot, entry),
+        };
+        self.schedule.compact(&self.registry);
+        ((lease, token), wake)
+    }
+
     /// Counts a batch of `sent` renewals and their `outcomes` (failures among them).
     fn count_batch(&mut self, sent: u64, outcomes: &[Outcome]) {
         let failed = outcomes

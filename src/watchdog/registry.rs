@@ -51,6 +51,20 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// Ends one level of the chain (a `fixed`-lease one, or a renewed one); answers the
+    /// levels left.
+    pub(super) fn end_level(&mut self, fixed: bool) -> super::LevelsLeft {
+        if fixed {
+            self.fixed_levels = self.fixed_levels.saturating_sub(1);
+        } else {
+            self.renewed_levels = self.renewed_levels.saturating_sub(1);
+        }
+        super::LevelsLeft {
+            renewed: self.renewed_levels,
+            fixed: self.fixed_levels,
+        }
+    }
+
     /// How many levels the holder holds.
     pub(super) fn levels(&self) -> u32 {
         self.renewed_levels + self.fixed_levels
