@@ -95,7 +95,9 @@ impl Redirect {
 
 /// Runs `attempt` on the node of the cluster that serves `slot` until it is done, following
 /// `MOVED` (at most [`MAX_REDIRECTIONS`] times) and `ASK`, and waiting out `TRYAGAIN`, both
-/// only until `try_again_until` (a migration's). `None` when nothing was answered at all.
+/// only until `try_again_until` (a migration's). `None` (nothing answered at all) cannot
+/// happen, as the loop ends only after a `MOVED`; the caller answers it with a timeout all
+/// the same.
 fn route_in_cluster<T>(
     cluster: &Cluster,
     slot: u16,

@@ -119,9 +119,9 @@ fn pass_stale_wait(
     Ok(deadline + stale_from.elapsed())
 }
 
-/// Loads the `missing` scripts and sends `calls` once more (first `answered` as they were),
-/// with the `WAIT` behind them again; answers the calls' new answers, read before
-/// `deadline`.
+/// Loads the `missing` scripts and sends `calls` once more, with the `WAIT` behind them
+/// again (the calls whose first answers, `answered`, say they ran are counted as sent
+/// twice); answers the calls' new answers, read before `deadline`.
 fn send_with_scripts(
     connection: &mut Connection,
     calls: &[Call],

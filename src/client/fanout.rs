@@ -211,8 +211,9 @@ impl<'a> FanOut<'a> {
     }
 
     /// Settles request `index` by the `answer` `read` on its connection: a timeout leaves it
-    /// pending (it may still run; its connection stays for an undo behind it); any other
-    /// answer is finished, its `WAIT` read, and a new connection's failure explained.
+    /// pending (it may still run; its connection stays for an undo behind it) and answers
+    /// [`Error::Timeout`]; any other answer is finished (an answer's `WAIT` read, when it has
+    /// one), and a new connection's failure explained.
     fn settle(
         &mut self,
         index: usize,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::transport::frame::{self, Frame};
-use super::{Notices, PubSub};
+use super::{Notices, PubSub, Subscription};
 use crate::error::Error;
 
 /// Answers `AUTH`, `SUBSCRIBE`, `UNSUBSCRIBE`, `SSUBSCRIBE`, `SUNSUBSCRIBE` and `PING` like
@@ -327,9 +327,11 @@ fn a_stalled_write_holds_up_no_other_waiter() {
         let hub = &hub;
         // Before a failure: lets the write through and ends the connection, so that every
         // thread, one held up behind the write included, ends before the write timeout.
-        let end_the_stall = || {
-            thaw();
-            hub.stop();
+        let end_the_stall_unless = |fine: bool| {
+            if !fine {
+                thaw();
+                hub.stop();
+            }
         };
         // Far more than the socket buffers of both ends hold: the write stalls.
         let huge = 64 * 1024 * 1024;
@@ -341,27 +343,14 @@ fn a_stalled_write_holds_up_no_other_waiter() {
         // command queued and taken by the writer.
         let its_start = format!("*2\r\n$9\r\nSUBSCRIBE\r\n${huge}\r\n");
         let started = server.has_unread_within(NO_HANG, its_start.as_bytes());
-        if !started {
-            end_the_stall();
-        }
+        end_the_stall_unless(started);
         assert!(started, "the write did not start");
 
         // A channel already subscribed needs no command: joining it, asking about it and
-        // leaving it must not wait for the stalled write. On a thread of its own, so that a
-        // step held up fails the test instead of hanging it.
-        let (done, finished) = crossbeam_channel::bounded(1);
-        scope.spawn(move || {
-            let second = hub.subscribe("channel:a", "a").unwrap();
-            let live = second.is_live();
-            let channels = hub.channel_count();
-            drop(second);
-            let _ = done.send((live, channels));
-        });
-        let outcome = finished.recv_timeout(NO_HANG);
+        // leaving it must not wait for the stalled write.
+        let outcome = join_ask_and_leave(scope, hub, "channel:a");
         let still_stalled = !stalled.is_finished();
-        if outcome.is_err() || !still_stalled {
-            end_the_stall();
-        }
+        end_the_stall_unless(outcome.is_ok() && still_stalled);
         let (live, channels) = outcome.expect("a waiter was held up behind the stalled write");
         assert!(live);
         assert_eq!(channels, 2);
@@ -369,13 +358,9 @@ fn a_stalled_write_holds_up_no_other_waiter() {
         assert!(still_stalled, "the write stopped stalling too early");
 
         // And the listener still hands out wakes: a release wakes the waiter of the channel.
-        first.woken().try_iter().for_each(drop);
-        server.send_raw(&frame_of(["message", "channel:a", "0"]));
-        let woken = first.wait(NO_HANG);
+        let woken = wakes_on_release(&server, &first, "channel:a");
         let still_stalled = !stalled.is_finished();
-        if !woken || !still_stalled {
-            end_the_stall();
-        }
+        end_the_stall_unless(woken && still_stalled);
         assert!(woken, "a release was held up behind the stalled write");
         assert!(still_stalled, "the write stopped stalling too early");
 
@@ -384,6 +369,33 @@ fn a_stalled_write_holds_up_no_other_waiter() {
         stalled.join().unwrap();
     });
     thaw();
+}
+
+/// Joins `channel` (subscribed already), asks whether it is live and how many channels the
+/// hub has, and leaves it, on a thread of `scope`'s, so that a step held up fails the test
+/// instead of hanging it: what it found, or an error after [`NO_HANG`].
+fn join_ask_and_leave<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    hub: &'scope PubSub,
+    channel: &'static str,
+) -> Result<(bool, usize), crossbeam_channel::RecvTimeoutError> {
+    let (done, finished) = crossbeam_channel::bounded(1);
+    scope.spawn(move || {
+        let second = hub.subscribe(channel, "a").unwrap();
+        let live = second.is_live();
+        let channels = hub.channel_count();
+        drop(second);
+        let _ = done.send((live, channels));
+    });
+    finished.recv_timeout(NO_HANG)
+}
+
+/// Whether a release published on `channel` now wakes the waiter of `subscription` within
+/// [`NO_HANG`] (wakes from before are dropped first).
+fn wakes_on_release(server: &ScriptedRedis, subscription: &Subscription, channel: &str) -> bool {
+    subscription.woken().try_iter().for_each(drop);
+    server.send_raw(&frame_of(["message", channel, "0"]));
+    subscription.wait(NO_HANG)
 }
 
 #[test]

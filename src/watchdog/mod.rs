@@ -384,7 +384,8 @@ impl Watchdog {
     }
 
     /// Ends one level of the chain under `key` that `is_ours` (a `fixed`-lease one, a renewed
-    /// one, or with `None` a renewed one if there is one): see [`unwatch`](Watchdog::unwatch).
+    /// one, or with `None` a renewed one if there is one, else a fixed one): see
+    /// [`unwatch`](Watchdog::unwatch).
     fn end_level(
         &self,
         key: &str,
@@ -416,7 +417,8 @@ impl Watchdog {
     }
 
     /// Removes the entry under `key`, if it still `is_ours`, once a renewal of it in flight
-    /// has come back (its answer would otherwise be applied to the next holder's entry).
+    /// has come back (no renewal of a chain is sent after its release), or once the wait
+    /// for it passes twice the response timeout and a second, with a warning.
     fn remove_once_settled(
         &self,
         state: &mut parking_lot::MutexGuard<'_, State>,

@@ -488,29 +488,10 @@ fn probe_count(
     let semaphore_channel = layout::semaphore_channel(name);
     let latch_channel = layout::latch_channel(name);
     let listening = subscribers(redis, &[&semaphore_channel, &latch_channel])?;
-    let (kind, channel, subscribers, note) = if look.permit_zset {
-        (Kind::PermitSemaphore, semaphore_channel, listening[0], None)
-    } else {
-        match (listening[0], listening[1]) {
-            (0, latch) if latch > 0 => (Kind::CountDownLatch, latch_channel, latch, None),
-            (semaphore, 0) if semaphore > 0 => {
-                (Kind::Semaphore, semaphore_channel, semaphore, None)
-            }
-            (semaphore, latch) => (
-                Kind::SemaphoreOrLatch,
-                semaphore_channel,
-                semaphore + latch,
-                Some(if semaphore + latch == 0 {
-                    "nobody waits on it, and a semaphore's permits look like a latch's count"
-                        .to_owned()
-                } else {
-                    format!(
-                        "{semaphore} connections wait on it as on a semaphore and {latch} as \
-                         on a latch: the kind cannot be told"
-                    )
-                }),
-            ),
-        }
+    let (kind, subscribers, note) = count_kind(look.permit_zset, listening[0], listening[1]);
+    let channel = match kind {
+        Kind::CountDownLatch => latch_channel,
+        _ => semaphore_channel,
     };
     let mut report = Report {
         name: name.to_owned(),
@@ -543,6 +524,31 @@ fn probe_count(
         _ => unreachable!("a string count is no lock"),
     }
     Ok(report)
+}
+
+/// What a count is, told by who listens (`semaphore` connections on a semaphore's channel,
+/// `latch` on a latch's) unless a permit semaphore's expiries exist (`permit_zset`): its
+/// kind, the connections that wait on it, and a note when the kind cannot be told.
+fn count_kind(permit_zset: bool, semaphore: u64, latch: u64) -> (Kind, u64, Option<String>) {
+    if permit_zset {
+        return (Kind::PermitSemaphore, semaphore, None);
+    }
+    match (semaphore, latch) {
+        (0, latch) if latch > 0 => (Kind::CountDownLatch, latch, None),
+        (semaphore, 0) if semaphore > 0 => (Kind::Semaphore, semaphore, None),
+        (semaphore, latch) => (
+            Kind::SemaphoreOrLatch,
+            semaphore + latch,
+            Some(if semaphore + latch == 0 {
+                "nobody waits on it, and a semaphore's permits look like a latch's count".to_owned()
+            } else {
+                format!(
+                    "{semaphore} connections wait on it as on a semaphore and {latch} as \
+                     on a latch: the kind cannot be told"
+                )
+            }),
+        ),
+    }
 }
 
 /// A permit-expirable semaphore's permits out, soonest expiry first (at most 1000).

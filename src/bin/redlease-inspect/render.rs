@@ -4,8 +4,8 @@ use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::break_lock::Freed;
-use crate::probe::{Holder, Permit, Queue, Report, Role};
-use crate::scan::Listing;
+use crate::probe::{Holder, Leader, Permit, Queue, Report, Role};
+use crate::scan::{ListedLock, Listing};
 
 /// A remaining time in ms, for people: `412 ms`, `29.412 s`.
 fn duration(ms: i64) -> String {
@@ -58,54 +58,13 @@ fn holder_line(holder: &Holder) -> String {
 
 pub fn report(report: &Report) -> String {
     let mut out = String::new();
-    field(&mut out, "name", report.name.clone());
-    field(&mut out, "kind", report.kind.describe().to_owned());
-    if let Some(note) = &report.note {
-        field(&mut out, "note", note.clone());
-    }
-    if report.kind.is_lock() {
-        field(
-            &mut out,
-            "state",
-            if report.held { "held" } else { "free" }.to_owned(),
-        );
-    }
-    if let Some(mode) = &report.mode {
-        field(&mut out, "mode", mode.clone());
-    }
-    if report.kind.is_lock() && report.held {
-        field(&mut out, "lease left", lease(report.lease_ms));
-    } else if let Some(ms) = report.lease_ms {
-        field(&mut out, "expires in", duration(ms));
-    }
-    if let Some(token) = report.fencing_token {
-        field(&mut out, "fencing token", token.to_string());
-    }
-    match (report.count, report.permits) {
-        (Some(value), Some(_)) => field(
-            &mut out,
-            "value",
-            format!("{value} (a semaphore's available permits, or a latch's count)"),
-        ),
-        (Some(count), None) => field(&mut out, "count", count.to_string()),
-        (None, Some(permits)) => field(&mut out, "permits", format!("{permits} available")),
-        (None, None) => {}
-    }
+    state_fields(&mut out, report);
+    value_fields(&mut out, report);
     if let Some(leader) = &report.leader {
-        let since = UNIX_EPOCH + Duration::from_millis(leader.since_ms);
-        let for_ms = SystemTime::now()
-            .duration_since(since)
-            .map_or(0, |lasted| lasted.as_millis() as i64);
-        let line = format!(
-            "{}  term {}  for {}  (holder {})",
-            leader.value,
-            leader.term,
-            duration(for_ms),
-            leader.holder_id
-        );
-        field(&mut out, "leader", line);
+        field(&mut out, "leader", leader_line(leader));
     }
-    if report.kind.is_lock() && report.held {
+    let held_lock = report.kind.is_lock() && report.held;
+    if held_lock {
         field(&mut out, "holders", report.holders.len().to_string());
         for holder in &report.holders {
             let _ = writeln!(out, "{}", holder_line(holder));
@@ -117,6 +76,74 @@ pub fn report(report: &Report) -> String {
     if let Some(queue) = &report.queue {
         fair_queue(&mut out, queue);
     }
+    waiting(&mut out, report);
+    if held_lock {
+        let _ = writeln!(
+            out,
+            "(chain/thread: the number in the holder id; redlease numbers each chain of \
+             reentrant holds, Redisson each thread)"
+        );
+    }
+    out
+}
+
+/// What the name is and in which state: its kind, a note, held or free, the mode, and how
+/// long its lease or expiry has left.
+fn state_fields(out: &mut String, report: &Report) {
+    field(out, "name", report.name.clone());
+    field(out, "kind", report.kind.describe().to_owned());
+    if let Some(note) = &report.note {
+        field(out, "note", note.clone());
+    }
+    if report.kind.is_lock() {
+        let state = if report.held { "held" } else { "free" };
+        field(out, "state", state.to_owned());
+    }
+    if let Some(mode) = &report.mode {
+        field(out, "mode", mode.clone());
+    }
+    if report.kind.is_lock() && report.held {
+        field(out, "lease left", lease(report.lease_ms));
+    } else if let Some(ms) = report.lease_ms {
+        field(out, "expires in", duration(ms));
+    }
+}
+
+/// The values under the name: its fencing token, and a count or permits.
+fn value_fields(out: &mut String, report: &Report) {
+    if let Some(token) = report.fencing_token {
+        field(out, "fencing token", token.to_string());
+    }
+    match (report.count, report.permits) {
+        (Some(value), Some(_)) => field(
+            out,
+            "value",
+            format!("{value} (a semaphore's available permits, or a latch's count)"),
+        ),
+        (Some(count), None) => field(out, "count", count.to_string()),
+        (None, Some(permits)) => field(out, "permits", format!("{permits} available")),
+        (None, None) => {}
+    }
+}
+
+/// An election's leader: its value, term, how long it has led, and its holder id.
+fn leader_line(leader: &Leader) -> String {
+    let since = UNIX_EPOCH + Duration::from_millis(leader.since_ms);
+    let for_ms = SystemTime::now()
+        .duration_since(since)
+        .map_or(0, |lasted| lasted.as_millis() as i64);
+    format!(
+        "{}  term {}  for {}  (holder {})",
+        leader.value,
+        leader.term,
+        duration(for_ms),
+        leader.holder_id
+    )
+}
+
+/// How many connections listen on the name's channel (a fair lock's waiters, each on its
+/// own).
+fn waiting(out: &mut String, report: &Report) {
     let fair_suffix = if report.queue.is_some() {
         ":<holder id>"
     } else {
@@ -129,14 +156,6 @@ pub fn report(report: &Report) -> String {
         plural(report.subscribers, "connection"),
         report.channel
     );
-    if report.kind.is_lock() && report.held {
-        let _ = writeln!(
-            out,
-            "(chain/thread: the number in the holder id; redlease numbers each chain of \
-             reentrant holds, Redisson each thread)"
-        );
-    }
-    out
 }
 
 /// The permits taken, each with the end of its lease.
@@ -202,34 +221,7 @@ pub fn listing(listing: &Listing) -> String {
         let _ = writeln!(out, "no held locks match {:?}", listing.pattern);
         return out;
     }
-    let rows: Vec<[String; 4]> = listing
-        .locks
-        .iter()
-        .map(|lock| {
-            let mut kind = lock.kind.describe().to_owned();
-            if let Some(mode) = &lock.mode {
-                let _ = write!(kind, " ({mode})");
-            }
-            let holders: Vec<String> = lock
-                .holders
-                .iter()
-                .map(|holder| {
-                    let writer = match holder.role {
-                        Role::Writer => " writer",
-                        Role::Upgradable => " upgradable",
-                        _ => "",
-                    };
-                    format!("{} x{}{writer}", holder.id, holder.count)
-                })
-                .collect();
-            [
-                lock.name.clone(),
-                kind,
-                lease(lock.lease_ms),
-                holders.join(", "),
-            ]
-        })
-        .collect();
+    let rows: Vec<[String; 4]> = listing.locks.iter().map(listed_row).collect();
     let header = ["NAME", "KIND", "LEASE", "HOLDERS"].map(str::to_owned);
     let widths: Vec<usize> = (0..3)
         .map(|column| {
@@ -261,6 +253,32 @@ pub fn listing(listing: &Listing) -> String {
         );
     }
     out
+}
+
+/// A listed lock's row: its name, kind (and mode), lease, and holders with their counts.
+fn listed_row(lock: &ListedLock) -> [String; 4] {
+    let mut kind = lock.kind.describe().to_owned();
+    if let Some(mode) = &lock.mode {
+        let _ = write!(kind, " ({mode})");
+    }
+    let holders: Vec<String> = lock
+        .holders
+        .iter()
+        .map(|holder| {
+            let writer = match holder.role {
+                Role::Writer => " writer",
+                Role::Upgradable => " upgradable",
+                _ => "",
+            };
+            format!("{} x{}{writer}", holder.id, holder.count)
+        })
+        .collect();
+    [
+        lock.name.clone(),
+        kind,
+        lease(lock.lease_ms),
+        holders.join(", "),
+    ]
 }
 
 pub fn freed(freed: &Freed) -> String {

@@ -37,11 +37,11 @@ fn ok(reply: std::io::Result<String>) {
     assert!(reply.starts_with("+OK"), "{reply}");
 }
 
-#[test]
-fn a_shard_subscription_follows_its_slot_when_it_migrates() {
+/// Two cluster nodes that have met, the first serving every slot.
+fn two_met_nodes() -> (RedisServer, RedisServer) {
     let first = cluster_node();
     let second = cluster_node();
-    let (first_id, second_id) = (node_id(&first), node_id(&second));
+    let first_id = node_id(&first);
     ok(first.command(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]));
     let first_port = first.port().to_string();
     ok(second.command(&["CLUSTER", "MEET", "127.0.0.1", &first_port]));
@@ -59,7 +59,13 @@ fn a_shard_subscription_follows_its_slot_when_it_migrates() {
         }),
         "the nodes did not meet"
     );
+    (first, second)
+}
 
+#[test]
+fn a_shard_subscription_follows_its_slot_when_it_migrates() {
+    let (first, second) = two_met_nodes();
+    let (first_id, second_id) = (node_id(&first), node_id(&second));
     let channel = "redisson_lock__channel:{migrates}";
     let slot = key_slot(channel.as_bytes()).to_string();
     let map = FixedMap::new(

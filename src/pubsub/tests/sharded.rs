@@ -462,6 +462,16 @@ fn a_stopped_cluster_hub_refuses_new_waiters() {
     assert!(matches!(subscription.follow(), Ok(false)));
 }
 
+/// Sets its flag when dropped: lets a waiter through when a test ends, failed assertions
+/// included, so that a thread scope does not wait for it forever.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn the_wait_loop_moves_a_subscription_the_node_ended_and_is_woken_at_the_new_node() {
     use crate::stats::WaitRecorder;
@@ -476,16 +486,8 @@ fn the_wait_loop_moves_a_subscription_the_node_ended_and_is_woken_at_the_new_nod
     let tries = Arc::new(AtomicUsize::new(0));
     let recorder = WaitRecorder::new();
     let hint = Duration::from_secs(30);
-    /// Lets the waiter through when the test ends, failed assertions included, so the scope
-    /// does not wait for it forever.
-    struct Release<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for Release<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
     std::thread::scope(|scope| {
-        let _release_at_the_end = Release(&released);
+        let _release_at_the_end = SetOnDrop(&released);
         let waiting = scope.spawn(|| {
             wait_until(WaitFor {
                 deadline: None,
