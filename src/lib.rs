@@ -189,56 +189,68 @@
 //!
 //! # Inside (for contributors)
 //!
-//! The folders are the layers. Dependencies point one way, top to bottom, with no cycle
-//! between modules; no module reaches into another's private state. (One edge goes up, to
-//! the facade's public API only: `RedLock::from_managers` and `from_urls` take or build
-//! managers.)
+//! `src/` reads as the crate's two halves, with the facade above them and the protocol and
+//! the error below: `primitives/`, what users hold, and `client/`, what reaches Redis.
+//! Dependencies point one way, top to bottom, with no cycle between modules; no module
+//! reaches into another's private state. (One edge goes up, to the facade's public API only:
+//! `RedLock::from_managers` and `from_urls` take or build managers.)
 //!
 //! ```text
-//! manager         LockManager: the public facade; builds the client, hands out handles
+//! manager           LockManager: the public facade; builds the client, hands out handles
 //!   |
-//! lock/           the primitives: thin handles and guards over the layers below.
-//! election/         lock/: the reentrant lock, one wait for a level (acquisition: its
-//!                   tries judged, what they left taken back), and kind/, a file per kind
-//!                   (plain, fair, read, write, upgradable) with its rules (the chain it
-//!                   joins, its watchdog key, what it waits on, whether it hands on); the
-//!                   read-write lock that pairs three kinds;
-//! group/            election/: leader
-//! semaphore/        election (a lock with a record, a log and a channel) and its
-//! latch, fence      observer; group/: RedLock and MultiLock; semaphore/: the counting
-//! guarded           semaphore, and permit/ its permit-expirable extension; latch: the
-//!   |               count-down latch; fence: the fenced store; guarded: writes a lock
-//!   |               guard applies only while it holds
-//! hold/           what every primitive hands out, written once: the acquisition API
-//!   |             (LockHandle over a raw trait; revocation over a second one) and the
-//!   |             guard (Guard over a hold)
-//! client/         the internal client: timeouts, ids, the threads it owns; cleanup (the
-//!   |             undos of failed calls, sent again until Redis answers) and fanout (one
-//!   |             script call to several servers for about one round trip)
-//! wait/           the wait loop every blocking call runs, its cancel token, and handoff
-//!   |             (the lines of a process's waiters a release hands a plain lock to)
-//!   |   stats     the counters of waits, renewals and connections (read by `stats()`)
-//! watchdog/       renews leases in batches, reports risks, revocation requests and losses
-//!   |             to the instant, keeps each chain's lease state, deletes release receipts
-//! pubsub/         wakes waiters, hears force releases and revocation requests: a hub (one
-//!   |             subscribed connection and its thread) per server or cluster master;
-//!   |             transport/ its socket, TLS session and RESP parser
-//! call/           how one call reaches Redis: route (the pool, or the cluster node of its
-//!   |             slot, MOVED and ASK followed), runner (scripts by hash, reloaded when
-//!   |             missing), replication (the WAIT a write waits for, and its shortfalls)
-//! topology/       who to talk to, and how: pool (bounded connects and reads), resolve (DNS
-//!   |             within a deadline), sentinel (where the master is now), cluster (the slot
-//!   |             map, one pool per node), tls (options and rustls set-up), deadline
-//! protocol/       the keys of a handle, cluster key slots, holder ids, every Lua script
-//!   |             (plain and sharded dialect) with its arguments and replies, one file
-//!   |             per primitive, and lock/ one per kind of lock; the scripts' `.lua`
-//!   |             files in lua/; no I/O
-//! guide/          (public, pages only) the manual, with examples that run as doc tests
-//! layout          (public) the name of every key and channel: Redisson's naming rules,
-//!   |             also used by the redlease-inspect tool
-//! error/          the one Error enum, used everywhere, and the sorting of Redis's answers
-//!                 into it (TLS failures, refused logins and permissions included)
+//! primitives/       what users hold: thin handles and guards, each kind's rules its own
+//!   hold/           what every primitive hands out, written once: the acquisition API
+//!                   (LockHandle over a raw trait; revocation over a second one) and the
+//!                   guard (Guard over a hold)
+//!   lock/           the reentrant lock, one wait for a level (acquisition: its tries
+//!                   judged, what they left taken back), the lock's side of handoffs, and
+//!                   kind/, a file per kind (plain, fair, read, write, upgradable read) with
+//!                   its rules (the chain it joins, its watchdog key, what it waits on,
+//!                   whether it hands on); the read-write lock that pairs three kinds, and
+//!                   the upgradable read's handle and guard
+//!   election/       leader election (a lock with a record, a log and a channel; its kind)
+//!                   and its observer
+//!   group/          RedLock and MultiLock: one attempt to all members, the group's guard
+//!   semaphore/      the counting semaphore (counted, or with a guard), and permit/ its
+//!                   permit-expirable extension
+//!   latch, fence,   the count-down latch; the fenced store; writes a lock guard applies
+//!   guarded         only while it holds
+//!   |
+//! client/           what reaches Redis: the internal client (timeouts, ids, the threads it
+//!                   owns; cleanup, the undos of failed calls sent again until Redis
+//!                   answers; fanout, one script call to several servers at once)
+//!   wait/           the wait loop every blocking call runs, its cancel token, and line (the
+//!                   lines of a process's waiters a release hands a lock to)
+//!   watchdog/       renews leases in batches, reports risks, revocation requests and
+//!                   losses to the instant, keeps each chain's lease state, deletes release
+//!                   receipts
+//!   pubsub/         wakes waiters, hears force releases and revocation requests: a hub
+//!                   (one subscribed connection and its thread) per server, or cluster_hubs
+//!                   per master; transport/ its socket, TLS stream and RESP parser
+//!   call/           how one call reaches Redis: route (the pool, or the cluster node of its
+//!                   slot, MOVED and ASK followed), runner (scripts by hash, reloaded when
+//!                   missing), replication (the WAIT a write waits for, and its shortfalls)
+//!   topology/       who to talk to, and how: pool (bounded connects and reads), resolve
+//!                   (DNS within a deadline), sentinel (where the master is now), cluster
+//!                   (the slot map, one pool per node), tls (options and rustls set-up)
+//!   stats,          the counters of waits, renewals and connections (read by `stats()`),
+//!   telemetry       and the same as `metrics` (the feature)
+//!   |
+//! protocol/         the keys of a handle, cluster key slots, holder ids, every Lua script
+//!   |               (plain and sharded dialect) with its arguments and replies, a file per
+//!   |               primitive, and lock/ one per kind of lock; the `.lua` files in lua/;
+//!   |               no I/O
+//! error/            the one Error enum, used everywhere, and the sorting of Redis's answers
+//!                   into it (TLS failures, refused logins and permissions included)
+//!
+//! guide/            (public, pages only) the manual, with examples that run as doc tests
+//! layout            (public) the name of every key and channel: Redisson's naming rules,
+//!                   also used by the redlease-inspect tool
 //! ```
+//!
+//! A primitive's two files share its name: `protocol/latch.rs` holds the latch's scripts,
+//! `primitives/latch.rs` the latch; `protocol/lock/fair.rs` the fair lock's scripts,
+//! `primitives/lock/kind/fair.rs` its rules.
 //!
 //! The tests against real servers are in `tests/suite/` (one binary, a module per
 //! primitive, promise or deployment; `tests/metrics.rs` and `tests/lifecycle.rs` apart, for
@@ -246,47 +258,35 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod call;
 mod client;
-mod election;
 mod error;
-mod fence;
-mod group;
-mod guarded;
 pub mod guide;
-mod hold;
-mod latch;
 pub mod layout;
-mod lock;
 mod manager;
+mod primitives;
 mod protocol;
-mod pubsub;
-mod semaphore;
-mod stats;
-mod telemetry;
-mod topology;
-mod wait;
-mod watchdog;
 
+pub use client::stats::{Stats, WaitTimes};
+pub use client::wait::cancel::CancelToken;
+pub use client::watchdog::lease::{LostLock, RevocationNotice, RiskChange, RiskNotice};
 /// The channels whose receivers [`Guard::lost_signal`] hands out (for `select!`).
 pub use crossbeam_channel;
-pub use election::{Candidate, Leader, LeaderChange, LeaderElection, LeaderGuard, LeaderObserver};
 pub use error::{Error, LostReason, Permission, Result, RiskReason, TlsFailure};
-pub use fence::FencedStore;
-pub use group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
-pub use guarded::{GuardedScript, Writes};
-pub use hold::{Guard, LockHandle};
-pub use latch::CountDownLatch;
-pub use lock::rwlock::ReadWriteLock;
-pub use lock::upgradable::{UpgradableGuard, UpgradableLock};
-pub use lock::{Lock, LockGuard};
 pub use manager::{LockManager, LockManagerBuilder};
+pub use primitives::election::{
+    Candidate, Leader, LeaderChange, LeaderElection, LeaderGuard, LeaderObserver,
+};
+pub use primitives::fence::FencedStore;
+pub use primitives::group::{FromGroup, GroupBuilder, GroupGuard, MultiLock, RedLock};
+pub use primitives::guarded::{GuardedScript, Writes};
+pub use primitives::hold::{Guard, LockHandle};
+pub use primitives::latch::CountDownLatch;
+pub use primitives::lock::rwlock::ReadWriteLock;
+pub use primitives::lock::upgradable::{UpgradableGuard, UpgradableLock};
+pub use primitives::lock::{Lock, LockGuard};
+pub use primitives::semaphore::permit::{PermitGuard, PermitSemaphore};
+pub use primitives::semaphore::{Semaphore, SemaphoreGuard};
 /// The Redis client this crate is built on, whose types appear in its API: its errors
 /// ([`Error::Redis`]), connection settings ([`LockManager::builder`]), the values of a
 /// [`FencedStore`] and the arguments and reply of [`LockGuard::run_guarded`].
 pub use redis;
-pub use semaphore::permit::{PermitGuard, PermitSemaphore};
-pub use semaphore::{Semaphore, SemaphoreGuard};
-pub use stats::{Stats, WaitTimes};
-pub use wait::cancel::CancelToken;
-pub use watchdog::lease::{LostLock, RevocationNotice, RiskChange, RiskNotice};

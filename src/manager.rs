@@ -13,22 +13,22 @@ use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use crate::call::replication::ReplicaAcks;
+use crate::client::call::replication::ReplicaAcks;
+use crate::client::stats::Stats;
+use crate::client::topology::pool::PoolSizes;
+use crate::client::topology::tls::{self, TlsOptions};
+use crate::client::watchdog::lease::{LostLock, RevocationNotice, RiskNotice};
+use crate::client::watchdog::Callbacks;
 use crate::client::{Client, SentinelSettings, Settings};
-use crate::election::LeaderElection;
 use crate::error::{Error, Result};
-use crate::fence::FencedStore;
-use crate::latch::CountDownLatch;
-use crate::lock::rwlock::ReadWriteLock;
-use crate::lock::{Fair, Lock};
+use crate::primitives::election::LeaderElection;
+use crate::primitives::fence::FencedStore;
+use crate::primitives::latch::CountDownLatch;
+use crate::primitives::lock::rwlock::ReadWriteLock;
+use crate::primitives::lock::{Fair, Lock};
+use crate::primitives::semaphore::permit::PermitSemaphore;
+use crate::primitives::semaphore::Semaphore;
 use crate::protocol::names;
-use crate::semaphore::permit::PermitSemaphore;
-use crate::semaphore::Semaphore;
-use crate::stats::Stats;
-use crate::topology::pool::PoolSizes;
-use crate::topology::tls::{self, TlsOptions};
-use crate::watchdog::lease::{LostLock, RevocationNotice, RiskNotice};
-use crate::watchdog::Callbacks;
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);

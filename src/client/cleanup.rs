@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use crate::call::route::Router;
+use crate::client::call::route::Router;
 use crate::error::{Error, Result};
 use crate::protocol::request::undo_again;
 use crate::protocol::ScriptCall;
@@ -110,7 +110,7 @@ impl Cleanup {
             None => {
                 log::warn!("{}: not undone: the manager is shut down", undo.what);
                 self.counts.abandoned.fetch_add(1, Ordering::Relaxed);
-                crate::telemetry::cleanup_ended(false);
+                crate::client::telemetry::cleanup_ended(false);
             }
         }
     }
@@ -197,7 +197,7 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
                 }
                 counts.pending.fetch_sub(1, Ordering::Relaxed);
                 counts.done.fetch_add(1, Ordering::Relaxed);
-                crate::telemetry::cleanup_ended(true);
+                crate::client::telemetry::cleanup_ended(true);
             }
             Err(err) if err.is_outage() => {
                 log::debug!("{}: the undo failed again: {err}", undo.what);
@@ -209,7 +209,7 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
                 log::warn!("{}: the undo was refused: {err}", undo.what);
                 counts.pending.fetch_sub(1, Ordering::Relaxed);
                 counts.abandoned.fetch_add(1, Ordering::Relaxed);
-                crate::telemetry::cleanup_ended(false);
+                crate::client::telemetry::cleanup_ended(false);
             }
         }
     }
@@ -220,5 +220,5 @@ fn abandon(undo: &Undo, counts: &CleanupCounts, why: &str) {
     log::warn!("{}: not undone: {why}", undo.what);
     counts.pending.fetch_sub(1, Ordering::Relaxed);
     counts.abandoned.fetch_add(1, Ordering::Relaxed);
-    crate::telemetry::cleanup_ended(false);
+    crate::client::telemetry::cleanup_ended(false);
 }

@@ -10,20 +10,20 @@ use std::time::Duration;
 use super::cleanup::Cleanup;
 use super::clock::ServerClock;
 use super::{Client, SentinelSettings, Settings};
-use crate::call::replication::ShortfallLog;
-use crate::call::route::Router;
+use crate::client::call::replication::ShortfallLog;
+use crate::client::call::route::Router;
+use crate::client::pubsub::{Notices, PubSub};
+use crate::client::stats::WaitRecorder;
+use crate::client::topology::cluster::Cluster;
+use crate::client::topology::pool::{Pool, PoolSizes, PoolTimeouts, Target};
+use crate::client::topology::resolve::Resolver;
+use crate::client::topology::sentinel::{MasterLocator, SwitchWatcher};
+use crate::client::topology::tls::{self, TlsConnector, TlsOptions};
+use crate::client::wait::line::Lines;
+use crate::client::watchdog::Watchdog;
 use crate::error::Result;
 use crate::layout::FORCE_RELEASE_CHANNEL;
 use crate::protocol::names::Notice;
-use crate::pubsub::{Notices, PubSub};
-use crate::stats::WaitRecorder;
-use crate::topology::cluster::Cluster;
-use crate::topology::pool::{Pool, PoolSizes, PoolTimeouts, Target};
-use crate::topology::resolve::Resolver;
-use crate::topology::sentinel::{MasterLocator, SwitchWatcher};
-use crate::topology::tls::{self, TlsConnector, TlsOptions};
-use crate::wait::handoff::Lines;
-use crate::watchdog::Watchdog;
 
 /// The connect and response timeouts, which every step is bounded by.
 #[derive(Clone, Copy)]

@@ -22,12 +22,12 @@ use redis::{Connection, RedisResult, ServerErrorKind, Value};
 
 use std::sync::Arc;
 
-use crate::call::replication::{Acked, ReplicaAcks};
-use crate::call::runner;
+use crate::client::call::replication::{Acked, ReplicaAcks};
+use crate::client::call::runner;
+use crate::client::topology::pool::{self, Pool, Pooled, Reading};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::protocol::ScriptCall;
-use crate::topology::pool::{self, Pool, Pooled, Reading};
 
 /// After the deadline, an answer is still read if it is already there: reading in request
 /// order must not turn one frozen server's delay into a timeout for all the others.

@@ -17,10 +17,17 @@
 //! [`Client::run_acknowledged`], which sends the `WAIT` for replica acknowledgements behind
 //! the call when the manager asks for them, and is the plain call when it does not.
 
+pub(crate) mod call;
 pub(crate) mod cleanup;
 mod clock;
 mod connect;
 pub(crate) mod fanout;
+pub(crate) mod pubsub;
+pub(crate) mod stats;
+pub(crate) mod telemetry;
+pub(crate) mod topology;
+pub(crate) mod wait;
+pub(crate) mod watchdog;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,24 +35,22 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, FromRedisValue, RedisError, RedisResult};
 
-use crate::call::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
-use crate::call::route::{self, Redirect, Routed, Router};
-use crate::call::runner;
+use crate::client::call::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
+use crate::client::call::route::{self, Redirect, Routed, Router};
+use crate::client::call::runner;
 use crate::client::cleanup::{Cleanup, Undo};
 use crate::client::clock::ServerClock;
+use crate::client::pubsub::PubSub;
+use crate::client::stats::{Stats, WaitRecorder};
+use crate::client::topology::pool::Pool;
+use crate::client::topology::sentinel::SwitchWatcher;
+use crate::client::topology::tls::TlsOptions;
+use crate::client::wait::line::Lines;
+use crate::client::watchdog::{Callbacks, Watchdog};
 use crate::error::{Error, Result};
 use crate::protocol::names;
 use crate::protocol::request::{self, Window};
 use crate::protocol::{Request, ScriptCall};
-use crate::pubsub::PubSub;
-use crate::stats::{Stats, WaitRecorder};
-use crate::telemetry;
-use crate::topology::pool::Pool;
-use crate::topology::sentinel::SwitchWatcher;
-use crate::topology::tls::TlsOptions;
-use crate::wait;
-use crate::wait::handoff::Lines;
-use crate::watchdog::{Callbacks, Watchdog};
 
 /// What a client is built from; checked by the builder before.
 pub(crate) struct Settings {
@@ -61,7 +66,7 @@ pub(crate) struct Settings {
     pub(crate) response_timeout: Duration,
     pub(crate) watchdog_timeout: Duration,
     /// How many command connections each pool keeps idle, and may have open at once.
-    pub(crate) pool_sizes: crate::topology::pool::PoolSizes,
+    pub(crate) pool_sizes: crate::client::topology::pool::PoolSizes,
     /// What the watchdog tells of losses and risks.
     pub(crate) callbacks: Callbacks,
     /// `rediss://` settings.

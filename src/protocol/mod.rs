@@ -4,7 +4,7 @@
 //! every Lua script (the `.lua` files of the `lua/` folder) with the assembly of its keys and
 //! arguments and the meaning of its reply, one module per primitive ([`lock`]: a file per
 //! kind of lock). Pure: it builds
-//! commands and reads replies; the runner in `crate::call::runner` sends them. It may use nothing
+//! commands and reads replies; the runner in `crate::client::call::runner` sends them. It may use nothing
 //! of the crate but the error type.
 
 pub(crate) mod election;

@@ -1,5 +1,5 @@
 //! [`LuaScript`] (a script's source and SHA1) and [`ScriptCall`] (one call of it with its keys
-//! and arguments), which the runner in `crate::call::runner` sends. No I/O here.
+//! and arguments), which the runner in `crate::client::call::runner` sends. No I/O here.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,238 @@
+//! What a manager's primitives have been doing: the public [`Stats`] snapshot, and the
+//! [`WaitRecorder`] the wait loop writes into.
+//!
+//! Each part keeps its own counters where the work happens, as plain atomics: the wait loop
+//! (waiting threads, acquisitions, wait times), the watchdog (renewals, losses), the client
+//! (releases short of replica acknowledgements), the cleanup thread (undos sent again), the
+//! pub/sub service (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
+//! snapshot without I/O and without a lock on any hot path. Wait times go into a histogram of
+//! fixed buckets (eight per power of two, so a percentile is within 12.5 %).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// A snapshot of a manager's work since it was built; see
+/// [`LockManager::stats`](crate::LockManager::stats). Counts over all its primitives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Holds this process has now that the watchdog renews or watches: locks (each read
+    /// level's chain of a thread counts once), permits with a guard.
+    pub held: usize,
+    /// Threads waiting now in a blocking call (a lock, a permit, a latch).
+    pub waiting: usize,
+    /// Blocking or trying calls that ended with the primitive taken (a lock, a permit; an
+    /// open latch).
+    pub acquisitions: u64,
+    /// Holds sent for renewal (one per hold per renewal).
+    pub renewals_sent: u64,
+    /// Of those, the ones that got no usable answer (retried until the lease ends).
+    pub renewals_failed: u64,
+    /// Renewal batches: one pipeline each, however many holds.
+    pub renewal_batches: u64,
+    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): holds renewed whose
+    /// renewal fewer replicas than asked acknowledged in time. They are kept (a lease
+    /// extended on the master only is still a lease), and reported in the log.
+    pub renewals_unreplicated: u64,
+    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): releases (of locks,
+    /// permits, semaphore permits) that fewer replicas than asked acknowledged in time. They
+    /// stand, and are reported in the log; a failover now could bring the hold back until
+    /// its lease ends.
+    pub releases_unreplicated: u64,
+    /// Holds found lost because Redis answered they were gone.
+    pub lost_not_held_anymore: u64,
+    /// Holds found lost because their lease ran out before a renewal came through.
+    pub lost_lease_expired: u64,
+    /// Holds found lost because someone force-released them.
+    pub lost_force_released: u64,
+    /// Holds at risk now: a renewal failed and none has succeeded since (see
+    /// [`Guard::is_at_risk`](crate::Guard::is_at_risk)).
+    pub at_risk: usize,
+    /// How many times a hold was raised at risk.
+    pub risks_raised: u64,
+    /// How many times a hold at risk was renewed again (the rest of those raised were lost,
+    /// released, or are at risk now).
+    pub risks_cleared: u64,
+    /// How many holds of this manager were asked to let go (a revocation request heard for
+    /// them, once per hold).
+    pub revocations_requested: u64,
+    /// Acquisitions handed to this manager's waiting threads inside a release, without
+    /// asking Redis again: a plain lock handed on by another thread of the manager, a fair
+    /// lock granted by a release in any process.
+    pub handoffs: u64,
+    /// Undos the manager's cleanup thread is sending now, until Redis answers them: of what
+    /// failed or abandoned calls may have left in Redis (a lock level or a fair waiter's
+    /// place whose acquisition got no answer, permits a take took, a lock whose dropped
+    /// guard could not release it). The undo of an acquisition try counts until it has run
+    /// once after the try's deadline (a late copy of the try can come until then: a few
+    /// seconds).
+    pub cleanup_pending: usize,
+    /// Of those, the ones Redis answered: done.
+    pub cleanup_done: u64,
+    /// Of those, the ones given up: what they undo ran out by itself first (its lease or
+    /// place), Redis refused the undo, or the manager was shut down. Each is logged.
+    pub cleanup_abandoned: u64,
+    /// How many times the pub/sub connection was made again after the first.
+    pub pubsub_reconnects: u64,
+    /// How long the acquisitions waited, from the call to the take.
+    pub wait_times: WaitTimes,
+}
+
+/// Percentiles of the acquisitions' wait times (each within 12.5 % of the exact value).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WaitTimes {
+    /// How many waits are counted.
+    pub count: u64,
+    /// The median.
+    pub p50: Duration,
+    /// The 90th percentile.
+    pub p90: Duration,
+    /// The 99th percentile.
+    pub p99: Duration,
+    /// The longest (its bucket's upper bound).
+    pub max: Duration,
+}
+
+/// Sub-buckets per power of two.
+const SUB_BUCKETS: u32 = 8;
+/// Enough buckets for any wait in microseconds that fits a u64.
+const BUCKETS: usize = (SUB_BUCKETS as usize) * 62;
+
+/// The wait loop's counters.
+pub(crate) struct WaitRecorder {
+    waiting: AtomicUsize,
+    acquisitions: AtomicU64,
+    /// Wait times in microseconds.
+    histogram: Box<[AtomicU64]>,
+}
+
+impl WaitRecorder {
+    pub(crate) fn new() -> Self {
+        WaitRecorder {
+            waiting: AtomicUsize::new(0),
+            acquisitions: AtomicU64::new(0),
+            histogram: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// A thread starts waiting; it stops when the returned marker is dropped.
+    pub(crate) fn start_waiting(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(self)
+    }
+
+    /// An acquisition that waited `waited`.
+    pub(crate) fn acquired(&self, waited: Duration) {
+        crate::client::telemetry::acquired(waited);
+        self.acquisitions.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.histogram[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn acquisitions(&self) -> u64 {
+        self.acquisitions.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn wait_times(&self) -> WaitTimes {
+        let counts: Vec<u64> = self
+            .histogram
+            .iter()
+            .map(|bucket| bucket.load(Ordering::Relaxed))
+            .collect();
+        let count: u64 = counts.iter().sum();
+        if count == 0 {
+            return WaitTimes::default();
+        }
+        let percentile = |percent: u64| {
+            // The smallest bucket with at least `percent` % of the waits at or below it.
+            let rank = (count * percent).div_ceil(100).max(1);
+            let mut seen = 0;
+            for (bucket, &in_bucket) in counts.iter().enumerate() {
+                seen += in_bucket;
+                if seen >= rank {
+                    return Duration::from_micros(upper_bound(bucket));
+                }
+            }
+            Duration::from_micros(u64::MAX)
+        };
+        WaitTimes {
+            count,
+            p50: percentile(50),
+            p90: percentile(90),
+            p99: percentile(99),
+            max: percentile(100),
+        }
+    }
+}
+
+/// Marks a waiting thread while it lives.
+pub(crate) struct Waiting<'a>(&'a WaitRecorder);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The bucket of `micros`: exact below 8, then eight per power of two.
+fn bucket_of(micros: u64) -> usize {
+    if micros < u64::from(SUB_BUCKETS) {
+        return micros as usize;
+    }
+    let power = 63 - micros.leading_zeros(); // >= 3
+    let sub = (micros >> (power - 3)) & u64::from(SUB_BUCKETS - 1);
+    ((power - 2) * SUB_BUCKETS + sub as u32) as usize
+}
+
+/// The largest value of `bucket`.
+fn upper_bound(bucket: usize) -> u64 {
+    let bucket = bucket as u32;
+    if bucket < SUB_BUCKETS {
+        return u64::from(bucket);
+    }
+    let power = bucket / SUB_BUCKETS + 2;
+    let sub = u64::from(bucket % SUB_BUCKETS);
+    let width = 1u64 << (power - 3);
+    ((u64::from(SUB_BUCKETS) + sub) * width).saturating_add(width - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_lands_in_a_bucket_whose_bounds_hold_it() {
+        for micros in (0..5_000).chain([u64::MAX / 2, u64::MAX]) {
+            let bucket = bucket_of(micros);
+            assert!(bucket < BUCKETS, "{micros}");
+            assert!(upper_bound(bucket) >= micros, "{micros}");
+            if bucket > 0 {
+                assert!(upper_bound(bucket - 1) < micros, "{micros}");
+            }
+        }
+    }
+
+    #[test]
+    fn percentiles_are_within_an_eighth() {
+        let recorder = WaitRecorder::new();
+        for millis in 1..=100 {
+            recorder.acquired(Duration::from_millis(millis));
+        }
+        let times = recorder.wait_times();
+        assert_eq!(times.count, 100);
+        let near = |got: Duration, want: u64| {
+            let want = Duration::from_millis(want);
+            got >= want && got <= want + want / 8
+        };
+        assert!(near(times.p50, 50), "{times:?}");
+        assert!(near(times.p90, 90), "{times:?}");
+        assert!(near(times.p99, 99), "{times:?}");
+        assert!(near(times.max, 100), "{times:?}");
+        assert_eq!(recorder.acquisitions(), 100);
+    }
+}

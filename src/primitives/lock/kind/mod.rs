@@ -1,0 +1,88 @@
+//! The kinds of lock: each kind's rules in this process, beside its scripts.
+//!
+//! A kind is one type (the reentrant lock's [`Plain`], [`Fair`], a read-write lock's
+//! [`Read`], [`Write`] and [`Upgradable`], an election's lock in `election`) with its scripts in
+//! `protocol::lock` ([`LockScripts`]) and its rules here ([`LockKind`]), one file each:
+//! the watchdog's key and renewal of its holds, the chain a new acquisition joins, what a
+//! waiter subscribes to, whether it keeps a place in a queue, whether a release hands it on.
+//! [`RawLock`](super::RawLock) asks its kind and never matches over kinds. It may touch the
+//! lock's raw type, the client's watchdog and pub/sub, and the protocol.
+
+mod fair;
+mod plain;
+mod read;
+mod upgradable_read;
+mod write;
+
+use std::fmt;
+use std::time::Duration;
+
+use super::{Chain, RawLock};
+use crate::client::pubsub::{Letterbox, PubSub, Subscription};
+use crate::error::Result;
+use crate::protocol::lock::LockScripts;
+use crate::protocol::names;
+use crate::protocol::renew::HoldKind;
+
+pub(crate) use crate::protocol::lock::fair::Fair;
+pub(crate) use crate::protocol::lock::plain::Plain;
+pub(crate) use crate::protocol::lock::rwlock::{Read, Upgradable, Write};
+
+/// One kind of lock's rules in this process, over its scripts. Each rule's default is the
+/// answer of most kinds (a plain lock's, except that it hands on and joins groups: only the
+/// plain and write locks hand on, only the plain lock joins groups); a kind writes down where
+/// it differs.
+pub(crate) trait LockKind: LockScripts + fmt::Debug {
+    /// The watchdog's key for `thread`'s chain of this lock.
+    fn watch_key(&self, thread: u64) -> String {
+        names::holder_watch_key(&self.keys().name, thread)
+    }
+
+    /// How the watchdog renews a hold of this lock.
+    fn hold_kind(&self) -> HoldKind {
+        HoldKind::Lock
+    }
+
+    /// Whether anyone holds the lock (in this kind's mode).
+    fn is_locked(&self, lock: &RawLock) -> Result<bool> {
+        lock.query(redis::cmd("EXISTS").arg(&self.keys().name))
+    }
+
+    /// For a thread without a chain of this lock: the chain of a kin lock it joins (the
+    /// write chain a reader joins, the upgradable chain a writer upgrades), or an error when
+    /// the thread's holds forbid this acquisition. `None`: a new chain.
+    fn chain_to_join(&self, _lock: &RawLock, _thread: u64) -> Result<Option<Chain>> {
+        Ok(None)
+    }
+
+    /// Subscribes the chain `holder` to what announces a release (grants kept in
+    /// `letters`, for a kind whose releases grant the lock by message).
+    fn subscribe(
+        &self,
+        pubsub: &PubSub,
+        _holder: &str,
+        _letters: &Letterbox,
+    ) -> Result<Subscription> {
+        let keys = self.keys();
+        pubsub.subscribe(&keys.channel, &keys.name)
+    }
+
+    /// For a kind whose waiters queue (the fair lock): how long a place is kept after the one
+    /// ahead of it expires. `Some` says the rest of a queue's rules too: a waiter that gives
+    /// up is taken out of the queue, and a release may grant the lock to the next in line,
+    /// by message.
+    fn queue_place(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether a release of the last level may hand the lock to a waiting chain of the
+    /// releasing process (in the same script).
+    fn hands_off(&self) -> bool {
+        false
+    }
+
+    /// Whether the lock may be a member of a group lock (a RedLock or MultiLock).
+    fn may_join_groups(&self) -> bool {
+        false
+    }
+}
