@@ -160,8 +160,9 @@
 //! | `break_lock` | answered from its request | `Indeterminate` |
 //! | [`Semaphore`]: take | answered from its request | undone: the permits it took are given back |
 //! | [`Semaphore`]: `release`, `add_permits`, `drain_permits`, `try_set_permits` | answered from its request | `Indeterminate` |
+//! | [`SemaphoreGuard`]: `release`, drop | answered from its request | `Indeterminate` (`release`), or sent again in the background for up to the outage grace (drop) |
 //! | [`PermitSemaphore`]: take | answered from its request (the permit's id) | undone: the permit is given back |
-//! | [`PermitGuard`]: `release`, drop | answered from its request | `Indeterminate` (`release`), or sent again in the background (drop) |
+//! | [`PermitGuard`]: `unlock`, drop | answered from its request | `Indeterminate` (`unlock`), or sent again in the background (drop) |
 //! | [`CountDownLatch`]: `count_down`, `try_set_count`, `delete` | answered from its request | `Indeterminate` |
 //! | [`FencedStore`]: `set`, `delete` | answered from its request | `Indeterminate` |
 //! | [`LockGuard`]: `guarded_write`, `run_guarded` | answered from its request | `Indeterminate` |
@@ -238,7 +239,8 @@
 //!   |
 //! protocol/         the keys of a handle, cluster key slots, holder ids, every Lua script
 //!   |               (plain and sharded dialect) with its arguments and replies, a file per
-//!   |               primitive, and lock/ one per kind of lock; the `.lua` files in lua/;
+//!   |               primitive, and lock/ one per lock (plain, fair, rwlock for its three
+//!   |               kinds); the `.lua` files in lua/;
 //!   |               no I/O
 //! error/            the one Error enum, used everywhere, and the sorting of Redis's answers
 //!                   into it (TLS failures, refused logins and permissions included)

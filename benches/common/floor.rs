@@ -1,7 +1,7 @@
 //! The floors the benches hold the library against: the crate's own scripts, assembled as
 //! the crate assembles them (`lua_script!` in `src/protocol/script.rs`: the publish command,
 //! `deadline.lua`, the parts) and sent by hand, with the arguments the crate gives them
-//! (`src/protocol/lock.rs`, `src/protocol/semaphore.rs`). A change to either shows here as a
+//! (`src/protocol/lock/plain.rs`, `src/protocol/semaphore.rs`). A change to either shows here as a
 //! script error the first time a bench runs.
 //!
 //! Every call carries a deadline ten minutes ahead on the server's clock; the release
@@ -17,7 +17,7 @@ const DEADLINE_AHEAD_MS: u64 = 600_000;
 /// The lease the floors' locks take, as the library's default watchdog timeout.
 const LEASE_MS: u64 = 30_000;
 
-/// A script of the crate, from its parts (`include_str!` of files in `src/protocol`).
+/// A script of the crate, from its parts (`include_str!` of files in `src/protocol/lua`).
 pub fn script(parts: &[&str]) -> Script {
     Script::new(&format!(
         "local publish_command = 'publish'\n{}{}",

@@ -5,8 +5,9 @@
 //! the queue, permits a take took, a lock that a dropped guard's release did not free. The
 //! caller hands the undo (a script safe to send twice) to [`Cleanup::keep_trying`] and goes
 //! on; the thread `redlease-cleanup` sends it at once, and again every [`RETRY_EVERY`] until
-//! the server answers, or until what it undoes would have run out by itself (its `until`),
-//! when it gives up with a warning. An undo that answers that a copy of what it undoes may
+//! the server answers, or until what it undoes would have run out by itself (its `until`;
+//! for a semaphore guard's release, whose permits never run out, the outage grace), when it
+//! gives up with a warning. An undo that answers that a copy of what it undoes may
 //! still come ([`undo_again`]: the try's deadline has not passed) is sent once more after
 //! that deadline. (An undo of a call that timed out is also queued behind the call on its
 //! connection by the caller, where it runs first if the server was only slow.) While the server cannot be reached, one failed undo ends the round: the others

@@ -321,7 +321,8 @@ impl Client {
     }
 
     /// A new request whose copies may be sent for `send_for` (a dropped guard's release,
-    /// sent by the cleanup thread until the lease would have run out).
+    /// sent by the cleanup thread until the lease would have run out, or for the outage
+    /// grace where there is no lease: a semaphore guard's).
     pub(crate) fn request_sent_for(&self, name: &str, send_for: Duration) -> Request {
         Request::new(name, &self.next_request_id(), self.window(send_for))
     }
@@ -500,7 +501,8 @@ impl Client {
     /// ([`Release::Waited`]), it is sent again through an outage as a change is
     /// ([`Client::settle`]); by a dropping guard ([`Release::Dropped`]), which must not block,
     /// it is sent once and, unanswered, handed to the cleanup thread until `until` (when the
-    /// lease would have run out anyway). Every send after the first is `again` when given:
+    /// lease would have run out anyway, or the outage grace for a semaphore guard's permits,
+    /// which have none). Every send after the first is `again` when given:
     /// the same release with the same key, without what only its first send may do (hand
     /// the lock to a waiting thread, which may have stopped waiting by then); should the
     /// first run late, it finds the answer of a repeat that ran before it, and does nothing.

@@ -3,7 +3,7 @@
 //! Key and channel naming, holder ids and the force-release notice format ([`names`]), and
 //! every Lua script (the `.lua` files of the `lua/` folder) with the assembly of its keys and
 //! arguments and the meaning of its reply, one module per primitive ([`lock`]: a file per
-//! kind of lock). Pure: it builds
+//! lock, plain, fair, and rwlock for its three kinds). Pure: it builds
 //! commands and reads replies; the runner in `crate::client::call::runner` sends them. It may use nothing
 //! of the crate but the error type.
 

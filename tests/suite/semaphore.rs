@@ -1,6 +1,7 @@
 //! The counting semaphore on a real server: never more holders than permits across processes
 //! and threads, waiters woken by releases (the library's and a hand-written client's that
-//! follows the documented layout), typed errors for bad input, and nothing left behind.
+//! follows the documented layout), typed errors for bad input, nothing left behind, and a
+//! guard that gives its permits back on a drop, `?` or a panic, once, Redis paused or not.
 
 use crate::common;
 use crate::common::semaphores;

@@ -29,7 +29,7 @@
 //! each sleep.
 //!
 //! The parts, each in its own module:
-//! - [`cluster`]: cluster mode: a hub per master, and subscriptions that follow their slot.
+//! - [`cluster_hubs`]: cluster mode: a hub per master, and subscriptions that follow their slot.
 //! - [`hub`]: one hub: its listener thread, its shared state, joining and leaving channels.
 //! - [`channels`]: the bookkeeping under the hub's one lock (channels, waiters, counts, wake
 //!   rules, plain or sharded commands); no I/O.

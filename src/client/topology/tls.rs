@@ -6,7 +6,7 @@
 //! - The command connections are redis-rs's (`ConnectionAddr::TcpTls`). redis-rs is handed
 //!   the PEM bytes of the options (`Client::build_with_tls`) and builds its rustls
 //!   configuration from them for every new connection.
-//! - The pub/sub connection (`pubsub::tls`) runs a rustls session of its own, with the
+//! - The pub/sub connection (`pubsub::transport::tls_stream`) runs a rustls session of its own, with the
 //!   [`rustls::ClientConfig`] built here from the same bytes the way redis-rs builds its own:
 //!   the CA given, or else the system's roots loaded with rustls-native-certs; the client
 //!   certificate given; verification skipped, and SNI off, only when asked for.
@@ -372,7 +372,7 @@ impl ServerCertVerifier for AcceptAnyServerCertificate {
 
 /// Whether the server at `address` answers a TLS client hello with a TLS record (a
 /// handshake or an alert record), within `budget`: the check behind
-/// [`TlsFailure::ServerRequiresTls`], made only after a plaintext connection was ended
+/// [`TlsFailure::ServerRequiresTls`](crate::TlsFailure::ServerRequiresTls), made only after a plaintext connection was ended
 /// without an answer. The hello names `host` (as SNI when it is a DNS name); nothing is
 /// verified, and the connection is dropped after the first bytes.
 #[cfg(feature = "tls")]
@@ -421,7 +421,7 @@ pub(crate) fn speaks_tls(address: SocketAddr, host: &str, budget: Duration) -> b
 }
 
 /// Whether the server at `address` answers a plaintext `PING` in RESP (a `+` or `-` line),
-/// within `budget`: the check behind [`TlsFailure::NotTls`] for a server that stayed silent
+/// within `budget`: the check behind [`TlsFailure::NotTls`](crate::TlsFailure::NotTls) for a server that stayed silent
 /// through a TLS handshake, as a plaintext `redis-server` does (its inline-command parser
 /// waits for a line end, and a client hello has a zero byte before any).
 #[cfg(feature = "tls")]

@@ -2,7 +2,8 @@
 //!
 //! A semaphore is a number of permits under its name in Redis (Redisson's `RSemaphore`
 //! layout), taken and given back with the protocol's semaphore scripts. Permits have no owner
-//! and no lease: taking them returns nothing to guard. A waiter sleeps in the shared wait loop,
+//! and no lease: a take is counted, or guarded by a [`SemaphoreGuard`] (in `taken`) that only
+//! remembers to give them back. A waiter sleeps in the shared wait loop,
 //! woken by every message on the semaphore's channel (each one may let several waiters
 //! through); without a message it looks again only once per watchdog interval. The handle talks to Redis only
 //! through its [`Client`]: the pool and the pub/sub service. The permit-expirable semaphore

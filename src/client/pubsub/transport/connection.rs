@@ -2,7 +2,7 @@
 //! through the manager's resolver, a Unix socket, the master the sentinels name now, or a
 //! node of a cluster),
 //! connecting within the connect timeout (for `rediss://`, the TLS handshake included: see
-//! [`super::tls`]), `AUTH`, and the handles with their timeouts.
+//! [`super::tls_stream`]), `AUTH`, and the handles with their timeouts.
 //!
 //! Knows nothing of channels or waiters; touches only sockets, the TLS stream, the resolver
 //! and the master locator (and reads a cluster node's address).
@@ -234,7 +234,7 @@ fn read_one_frame(stream: &Stream, give_up_at: Instant) -> io::Result<Frame> {
 /// the connection for both.
 pub(in crate::client::pubsub) enum Stream {
     Tcp(TcpStream),
-    /// Its clones share one TLS session (see [`super::tls`]).
+    /// Its clones share one TLS session (see [`super::tls_stream`]).
     #[cfg(feature = "tls")]
     Tls(TlsStream),
     #[cfg(unix)]

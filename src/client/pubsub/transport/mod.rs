@@ -1,6 +1,6 @@
 //! The subscribed connection's transport: the socket, its address and `AUTH`
 //! ([`connection`]), for `rediss://` the TLS session its reading and writing handles share
-//! ([`tls`]), and the RESP2 parser ([`frame`]). It knows nothing of channels or waiters.
+//! ([`tls_stream`]), and the RESP2 parser ([`frame`]). It knows nothing of channels or waiters.
 
 pub(super) mod connection;
 pub(crate) mod frame;
