@@ -44,7 +44,8 @@
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
 //! - **More synchronizers.** A fair lock ([`LockManager::fair_lock`]) taken in the order of
-//!   asking; a [`ReadWriteLock`] for many readers or one writer; a [`Semaphore`] of permits
+//!   asking; non-reentrant locks ([`LockManager::non_reentrant_lock`]) whose holder's second
+//!   acquisition is an error at once; a [`ReadWriteLock`] for many readers or one writer; a [`Semaphore`] of permits
 //!   anyone may take and give back (counted, or with a [`SemaphoreGuard`] that gives them back
 //!   when dropped); a [`PermitSemaphore`] whose permits have ids and leases,
 //!   with a [`PermitGuard`] the watchdog keeps alive like a lock's, so a holder that dies gives

@@ -25,7 +25,7 @@ use crate::primitives::election::LeaderElection;
 use crate::primitives::fence::FencedStore;
 use crate::primitives::latch::CountDownLatch;
 use crate::primitives::lock::rwlock::ReadWriteLock;
-use crate::primitives::lock::{Fair, Lock};
+use crate::primitives::lock::{Fair, Lock, NonReentrant, Plain};
 use crate::primitives::semaphore::permit::PermitSemaphore;
 use crate::primitives::semaphore::Semaphore;
 use crate::protocol::names;
@@ -292,6 +292,46 @@ impl LockManager {
     /// ```
     pub fn fair_lock(&self, name: &str) -> Lock {
         let kind = Fair::new(name, self.fair_place_ms);
+        Lock::of_kind(Arc::clone(&self.client), Arc::new(kind))
+    }
+
+    /// A handle to the non-reentrant lock called `name` (Redisson's `getNonReentrantLock`): a
+    /// [`Lock`] that the thread holding it cannot take again. Its second `lock`, `try_lock`,
+    /// `try_lock_for` or `with_lock` fails at once with [`Error::AlreadyHeld`], where the
+    /// reentrant lock would count a level (and where a lock that did neither would wait for
+    /// the thread's own hold). Other threads and processes contend for it as for the lock.
+    ///
+    /// It is laid out as the lock is: it excludes [`lock`](Self::lock)'s handles, Redisson's
+    /// `RLock` and Redisson's non-reentrant lock on the same name. It is no member of a group
+    /// lock.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// let migration = manager.non_reentrant_lock("schema-migration");
+    /// let guard = migration.lock()?;
+    /// assert!(matches!(
+    ///     migration.try_lock(),
+    ///     Err(redlease::Error::AlreadyHeld { .. })
+    /// ));
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn non_reentrant_lock(&self, name: &str) -> Lock {
+        let kind = NonReentrant(Plain::new(name));
+        Lock::of_kind(Arc::clone(&self.client), Arc::new(kind))
+    }
+
+    /// A handle to the non-reentrant fair lock called `name` (Redisson's
+    /// `getNonReentrantFairLock`): the [`fair_lock`](Self::fair_lock), whose holding thread
+    /// cannot take it again ([`Error::AlreadyHeld`], at once, as for
+    /// [`non_reentrant_lock`](Self::non_reentrant_lock)). Laid out as the fair lock is: it
+    /// excludes the fair lock's handles and Redisson's fair and non-reentrant fair locks on
+    /// the same name, and queues among their waiters.
+    pub fn non_reentrant_fair_lock(&self, name: &str) -> Lock {
+        let kind = NonReentrant(Fair::new(name, self.fair_place_ms));
         Lock::of_kind(Arc::clone(&self.client), Arc::new(kind))
     }
 

@@ -100,6 +100,15 @@ pub enum Error {
         name: String,
     },
 
+    /// The calling thread holds this non-reentrant lock already and asked for it again
+    /// (Redisson answers `IllegalMonitorStateException`): a second level would wait for the
+    /// thread's own hold forever, so nothing is sent and nothing waits.
+    #[error("lock {name:?} is non-reentrant and the calling thread holds it already")]
+    AlreadyHeld {
+        /// The lock name.
+        name: String,
+    },
+
     /// A fenced write was refused: the resource has already seen a higher fencing token, so
     /// the writer's lock was lost and someone else has taken it since (see
     /// [`FencedStore`](crate::FencedStore)).

@@ -31,6 +31,7 @@ mod inspect;
 mod latch;
 mod lost_answers;
 mod lost_locks;
+mod non_reentrant;
 mod permit_semaphore;
 mod redlock;
 mod reentrant;

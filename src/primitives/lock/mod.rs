@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use acquisition::Acquisition;
-pub(crate) use kind::{Fair, LockKind, Plain, Read, Upgradable, Write};
+pub(crate) use kind::{Fair, LockKind, NonReentrant, Plain, Read, Upgradable, Write};
 pub use lock_guard::LockGuard;
 pub(crate) use lock_guard::{LockHold, OverLockHold};
 
@@ -47,8 +47,10 @@ use crate::protocol::ScriptCall;
 /// A handle to one named distributed lock. Cheap to clone; `Send` and `Sync`.
 ///
 /// The lock is reentrant per thread: a thread that holds it can take it again, and must
-/// release it as many times. Each acquisition returns a [`LockGuard`] that releases one level
-/// when dropped.
+/// release it as many times (the non-reentrant kinds,
+/// [`non_reentrant_lock`](crate::LockManager::non_reentrant_lock) and
+/// [`non_reentrant_fair_lock`](crate::LockManager::non_reentrant_fair_lock), refuse instead).
+/// Each acquisition returns a [`LockGuard`] that releases one level when dropped.
 ///
 /// ```
 /// # fn main() -> redlease::Result<()> {
@@ -433,11 +435,15 @@ impl RawLock {
         Ok(vec![self.kind.subscribe(pubsub, holder, letters)?])
     }
 
-    /// The chain the calling thread holds the lock by, or a new one with a holder id of its
-    /// own, unless the lock's kind has the thread join a chain of a kin lock (see
-    /// [`LockKind::chain_to_join`]).
+    /// The chain the calling thread holds the lock by ([`Error::AlreadyHeld`] for a kind that
+    /// is not reentrant), or a new one with a holder id of its own, unless the lock's kind has
+    /// the thread join a chain of a kin lock (see [`LockKind::chain_to_join`]).
     fn chain_to_join(&self, thread: u64) -> Result<Chain> {
         if let Some((holder, levels)) = self.current_chain() {
+            if !self.kind.reentrant() {
+                let name = self.name().to_owned();
+                return Err(Error::AlreadyHeld { name });
+            }
             return Ok(Chain::of(holder.to_string(), levels));
         }
         let joined = self.kind.chain_to_join(self, thread)?;

@@ -4,11 +4,13 @@
 //! [`Read`], [`Write`] and [`Upgradable`], an election's lock in `election`) with its scripts in
 //! `protocol::lock` ([`LockScripts`]) and its rules here ([`LockKind`]), one file each:
 //! the watchdog's key and renewal of its holds, the chain a new acquisition joins, what a
-//! waiter subscribes to, whether it keeps a place in a queue, whether a release hands it on.
+//! waiter subscribes to, whether it keeps a place in a queue, whether a release hands it on,
+//! whether its holder may take it again ([`NonReentrant`] wraps a kind that may not).
 //! [`RawLock`](super::RawLock) asks its kind and never matches over kinds. It may touch the
 //! lock's raw type, the client's watchdog and pub/sub, and the protocol.
 
 mod fair;
+mod non_reentrant;
 mod plain;
 mod read;
 mod upgradable_read;
@@ -27,6 +29,7 @@ use crate::protocol::renew::HoldKind;
 pub(crate) use crate::protocol::lock::fair::Fair;
 pub(crate) use crate::protocol::lock::plain::Plain;
 pub(crate) use crate::protocol::lock::rwlock::{Read, Upgradable, Write};
+pub(crate) use non_reentrant::NonReentrant;
 
 /// One kind of lock's rules in this process, over its scripts. Each rule's default is the
 /// answer of most kinds (a plain lock's, except that it hands on and joins groups: only the
@@ -84,5 +87,11 @@ pub(crate) trait LockKind: LockScripts + fmt::Debug {
     /// Whether the lock may be a member of a group lock (a RedLock or MultiLock).
     fn may_join_groups(&self) -> bool {
         false
+    }
+
+    /// Whether the thread that holds the lock may take it again, a level more (else its
+    /// second acquisition is [`Error::AlreadyHeld`](crate::Error::AlreadyHeld), at once).
+    fn reentrant(&self) -> bool {
+        true
     }
 }
