@@ -2,6 +2,7 @@
 //! child processes.
 #![allow(dead_code)]
 
+pub mod redisson;
 pub mod semaphores;
 #[allow(unused_imports)] // its re-exports, for the binaries whose tests use them
 pub mod sentinel;

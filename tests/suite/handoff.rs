@@ -321,7 +321,6 @@ fn a_redisson_waiter_among_redlease_waiters_takes_once_releases_once() {
     let redis = server();
     let manager = manager_for_url(&redis.url(), Duration::from_secs(30));
     let lock = manager.fair_lock("interop");
-    let acquire = redis::Script::new(include_str!("../redisson/fair_acquire.lua"));
     let release = redis::Script::new(include_str!("../redisson/fair_release.lua"));
     let mut java = redis::Client::open(redis.url())
         .unwrap()
@@ -338,21 +337,8 @@ fn a_redisson_waiter_among_redlease_waiters_takes_once_releases_once() {
     wakes
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let java_acquire = |connection: &mut redis::Connection| -> Option<i64> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        acquire
-            .key("interop")
-            .key("redisson_lock_queue:{interop}")
-            .key("redisson_lock_timeout:{interop}")
-            .arg(30_000)
-            .arg(JAVA)
-            .arg(300_000)
-            .arg(now)
-            .invoke(connection)
-            .unwrap()
+    let java_acquire = |connection: &mut redis::Connection| {
+        common::redisson::fair_acquire(connection, "interop", JAVA)
     };
     let queue = |connection: &mut redis::Connection| -> Vec<String> {
         connection

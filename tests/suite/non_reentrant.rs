@@ -168,26 +168,12 @@ fn redissons_fair_lock_and_the_non_reentrant_fair_lock_exclude_each_other() {
     let redis = server();
     let manager = manager(&redis, WATCHDOG);
     let lock = manager.non_reentrant_fair_lock("interop-fair");
-    let acquire = redis::Script::new(include_str!("../redisson/fair_acquire.lua"));
     let mut java = redis::Client::open(redis.url())
         .unwrap()
         .get_connection()
         .unwrap();
-    let java_acquire = |connection: &mut redis::Connection| -> Option<i64> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        acquire
-            .key("interop-fair")
-            .key("redisson_lock_queue:{interop-fair}")
-            .key("redisson_lock_timeout:{interop-fair}")
-            .arg(30_000)
-            .arg(JAVA)
-            .arg(300_000)
-            .arg(now)
-            .invoke(connection)
-            .unwrap()
+    let java_acquire = |connection: &mut redis::Connection| {
+        common::redisson::fair_acquire(connection, "interop-fair", JAVA)
     };
     let guard = lock.try_lock().unwrap().expect("free");
     assert!(
