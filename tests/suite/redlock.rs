@@ -430,8 +430,8 @@ fn too_short_a_lease_is_refused() {
     ));
 }
 
-/// A group lock is made of plain locks: a fair, read or write lock as a member is refused at
-/// once, rather than taken with the wrong renewal, channel or queue.
+/// A group lock is made of plain locks: a fair, read, write or non-reentrant lock as a member
+/// is refused at once, rather than taken with the wrong renewal, channel, queue or rule.
 #[test]
 fn a_group_refuses_members_that_are_not_plain_locks() {
     let servers = masters(2);
@@ -440,6 +440,8 @@ fn a_group_refuses_members_that_are_not_plain_locks() {
         managers[0].fair_lock("group"),
         managers[0].read_write_lock("group").read().clone(),
         managers[0].read_write_lock("group").write().clone(),
+        managers[0].non_reentrant_lock("group"),
+        managers[0].non_reentrant_fair_lock("group"),
     ];
     for odd in members {
         let locks = vec![odd.clone(), managers[1].lock("group")];

@@ -349,7 +349,8 @@ impl<T: FromGroup> GroupBuilder<T> {
             member.raw().keys()?;
             if !member.raw().kind().may_join_groups() {
                 return Err(Error::InvalidArgument(format!(
-                    "a {kind:?} is made of plain locks; {:?} is a fair, read or write lock",
+                    "a {kind:?} is made of plain locks; {:?} is of another kind (fair, read, write \
+                     or non-reentrant)",
                     member.name()
                 )));
             }
