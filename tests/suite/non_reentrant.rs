@@ -1,8 +1,8 @@
 //! The non-reentrant lock and fair lock on a real server: the holding thread's second
 //! acquisition is a typed error at once (never a wait on its own lease), while other threads
 //! and processes contend as for the lock; an acquisition whose answer is lost, sent again, is
-//! no re-entry; and both exclude Redisson's clients of the same layout (its own scripts, in
-//! `tests/redisson/`, run as a Java thread would).
+//! no re-entry; and both exclude Redisson's non-reentrant clients of the same layout (its
+//! own scripts, in `tests/redisson/`, run as a Java thread would).
 
 use crate::common;
 
@@ -164,7 +164,7 @@ fn redissons_non_reentrant_lock_and_this_one_exclude_each_other() {
 }
 
 #[test]
-fn redissons_fair_lock_and_the_non_reentrant_fair_lock_exclude_each_other() {
+fn redissons_non_reentrant_fair_lock_and_this_one_exclude_each_other() {
     let redis = server();
     let manager = manager(&redis, WATCHDOG);
     let lock = manager.non_reentrant_fair_lock("interop-fair");
@@ -173,15 +173,37 @@ fn redissons_fair_lock_and_the_non_reentrant_fair_lock_exclude_each_other() {
         .get_connection()
         .unwrap();
     let java_acquire = |connection: &mut redis::Connection| {
-        common::redisson::fair_acquire(connection, "interop-fair", JAVA)
+        common::redisson::non_reentrant_fair_acquire(connection, "interop-fair", JAVA)
     };
+    // The Java thread holds it: this lock waits; the Java thread's own second try is
+    // Redisson's error.
+    assert_eq!(
+        java_acquire(&mut java).unwrap(),
+        None,
+        "taken by the Java thread"
+    );
+    assert!(lock.try_lock().unwrap().is_none());
+    let again = java_acquire(&mut java).unwrap_err();
+    assert!(
+        again.to_string().contains("NON_REENTRANT_REACQUIRE"),
+        "{again}"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg("interop-fair")
+        .query(&mut java)
+        .unwrap();
+    // This lock holds it: the Java thread queues behind it, and is next in line once it is
+    // released; this lock then finds it held.
     let guard = lock.try_lock().unwrap().expect("free");
     assert!(
-        java_acquire(&mut java).is_some(),
+        java_acquire(&mut java).unwrap().is_some(),
         "held: the Java thread queues"
     );
     guard.unlock().unwrap();
-    // Next in line, the Java thread takes it; this lock then finds it held.
-    assert_eq!(java_acquire(&mut java), None, "taken by the Java thread");
+    assert_eq!(
+        java_acquire(&mut java).unwrap(),
+        None,
+        "taken by the Java thread"
+    );
     assert!(lock.try_lock().unwrap().is_none());
 }
