@@ -74,27 +74,26 @@ fn the_holding_threads_second_acquisition_is_a_typed_error_and_waits_for_nothing
     assert_eq!(manager.watched_locks(), 0);
 }
 
+/// Whether `lock` is held for another thread (one try from a thread of its own).
+fn held_for_another_thread(lock: &Lock) -> bool {
+    let other = lock.clone();
+    let seen = std::thread::spawn(move || other.try_lock().unwrap().is_none());
+    seen.join().unwrap()
+}
+
 #[test]
 fn the_non_reentrant_kinds_and_their_reentrant_kinds_exclude_each_other() {
     let redis = server();
     let manager = manager(&redis, WATCHDOG);
-    let plain = manager.lock("shared");
-    let single = manager.non_reentrant_lock("shared");
-    let guard = plain.lock().unwrap();
-    let other = single.clone();
-    let seen = std::thread::spawn(move || other.try_lock().unwrap().is_none());
+    let guard = manager.lock("shared").lock().unwrap();
     assert!(
-        seen.join().unwrap(),
+        held_for_another_thread(&manager.non_reentrant_lock("shared")),
         "the lock's hold keeps the non-reentrant one out"
     );
     guard.unlock().unwrap();
-    let fair = manager.fair_lock("queued");
-    let single_fair = manager.non_reentrant_fair_lock("queued");
-    let guard = single_fair.lock().unwrap();
-    let other = fair.clone();
-    let seen = std::thread::spawn(move || other.try_lock().unwrap().is_none());
+    let guard = manager.non_reentrant_fair_lock("queued").lock().unwrap();
     assert!(
-        seen.join().unwrap(),
+        held_for_another_thread(&manager.fair_lock("queued")),
         "the non-reentrant fair hold keeps the fair lock out"
     );
     guard.unlock().unwrap();
