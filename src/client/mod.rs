@@ -323,7 +323,7 @@ impl Client {
     /// A new request whose copies may be sent for `send_for` (a dropped guard's release,
     /// sent by the cleanup thread until the lease would have run out, or for the outage
     /// grace where there is no lease: a semaphore guard's).
-    pub(crate) fn request_sent_for(&self, name: &str, send_for: Duration) -> Request {
+    fn request_sent_for(&self, name: &str, send_for: Duration) -> Request {
         Request::new(name, &self.next_request_id(), self.window(send_for))
     }
 
@@ -494,6 +494,22 @@ impl Client {
             }
             return answer.map_err(|err| err.about_keys_of(name));
         }
+    }
+
+    /// [`Client::release`] of a release that carries a request of its own, made by `call`
+    /// from it: its answer is kept under the request's key, and a dropped guard's is sent by
+    /// the cleanup thread for `send_for` (see [`Client::request_sent_for`]).
+    pub(crate) fn release_by_request<T: FromRedisValue>(
+        &self,
+        name: &str,
+        send_for: Duration,
+        call: impl FnOnce(&Request) -> ScriptCall,
+        how: Release,
+    ) -> Result<Acked<T>> {
+        let request = self.request_sent_for(name, send_for);
+        let call = call(&request);
+        let key = request.key().to_owned();
+        self.release(name, call, None, key, how, || request.send_until())
     }
 
     /// Sends a release of the primitive `name` whose answer is kept under `key` (its unlock

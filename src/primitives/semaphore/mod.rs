@@ -209,12 +209,10 @@ impl Semaphore {
                     protocol::add(keys, change, request)
                 })?,
             Release::Dropped => {
-                let client = &self.client;
-                let request = client.request_sent_for(&keys.name, client.outage_grace());
-                let call = protocol::add(keys, change, &request);
-                let until = || request.send_until();
-                let key = request.key().to_owned();
-                client.release::<Changed>(&keys.name, call, None, key, how, until)?
+                let send_for = self.client.outage_grace();
+                let release = |request: &_| protocol::add(keys, change, request);
+                self.client
+                    .release_by_request::<Changed>(&keys.name, send_for, release, how)?
             }
         };
         self.count_after(acked.answer, change)?;

@@ -320,11 +320,8 @@ impl RawPermits {
         // After its lease, a permit is given back by the next script anyway: a dropped guard's
         // release is sent until then.
         let send_for = client.watchdog_timeout().max(client.outage_grace());
-        let request = client.request_sent_for(&keys.name, send_for);
-        let call = protocol::release_permit(keys, id, &request);
-        let until = || request.send_until();
-        let key = request.key().to_owned();
-        let released = client.release::<i64>(&keys.name, call, None, key, how, until)?;
+        let release = |request: &_| protocol::release_permit(keys, id, request);
+        let released = client.release_by_request::<i64>(&keys.name, send_for, release, how)?;
         if released.answer == 1 {
             if let Some(why) = released.unreplicated {
                 client.release_unreplicated(self.name(), &why);
