@@ -59,6 +59,47 @@ pub(crate) trait LockScripts: Send + Sync {
     }
 }
 
+/// A kind laid out in Redis as another kind is (a non-reentrant lock as its reentrant kind, a
+/// spin lock as the lock): its scripts are the other kind's, so the two exclude each other on
+/// a name.
+pub(crate) trait LaidOutAs: Send + Sync {
+    /// The kind whose scripts this one sends.
+    type Layout: LockScripts;
+
+    /// That kind, over this one's name.
+    fn layout(&self) -> &Self::Layout;
+}
+
+impl<K: LaidOutAs> LockScripts for K {
+    fn keys(&self) -> &LockKeys {
+        self.layout().keys()
+    }
+
+    fn acquire_call(&self, this_try: &TryArgs<'_>) -> ScriptCall {
+        self.layout().acquire_call(this_try)
+    }
+
+    fn release_call(&self, release: &ReleaseArgs<'_>) -> ScriptCall {
+        self.layout().release_call(release)
+    }
+
+    fn undo_call(&self, undo: &UndoArgs<'_>) -> ScriptCall {
+        self.layout().undo_call(undo)
+    }
+
+    fn force_release_call(&self, request: &Request) -> ScriptCall {
+        self.layout().force_release_call(request)
+    }
+
+    fn revocation_targets(&self) -> &'static str {
+        self.layout().revocation_targets()
+    }
+
+    fn hold_field<'a>(&self, holder: &'a str) -> Cow<'a, str> {
+        self.layout().hold_field(holder)
+    }
+}
+
 /// One acquisition try: by the chain `holder`, which holds `levels_held` levels already (0: a
 /// new chain), for a lease of `lease_ms`; for a write lock taken by the upgradable reader, an
 /// `upgrade`, with the id of this try. A fair-lock waiter that `accepts_grant` may be handed

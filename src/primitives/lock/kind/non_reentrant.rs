@@ -6,49 +6,24 @@
 //! never a re-entry in Redis: a new chain has a holder id of its own, and a try whose answer
 //! was lost is undone and followed by a new chain's (the thread holds no chain meanwhile).
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use super::{Chain, LockKind, RawLock};
 use crate::client::pubsub::{Letterbox, PubSub, Subscription};
 use crate::error::Result;
-use crate::protocol::lock::{LockScripts, ReleaseArgs, TryArgs, UndoArgs};
-use crate::protocol::names::LockKeys;
+use crate::protocol::lock::{LaidOutAs, LockScripts};
 use crate::protocol::renew::HoldKind;
-use crate::protocol::{Request, ScriptCall};
 
 /// The kind `K` (the plain or the fair lock), not reentrant: every rule and script is `K`'s
 /// but that one, and it is no group's member.
 #[derive(Debug)]
 pub(crate) struct NonReentrant<K>(pub(crate) K);
 
-impl<K: LockScripts> LockScripts for NonReentrant<K> {
-    fn keys(&self) -> &LockKeys {
-        self.0.keys()
-    }
+impl<K: LockScripts> LaidOutAs for NonReentrant<K> {
+    type Layout = K;
 
-    fn acquire_call(&self, this_try: &TryArgs<'_>) -> ScriptCall {
-        self.0.acquire_call(this_try)
-    }
-
-    fn release_call(&self, release: &ReleaseArgs<'_>) -> ScriptCall {
-        self.0.release_call(release)
-    }
-
-    fn undo_call(&self, undo: &UndoArgs<'_>) -> ScriptCall {
-        self.0.undo_call(undo)
-    }
-
-    fn force_release_call(&self, request: &Request) -> ScriptCall {
-        self.0.force_release_call(request)
-    }
-
-    fn revocation_targets(&self) -> &'static str {
-        self.0.revocation_targets()
-    }
-
-    fn hold_field<'a>(&self, holder: &'a str) -> Cow<'a, str> {
-        self.0.hold_field(holder)
+    fn layout(&self) -> &K {
+        &self.0
     }
 }
 
