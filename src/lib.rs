@@ -11,7 +11,9 @@
 //!   thread for all locks of the manager, in batches. A holder that dies stops renewing, and
 //!   its lock expires on its own.
 //! - **Waiting without polling.** A waiter subscribes to the lock's release channel and sleeps
-//!   until a release wakes it, or until the holder's lease would run out.
+//!   until a release wakes it, or until the holder's lease would run out. Where one
+//!   subscription per waited name costs too much, or a proxy carries no pub/sub, a spin lock
+//!   ([`LockManager::spin_lock`]) polls instead, spaced by a [`BackOff`].
 //! - **Handoffs in one round trip.** A release hands the lock to the next holder inside its
 //!   own script when it knows who that is: a thread of the same manager that waits for a
 //!   plain lock (at most [`local_handoffs`](LockManagerBuilder::local_handoffs) times in a
@@ -45,7 +47,8 @@
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
 //! - **More synchronizers.** A fair lock ([`LockManager::fair_lock`]) taken in the order of
 //!   asking; non-reentrant locks ([`LockManager::non_reentrant_lock`]) whose holder's second
-//!   acquisition is an error at once; a [`ReadWriteLock`] for many readers or one writer; a [`Semaphore`] of permits
+//!   acquisition is an error at once; a spin lock ([`LockManager::spin_lock`]) waited for by
+//!   polling; a [`ReadWriteLock`] for many readers or one writer; a [`Semaphore`] of permits
 //!   anyone may take and give back (counted, or with a [`SemaphoreGuard`] that gives them back
 //!   when dropped); a [`PermitSemaphore`] whose permits have ids and leases,
 //!   with a [`PermitGuard`] the watchdog keeps alive like a lock's, so a holder that dies gives
@@ -206,9 +209,10 @@
 //!                   guard (Guard over a hold)
 //!   lock/           the reentrant lock, one wait for a level (acquisition: its tries
 //!                   judged, what they left taken back), the lock's side of handoffs, and
-//!                   kind/, a file per kind (plain, fair, read, write, upgradable read) with
-//!                   its rules (the chain it joins, its watchdog key, what it waits on,
-//!                   whether it hands on); the read-write lock that pairs three kinds, and
+//!                   kind/, a file per kind (plain, fair, spin, non-reentrant, read,
+//!                   write, upgradable read) with its rules (the chain it joins, its
+//!                   watchdog key, what it waits on or how it polls, whether it hands on);
+//!                   the read-write lock that pairs three kinds, and
 //!                   the upgradable read's handle and guard
 //!   election/       leader election (a lock with a record, a log and a channel; its kind)
 //!                   and its observer
@@ -221,8 +225,9 @@
 //! client/           what reaches Redis: the internal client (timeouts, ids, the threads it
 //!                   owns; cleanup, the undos of failed calls sent again until Redis
 //!                   answers; fanout, one script call to several servers at once)
-//!   wait/           the wait loop every blocking call runs, its cancel token, and line (the
-//!                   lines of a process's waiters a release hands a lock to)
+//!   wait/           the wait loop every blocking call runs, its cancel token, back_off (a
+//!                   polling waiter's pauses, and jitter), and line (the lines of a
+//!                   process's waiters a release hands a lock to)
 //!   watchdog/       renews leases in batches, reports risks, revocation requests and
 //!                   losses to the instant, keeps each chain's lease state, deletes release
 //!                   receipts
@@ -270,6 +275,7 @@ mod primitives;
 mod protocol;
 
 pub use client::stats::{Stats, WaitTimes};
+pub use client::wait::back_off::BackOff;
 pub use client::wait::cancel::CancelToken;
 pub use client::watchdog::lease::{LostLock, RevocationNotice, RiskChange, RiskNotice};
 /// The channels whose receivers [`Guard::lost_signal`] hands out (for `select!`).

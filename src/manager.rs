@@ -17,6 +17,7 @@ use crate::client::call::replication::ReplicaAcks;
 use crate::client::stats::Stats;
 use crate::client::topology::pool::PoolSizes;
 use crate::client::topology::tls::{self, TlsOptions};
+use crate::client::wait::back_off::BackOff;
 use crate::client::watchdog::lease::{LostLock, RevocationNotice, RiskNotice};
 use crate::client::watchdog::Callbacks;
 use crate::client::{Client, SentinelSettings, Settings};
@@ -25,7 +26,7 @@ use crate::primitives::election::LeaderElection;
 use crate::primitives::fence::FencedStore;
 use crate::primitives::latch::CountDownLatch;
 use crate::primitives::lock::rwlock::ReadWriteLock;
-use crate::primitives::lock::{Fair, Lock, NonReentrant, Plain};
+use crate::primitives::lock::{Fair, Lock, NonReentrant, Plain, Spin};
 use crate::primitives::semaphore::permit::PermitSemaphore;
 use crate::primitives::semaphore::Semaphore;
 use crate::protocol::names;
@@ -332,6 +333,44 @@ impl LockManager {
     /// the same name, and queues among their waiters.
     pub fn non_reentrant_fair_lock(&self, name: &str) -> Lock {
         let kind = NonReentrant(Fair::new(name, self.fair_place_ms));
+        Lock::of_kind(Arc::clone(&self.client), Arc::new(kind))
+    }
+
+    /// A handle to the spin lock called `name` (Redisson's `getSpinLock(name, backOff)`): a
+    /// [`Lock`] whose waiters poll Redis, spaced by `back_off`, instead of subscribing to its
+    /// releases. For deployments whose proxy does not carry pub/sub, and for processes that
+    /// wait on very many names at once: a waiter costs no subscription and no channel, only
+    /// its tries (about one per `0.75 * back_off.max_delay()` once it has waited a while; see
+    /// [`BackOff`]). The price is latency: a release is noticed at the waiter's next try,
+    /// not at once. A release of this manager still hands the lock to a thread of the manager
+    /// that waits for it, at once.
+    ///
+    /// Everything else is the lock's: reentrant, the same guard, watchdog, fencing token,
+    /// deadlines, cancellation and revocation. It is laid out as the lock is: it excludes
+    /// [`lock`](Self::lock)'s handles and Redisson's `RLock` and spin lock on the same name,
+    /// and its releases wake the lock's waiters. It is no member of a group lock.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use std::time::Duration;
+    /// use redlease::BackOff;
+    ///
+    /// let back_off = BackOff::exponential(Duration::from_millis(5), Duration::from_millis(100))?;
+    /// let report = manager.spin_lock("nightly-report", back_off);
+    /// if let Some(guard) = report.try_lock_for(Duration::from_secs(2))? {
+    ///     // ... the report ...
+    ///     guard.unlock()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn spin_lock(&self, name: &str, back_off: BackOff) -> Lock {
+        let kind = Spin {
+            plain: Plain::new(name),
+            back_off,
+        };
         Lock::of_kind(Arc::clone(&self.client), Arc::new(kind))
     }
 

@@ -151,6 +151,21 @@ fn inspect_shows_the_holder_and_its_lease_as_text_and_json() {
     assert!(lease > 0 && lease <= 5_000, "{lease}");
 }
 
+/// A spin lock is laid out as the lock: the tool shows it as one, with its holder and levels.
+#[test]
+fn inspect_shows_a_spin_lock_as_the_lock_it_is_laid_out_as() {
+    let redis = server();
+    let manager = manager_for_url(&redis.url(), Duration::from_secs(30));
+    let spin = manager.spin_lock("spun", redlease::BackOff::default());
+    let (outer, _inner) = (spin.lock().unwrap(), spin.lock().unwrap());
+    let report = json(&tool(&redis.url(), &["--json", "inspect", "spun"], ""));
+    assert_eq!(report["kind"], "lock");
+    assert_eq!(report["held"], true);
+    assert_eq!(report["holders"][0]["client_id"], manager.client_id());
+    assert_eq!(report["holders"][0]["count"], 2);
+    assert_eq!(report["fencing_token"], outer.fencing_token());
+}
+
 #[test]
 fn list_finds_the_held_lock_by_pattern() {
     let redis = server();

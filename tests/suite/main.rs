@@ -41,6 +41,7 @@ mod revocation;
 mod rwlock;
 mod semaphore;
 mod sentinel;
+mod spin;
 mod stats;
 mod tls;
 mod upgradable;

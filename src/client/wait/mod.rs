@@ -5,8 +5,9 @@
 //! subscribe to the channels its releases are announced on, and a deadline. The loop
 //! subscribes after the first failed try and tries again before it sleeps, so a release
 //! between the two is never missed; it sleeps until a wake on any channel, the hint of the
-//! last try (the holder's remaining lease), or the deadline; while a subscription is not live
-//! (the pub/sub connection is down) it polls. In cluster mode each subscription follows its
+//! last try (the holder's remaining lease, or for a polling waiter the next pause of its
+//! [`back_off::BackOff`]), or the deadline; while a subscription is not live (the pub/sub
+//! connection is down) it polls. In cluster mode each subscription follows its
 //! channel's slot before each sleep; one that moved (a failover, a migration) makes the loop
 //! try again at once, as a release may have gone by while it was elsewhere. A wake it took and did not use (the next try
 //! failed with an error) is passed on to another waiter of the same lock. A cancel token, when
@@ -24,6 +25,7 @@
 //! waiter that asks the holders to let go), whose time also ends a sleep.
 //! It does no I/O of its own beyond the subscriptions it is handed.
 
+pub(crate) mod back_off;
 pub(crate) mod cancel;
 pub(crate) mod line;
 

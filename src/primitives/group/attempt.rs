@@ -21,6 +21,7 @@ use super::{Group, GroupGuard};
 use crate::client::call::replication::Acked;
 use crate::client::fanout::{self, FanOut, Request};
 use crate::client::wait;
+use crate::client::wait::back_off::jittered;
 use crate::client::watchdog::lease::clock_drift;
 use crate::client::watchdog::{Grant, Holding};
 use crate::error::{Error, Result};
@@ -81,16 +82,6 @@ impl Attempt {
             self.shortest_ttl = Some(shortest);
         }
     }
-}
-
-/// `delay` times a random factor between 0.5 and 1.5.
-fn jittered(delay: Duration) -> Duration {
-    // Any source of randomness does; the v4 UUID generator is at hand.
-    // The high half of a v4 UUID is random but for the version nibble, which lands in the
-    // lowest bits kept here.
-    let bits = (uuid::Uuid::new_v4().as_u128() >> 64) as u64 >> 11;
-    let random = bits as f64 / (1u64 << 53) as f64;
-    delay.mul_f64(0.5 + random)
 }
 
 impl Group {

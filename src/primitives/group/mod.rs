@@ -349,8 +349,8 @@ impl<T: FromGroup> GroupBuilder<T> {
             member.raw().keys()?;
             if !member.raw().kind().may_join_groups() {
                 return Err(Error::InvalidArgument(format!(
-                    "a {kind:?} is made of plain locks; {:?} is of another kind (fair, read, write \
-                     or non-reentrant)",
+                    "a {kind:?} is made of plain locks; {:?} is of another kind (fair, read, write, \
+                     spin or non-reentrant)",
                     member.name()
                 )));
             }

@@ -6,6 +6,7 @@
 //! judgement of each try's answer: a guard, a wait, a new chain, or an error.
 
 use std::cell::{Cell, RefCell};
+use std::time::Duration;
 
 use super::handoff::{Handed, Handoffs};
 use super::{undo_may_come_late, Chain, Granted, LockHold, NoGuard, RawLock, Tried, TryOf};
@@ -32,6 +33,8 @@ pub(super) struct Acquisition<'a, F> {
     /// Whether a try of a reentrant level may have added it (its answer lost, or short of
     /// acknowledgements): taken back if the wait ends without the level.
     level_may_stand: Cell<bool>,
+    /// How many tries found the lock held: a kind whose waiters poll spaces them by it.
+    held_tries: Cell<u32>,
     /// What a release may hand the chain: its place in the line of this process's waiters
     /// (left when the chain is given up), a fair lock's grant.
     handoffs: Handoffs<'a>,
@@ -50,6 +53,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
             chain: RefCell::new(lock.chain_to_join(thread)?),
             queued: Cell::new(false),
             level_may_stand: Cell::new(false),
+            held_tries: Cell::new(0),
             handoffs: Handoffs::default(),
         })
     }
@@ -157,7 +161,9 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
             Acquired::Held { ttl, counter } => {
                 self.queued.set(true);
                 self.handoffs.held(grant.sent_at, counter);
-                Attempt::Held { hint: ttl }
+                Attempt::Held {
+                    hint: self.pause_while_held(ttl),
+                }
             }
             Acquired::Late { server_ms } => {
                 // The try came after its deadline by the server's clock, and changed
@@ -211,6 +217,18 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
             name: name.to_owned(),
             reason: LostReason::NotHeldAnymore,
         }
+    }
+
+    /// How long the wait may sleep after a try that found the lock held for `ttl` more: until
+    /// a release wakes it or the lease runs out; for a kind whose waiters poll, no longer
+    /// than the back-off's next pause.
+    fn pause_while_held(&self, ttl: Option<Duration>) -> Option<Duration> {
+        let Some(back_off) = self.lock.kind.polls() else {
+            return ttl;
+        };
+        let pause = back_off.pause(self.held_tries.get());
+        self.held_tries.set(self.held_tries.get().saturating_add(1));
+        Some(ttl.map_or(pause, |ttl| ttl.min(pause)))
     }
 
     /// The guard of a level of `holder` granted by `grant` (`joins`: a level of a chain held).

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use acquisition::Acquisition;
-pub(crate) use kind::{Fair, LockKind, NonReentrant, Plain, Read, Upgradable, Write};
+pub(crate) use kind::{Fair, LockKind, NonReentrant, Plain, Read, Spin, Upgradable, Write};
 pub use lock_guard::LockGuard;
 pub(crate) use lock_guard::{LockHold, OverLockHold};
 
@@ -425,12 +425,15 @@ impl RawLock {
     }
 
     /// Subscribes the chain of `holder` to what announces a release, as the lock's kind
-    /// says (a fair lock's grants are kept in `letters`).
+    /// says (a fair lock's grants are kept in `letters`); to nothing when its waiters poll.
     fn subscribe(
         &self,
         holder: &str,
         letters: &Letterbox,
     ) -> Result<Vec<crate::client::pubsub::Subscription>> {
+        if self.kind.polls().is_some() {
+            return Ok(Vec::new());
+        }
         let pubsub = self.client.pubsub();
         Ok(vec![self.kind.subscribe(pubsub, holder, letters)?])
     }

@@ -1,11 +1,12 @@
 //! The kinds of lock: each kind's rules in this process, beside its scripts.
 //!
-//! A kind is one type (the reentrant lock's [`Plain`], [`Fair`], a read-write lock's
+//! A kind is one type (the reentrant lock's [`Plain`], [`Fair`], [`Spin`], a read-write lock's
 //! [`Read`], [`Write`] and [`Upgradable`], an election's lock in `election`) with its scripts in
 //! `protocol::lock` ([`LockScripts`]) and its rules here ([`LockKind`]), one file each:
 //! the watchdog's key and renewal of its holds, the chain a new acquisition joins, what a
 //! waiter subscribes to, whether it keeps a place in a queue, whether a release hands it on,
-//! whether its holder may take it again ([`NonReentrant`] wraps a kind that may not).
+//! whether its waiters poll instead ([`Spin`]), whether its holder may take it again
+//! ([`NonReentrant`] wraps a kind that may not).
 //! [`RawLock`](super::RawLock) asks its kind and never matches over kinds. It may touch the
 //! lock's raw type, the client's watchdog and pub/sub, and the protocol.
 
@@ -13,6 +14,7 @@ mod fair;
 mod non_reentrant;
 mod plain;
 mod read;
+mod spin;
 mod upgradable_read;
 mod write;
 
@@ -21,6 +23,7 @@ use std::time::Duration;
 
 use super::{Chain, RawLock};
 use crate::client::pubsub::{Letterbox, PubSub, Subscription};
+use crate::client::wait::back_off::BackOff;
 use crate::error::Result;
 use crate::protocol::lock::LockScripts;
 use crate::protocol::names;
@@ -30,6 +33,7 @@ pub(crate) use crate::protocol::lock::fair::Fair;
 pub(crate) use crate::protocol::lock::plain::Plain;
 pub(crate) use crate::protocol::lock::rwlock::{Read, Upgradable, Write};
 pub(crate) use non_reentrant::NonReentrant;
+pub(crate) use spin::Spin;
 
 /// One kind of lock's rules in this process, over its scripts. Each rule's default is the
 /// answer of most kinds (a plain lock's, except that it hands on and joins groups: only the
@@ -59,7 +63,8 @@ pub(crate) trait LockKind: LockScripts + fmt::Debug {
     }
 
     /// Subscribes the chain `holder` to what announces a release (grants kept in
-    /// `letters`, for a kind whose releases grant the lock by message).
+    /// `letters`, for a kind whose releases grant the lock by message). Not asked of a kind
+    /// whose waiters poll.
     fn subscribe(
         &self,
         pubsub: &PubSub,
@@ -75,6 +80,14 @@ pub(crate) trait LockKind: LockScripts + fmt::Debug {
     /// up is taken out of the queue, and a release may grant the lock to the next in line,
     /// by message.
     fn queue_place(&self) -> Option<Duration> {
+        None
+    }
+
+    /// For a kind whose waiters poll (the spin lock): how they space their tries. `Some`
+    /// says they subscribe to nothing in Redis: a try that finds the lock held is followed by
+    /// the back-off's next pause (at most the holder's lease left), and a release of the
+    /// process may still hand them the lock, in the process.
+    fn polls(&self) -> Option<BackOff> {
         None
     }
 

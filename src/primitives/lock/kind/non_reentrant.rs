@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::{Chain, LockKind, RawLock};
 use crate::client::pubsub::{Letterbox, PubSub, Subscription};
+use crate::client::wait::back_off::BackOff;
 use crate::error::Result;
 use crate::protocol::lock::{LaidOutAs, LockScripts};
 use crate::protocol::renew::HoldKind;
@@ -55,6 +56,10 @@ impl<K: LockKind> LockKind for NonReentrant<K> {
 
     fn queue_place(&self) -> Option<Duration> {
         self.0.queue_place()
+    }
+
+    fn polls(&self) -> Option<BackOff> {
+        self.0.polls()
     }
 
     fn hands_off(&self) -> bool {
