@@ -13,7 +13,8 @@
 //! - **Waiting without polling.** A waiter subscribes to the lock's release channel and sleeps
 //!   until a release wakes it, or until the holder's lease would run out. Where one
 //!   subscription per waited name costs too much, or a proxy carries no pub/sub, a spin lock
-//!   ([`LockManager::spin_lock`]) polls instead, spaced by a [`BackOff`].
+//!   ([`LockManager::spin_lock`]) polls instead, spaced by a [`BackOff`], and a manager may be
+//!   built [`without_pubsub`](LockManagerBuilder::without_pubsub).
 //! - **Handoffs in one round trip.** A release hands the lock to the next holder inside its
 //!   own script when it knows who that is: a thread of the same manager that waits for a
 //!   plain lock (at most [`local_handoffs`](LockManagerBuilder::local_handoffs) times in a

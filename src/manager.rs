@@ -89,6 +89,7 @@ pub struct LockManagerBuilder {
     max_connections: usize,
     fair_lock_place_timeout: Duration,
     local_handoffs: u32,
+    pubsub: bool,
     callbacks: Callbacks,
     /// Sentinel mode: the sentinels (or why they could not be read) and the master's name.
     sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
@@ -141,6 +142,7 @@ impl LockManager {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             local_handoffs: DEFAULT_LOCAL_HANDOFFS,
+            pubsub: true,
             callbacks: Callbacks::default(),
             sentinel: None,
             cluster: None,
@@ -610,6 +612,25 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Builds a manager that subscribes to nothing: for a deployment whose proxy does not
+    /// carry pub/sub. Otherwise `build` fails where the proxy refuses `SUBSCRIBE`, and where
+    /// it drops or ignores the subscribed connection, `build` waits out the connect timeout
+    /// and the listener connects again and again while waiters poll. Without pub/sub the
+    /// manager opens no subscribed connection and starts no listener thread.
+    ///
+    /// What it costs: no wait is woken by a release message. The waiters of every primitive
+    /// look again every 100 ms instead (the lock, the fair lock, the read-write lock,
+    /// semaphores, the latch, group locks, leadership); a
+    /// [spin lock](LockManager::spin_lock)'s look as its back-off says, which is what to use
+    /// where many waiters would make that polling too dear. No notice reaches this manager's
+    /// holders: a revocation request is not heard, and a lock freed by
+    /// [`break_lock`](Lock::break_lock) is reported lost at its next renewal rather than at
+    /// once. Releases in the process still hand a lock to its waiting threads at once.
+    pub fn without_pubsub(mut self) -> Self {
+        self.pubsub = false;
+        self
+    }
+
     /// Makes every acquisition wait until `replicas` replicas of the master have acknowledged
     /// it, `timeout` at most (default: off). A master that dies before its replicas got a
     /// lock's key would otherwise let a failover hand the held lock to a second holder.
@@ -979,6 +1000,7 @@ impl LockManagerBuilder {
             replica_acks,
             tls: self.tls,
             local_handoffs: self.local_handoffs,
+            pubsub: self.pubsub,
         })?;
         Ok(LockManager {
             client,

@@ -80,6 +80,7 @@ impl Client {
             replica_acks,
             tls,
             local_handoffs,
+            pubsub,
         } = settings;
         let timeouts = Timeouts {
             connect: connect_timeout,
@@ -100,7 +101,11 @@ impl Client {
             callbacks,
         )?;
         let notices = holder_notices(starting.watchdog.insert(watchdog));
-        let pubsub = Arc::new(reached.start_pubsub(timeouts, notices)?);
+        let pubsub = match pubsub {
+            true => reached.start_pubsub(timeouts, notices)?,
+            false => PubSub::off(),
+        };
+        let pubsub = Arc::new(pubsub);
         let pubsub = starting.pubsub.insert(pubsub);
         starting.switch_watcher = watch_switches(reached.locator, &router, pubsub)?;
         let cleanup = Cleanup::start(Arc::clone(&router))?;

@@ -76,6 +76,8 @@ pub(crate) struct Settings {
     /// How many times in a row a release may hand a plain or write lock to another thread of
     /// the process (0: never).
     pub(crate) local_handoffs: u32,
+    /// Whether the manager subscribes at all (see `LockManagerBuilder::without_pubsub`).
+    pub(crate) pubsub: bool,
 }
 
 /// The sentinels of a master and its name.

@@ -11,7 +11,7 @@
 //! with `AuthenticationFailed`, so does a user without `SUBSCRIBE` with `PermissionDenied`;
 //! a missing `EVALSHA`, a lock outside the user's keys, a release channel outside its
 //! channels fail the first call that needs them with `PermissionDenied`, naming what was
-//! refused.
+//! refused; a manager built without pub/sub serves a user without `SUBSCRIBE`.
 
 use crate::common;
 
@@ -623,6 +623,32 @@ fn a_wait_on_a_channel_outside_the_users_channels_fails_at_once() {
     // The holder's lease had 30 s left: only the release message wakes the waiter this soon.
     let woken_after = waiter.join().unwrap().duration_since(released_at);
     assert!(woken_after < Duration::from_secs(2), "{woken_after:?}");
+}
+
+/// A user without `SUBSCRIBE` (as behind a proxy that carries no pub/sub): a manager built
+/// without pub/sub serves it, and its spin lock waits, polling, and takes the lock once it
+/// is released.
+#[test]
+fn a_manager_without_pubsub_serves_a_user_without_subscribe() {
+    let server = common::server();
+    let url = create_user(&server, "no-subscribe", |rule| rule != "+subscribe", &[]);
+    let manager = LockManager::builder(url.as_str())
+        .connect_timeout(SLOW_TIMEOUT)
+        .response_timeout(SLOW_TIMEOUT)
+        .without_pubsub()
+        .build()
+        .expect("built without pub/sub");
+    let admin = common::manager(&server, LONG_WATCHDOG);
+    let held = admin.lock("acl:polled").lock().unwrap();
+    let spin = manager.spin_lock("acl:polled", redlease::BackOff::default());
+    let waiter = std::thread::spawn(move || {
+        let guard = spin.try_lock_for(PATIENCE).unwrap();
+        guard.map(|guard| guard.unlock())
+    });
+    assert!(eventually(PATIENCE, || manager.stats().waiting == 1));
+    held.unlock().unwrap();
+    let taken = waiter.join().unwrap().expect("taken once released");
+    taken.unwrap();
 }
 
 /// An ACL changed under a running manager: Redis drops the subscribed connection of a user

@@ -1,8 +1,8 @@
 //! Losing a lock while holding it, on real faults: the holder paused past its lease, Redis
 //! paused, restarted (with and without its data) or cut off, connections killed, a force
-//! release from another process. A loss must be told promptly and with its reason; an
-//! outage the lease outlives must not be told at all. Every test ends with nothing left
-//! behind.
+//! release from another process (heard at once, or without pub/sub at the next renewal). A
+//! loss must be told promptly and with its reason; an outage the lease outlives must not be
+//! told at all. Every test ends with nothing left behind.
 
 use crate::common;
 
@@ -450,4 +450,36 @@ fn without_the_notice_channel_in_its_acl_a_manager_still_works() {
     assert_eq!(lost.recv_timeout(PATIENCE), Ok(LostReason::NotHeldAnymore));
     assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
     assert_nothing_left(&manager, &redis);
+}
+
+/// A manager built without pub/sub hears no force-release notice: a lock broken from
+/// elsewhere is reported lost at the holder's next renewal, not at once, nor never.
+#[test]
+fn without_pubsub_a_broken_lock_is_reported_lost_at_the_next_renewal() {
+    let redis = server();
+    let watchdog = Duration::from_secs(3);
+    let manager = redlease::LockManager::builder(redis.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .watchdog_timeout(watchdog)
+        .without_pubsub()
+        .build()
+        .unwrap();
+    let guard = manager.lock("broken-quietly").lock().unwrap();
+    let lost = guard.lost_signal();
+    let breaker = common::manager(&redis, Duration::from_secs(30));
+    assert!(breaker.lock("broken-quietly").break_lock().unwrap());
+    let broken_at = Instant::now();
+    let reason = lost
+        .recv_timeout(PATIENCE)
+        .expect("told within a renewal interval");
+    let told_after = broken_at.elapsed();
+    println!("told {reason:?} after {told_after:?}");
+    assert_eq!(reason, LostReason::NotHeldAnymore);
+    // A renewal every third of the watchdog timeout: told at the next, within one interval
+    // and a response timeout.
+    assert!(
+        told_after < watchdog / 3 + Duration::from_secs(2),
+        "{told_after:?}"
+    );
 }

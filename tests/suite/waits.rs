@@ -1,5 +1,6 @@
-//! The forms of waiting users reach for: cancellable waits, deadlines, and the scoped
-//! `with_lock`, which releases on every way out.
+//! The forms of waiting users reach for: cancellable waits, deadlines, the scoped
+//! `with_lock`, which releases on every way out, and the polling waits of a manager built
+//! without pub/sub.
 
 use crate::common;
 
@@ -227,4 +228,51 @@ fn with_lock_releases_on_return_on_panic_and_reports_a_lost_lock() {
         .with_lock(|guard| guard.is_lost());
     assert!(!lost.unwrap());
     assert_nothing_left(&manager, &redis);
+}
+
+/// A deployment whose proxy does not carry pub/sub (here: every `SUBSCRIBE` cut): a manager
+/// built without it opens no subscription, and its waiters poll: a lock's, a spin lock's and
+/// a latch's each end soon after what they wait for, long before any lease would run out.
+#[test]
+fn a_manager_without_pubsub_builds_behind_a_proxy_that_cuts_subscribe_and_its_waiters_poll() {
+    let redis = server();
+    let proxy = redlease_testing::CuttingProxy::start(redis.port()).unwrap();
+    proxy.cut_next_times(&["SUBSCRIBE"], u32::MAX);
+    let polling = redlease::LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .without_pubsub()
+        .build()
+        .expect("built without pub/sub");
+    let direct = manager(&redis, Duration::from_secs(30));
+    let held = [
+        direct.lock("plain").lock().unwrap(),
+        direct.lock("spun").lock().unwrap(),
+    ];
+    let latch = direct.count_down_latch("started");
+    assert!(latch.try_set_count(1).unwrap());
+    let lock = polling.lock("plain");
+    let spin = polling.spin_lock("spun", redlease::BackOff::default());
+    let waiting_latch = polling.count_down_latch("started");
+    let patience = Duration::from_secs(20);
+    let waiters = [
+        std::thread::spawn(move || lock.try_lock_for(patience).unwrap().is_some()),
+        std::thread::spawn(move || spin.try_lock_for(patience).unwrap().is_some()),
+        std::thread::spawn(move || waiting_latch.wait_for(patience).unwrap()),
+    ];
+    assert!(eventually(patience, || polling.stats().waiting == 3));
+    assert_eq!(polling.subscribed_channels(), 0);
+    let released_at = Instant::now();
+    drop(held);
+    latch.count_down().unwrap();
+    for waiter in waiters {
+        assert!(
+            waiter.join().unwrap(),
+            "the waiter ended with what it waited for"
+        );
+    }
+    // The leases had 30 s left and nothing was published to this manager: it polled.
+    let took = released_at.elapsed();
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(proxy.cuts(), 0, "no SUBSCRIBE was sent");
 }

@@ -131,6 +131,9 @@ enum Kind {
     /// A single server, or the master Sentinel names.
     Single(Hub),
     Cluster(Arc<ClusterHubs>),
+    /// None at all (the manager was built without pub/sub): subscriptions are never live,
+    /// and their waiters poll.
+    Off,
 }
 
 /// A waiting thread's membership in the subscription to one channel; leaving is dropping it.
@@ -204,6 +207,12 @@ impl Subscription {
 }
 
 impl PubSub {
+    /// No pub/sub: no connection, no thread; every subscription is one that is never live,
+    /// so its waiter polls (see `wait`), and no notice is heard.
+    pub(crate) fn off() -> Self {
+        PubSub { kind: Kind::Off }
+    }
+
     pub(crate) fn start(
         info: &ConnectionInfo,
         resolver: Option<Arc<Resolver>>,
@@ -318,6 +327,10 @@ impl PubSub {
                     route: Some(route),
                 })
             }
+            Kind::Off => Ok(Subscription {
+                member: Member::detached(channel, interest),
+                route: None,
+            }),
         }
     }
 
@@ -326,6 +339,7 @@ impl PubSub {
         match &self.kind {
             Kind::Single(hub) => hub.shared().reconnects(),
             Kind::Cluster(nodes) => nodes.reconnects(),
+            Kind::Off => 0,
         }
     }
 
@@ -334,6 +348,7 @@ impl PubSub {
         match &self.kind {
             Kind::Single(hub) => hub.shared().channel_count(),
             Kind::Cluster(nodes) => nodes.channel_count(),
+            Kind::Off => 0,
         }
     }
 
@@ -343,6 +358,7 @@ impl PubSub {
         match &self.kind {
             Kind::Single(hub) => hub.shared().reconnect(),
             Kind::Cluster(nodes) => nodes.reconnect(),
+            Kind::Off => {}
         }
     }
 
@@ -351,6 +367,7 @@ impl PubSub {
         match &self.kind {
             Kind::Single(hub) => hub.stop(),
             Kind::Cluster(nodes) => nodes.stop(),
+            Kind::Off => {}
         }
     }
 }
