@@ -20,7 +20,11 @@
 //! - how often 8 threads of one process take and release one lock per second, with handoffs
 //!   and without them (`local_handoffs(0)`);
 //! - the longest wait of a thread in another process while 4 threads of one process keep the
-//!   lock busy, with the bound on handoffs in a row (the default) and without it.
+//!   lock busy, with the bound on handoffs in a row (the default) and without it;
+//! - how soon a waiter of another manager that has waited a while takes the lock after its
+//!   release, for the lock (woken by pub/sub) and the spin lock (polling with its default
+//!   back-off, up to 128 ms, and with one up to 16 ms), and the scripts each waiter makes
+//!   Redis run per second of waiting.
 //!
 //! The processes are this program again (`--contender`), timed on the system's monotonic
 //! clock, which every process reads alike.
@@ -35,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use common::{floor, measure_steps, Samples};
 use parking_lot::Mutex;
-use redlease::{Lock, LockManager};
+use redlease::{BackOff, Lock, LockManager};
 use redlease_testing::{now_ns, url_or_throwaway, CuttingProxy};
 
 const PAIRS: usize = 20_000;
@@ -58,6 +62,12 @@ const HANDOFFS_PER_PROCESS: usize = 500;
 const RATE_RUN: Duration = Duration::from_secs(3);
 const STARVATION_RUN: Duration = Duration::from_secs(4);
 const BUSY_THREADS: usize = 4;
+/// How long the holder keeps the lock while another manager's waiter waits, in each round of
+/// the wake measurement: long enough for a spin waiter's pauses to reach their longest.
+const HELD_WHILE_WAITED: Duration = Duration::from_millis(400);
+const WAKE_ROUNDS: usize = 25;
+/// How long a waiter waits on a held lock while the scripts it costs are counted.
+const COST_RUN: Duration = Duration::from_secs(3);
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -103,7 +113,86 @@ fn main() -> BenchResult<()> {
             longest.as_secs_f64() * 1e3
         );
     }
+    let mut wake_p50s = Vec::new();
+    for kind in ["plain", "spin", "spin-16ms"] {
+        let wakes = measure_wakes(&url, kind)?;
+        let per_second = waiting_cost(&url, kind)?;
+        println!(
+            "{:<40} {}  {per_second:.1} scripts per second of waiting",
+            format!("wake, {}", kind_label(kind)),
+            wakes.describe(None),
+        );
+        wake_p50s.push(wakes.percentile(50));
+    }
+    println!(
+        "{:<40} {:.1}x and {:.1}x the lock's (p50)",
+        "  the spin locks' wakes",
+        ratio(wake_p50s[1], wake_p50s[0]),
+        ratio(wake_p50s[2], wake_p50s[0])
+    );
     Ok(())
+}
+
+fn kind_label(kind: &str) -> &'static str {
+    match kind {
+        "spin" => "spin lock, default back-off",
+        "spin-16ms" => "spin lock, back-off up to 16 ms",
+        _ => "lock (pub/sub)",
+    }
+}
+
+/// The lock `name` of `kind`: `plain`, `fair`, `spin` (with the default back-off, up to
+/// 128 ms) or `spin-16ms` (from 1 ms up to 16 ms).
+fn lock_of(manager: &LockManager, kind: &str, name: &str) -> Lock {
+    let up_to =
+        |max_ms| BackOff::exponential(Duration::from_millis(1), Duration::from_millis(max_ms));
+    match kind {
+        "fair" => manager.fair_lock(name),
+        "spin" => manager.spin_lock(name, BackOff::default()),
+        "spin-16ms" => manager.spin_lock(name, up_to(16).expect("a valid back-off")),
+        _ => manager.lock(name),
+    }
+}
+
+/// From the start of a release to the acquisition by a waiter of another manager, which has
+/// waited [`HELD_WHILE_WAITED`] by then, over [`WAKE_ROUNDS`] rounds, on a lock of `kind`.
+fn measure_wakes(url: &str, kind: &str) -> BenchResult<Samples> {
+    let holder = LockManager::builder(url).build()?;
+    let waiter = LockManager::builder(url).build()?;
+    let name = format!("bench:wake:{kind}");
+    let (holding, waiting) = (lock_of(&holder, kind, &name), lock_of(&waiter, kind, &name));
+    let mut wakes = Vec::new();
+    for _ in 0..WAKE_ROUNDS {
+        let guard = holding.lock()?;
+        let waiting = waiting.clone();
+        let taker = std::thread::spawn(move || -> redlease::Result<Instant> {
+            let guard = waiting.lock()?;
+            let taken_at = Instant::now();
+            guard.unlock()?;
+            Ok(taken_at)
+        });
+        std::thread::sleep(HELD_WHILE_WAITED);
+        let released_at = Instant::now();
+        guard.unlock()?;
+        let taken_at = taker.join().expect("waiter panicked")?;
+        wakes.push(taken_at - released_at);
+    }
+    Ok(Samples::new(wakes))
+}
+
+/// The scripts Redis runs per second for one waiter of `kind` on a held lock (the holder's
+/// renewals, one per 10 s, fall outside the run).
+fn waiting_cost(url: &str, kind: &str) -> BenchResult<f64> {
+    let holder = LockManager::builder(url).build()?;
+    let waiter = LockManager::builder(url).build()?;
+    let name = format!("bench:cost:{kind}");
+    let guard = lock_of(&holder, kind, &name).lock()?;
+    let before = script_calls(url)?;
+    let waited = lock_of(&waiter, kind, &name).try_lock_for(COST_RUN)?;
+    let calls = script_calls(url)? - before;
+    assert!(waited.is_none(), "the lock was held");
+    guard.unlock()?;
+    Ok(calls as f64 / COST_RUN.as_secs_f64())
 }
 
 /// The port of a `redis://` URL on loopback, which the proxy can stand in front of.
@@ -362,10 +451,7 @@ fn contend(args: &[String]) -> BenchResult<()> {
         return Err("usage: --contender <url> <plain|fair|wait> <name> <count> <file>".into());
     };
     let manager = LockManager::builder(url.as_str()).build()?;
-    let lock = match kind.as_str() {
-        "fair" => manager.fair_lock(name),
-        _ => manager.lock(name),
-    };
+    let lock = lock_of(&manager, kind, name);
     let count: u64 = count.parse()?;
     let mut out = std::io::BufWriter::new(std::fs::File::create(file)?);
     if kind == "wait" {
