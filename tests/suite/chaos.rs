@@ -1,10 +1,11 @@
 //! The fault runner: every primitive's history under seeded, random faults, checked against
 //! its promises.
 //!
-//! Several processes take a lock, a fair lock, the write and read locks and the upgradable
-//! read of a read-write lock (and upgrade it now and then), a semaphore of two permits and a permit semaphore of two; write a counter only while
-//! they hold a lock (guarded writes); campaign in an election and follow it; count a latch
-//! down and wait for it. All of it goes through a proxy, and at seeded random times the runner
+//! Several processes take a lock (and a spin lock on the same name), a fair lock, the write
+//! and read locks and the upgradable read of a read-write lock (and upgrade it now and then),
+//! a semaphore of two permits and a permit semaphore of two; write a counter only while they
+//! hold a lock (guarded writes); campaign in an election and follow it; count a latch down
+//! and wait for it. All of it goes through a proxy, and at seeded random times the runner
 //! makes one fault at a time:
 //! - every connection reset;
 //! - latency on every request for a while;
@@ -15,8 +16,8 @@
 //! - a client process stopped (`SIGSTOP`) for a while, then resumed.
 //!
 //! Every process records, on the host's monotonic clock, when each of its holds began and
-//! ended, and what each change answered. The checks: never two holders of a lock, a fair
-//! lock, the guarded lock, the upgradable read or the leadership at once, never a writer
+//! ended, and what each change answered. The checks: never two holders of a lock (spin lock
+//! included), a fair lock, the guarded lock, the upgradable read or the leadership at once, never a writer
 //! (plain or upgraded) beside a reader or another writer, never more holders of a semaphore than permits; the guarded counter was
 //! incremented once per write answered `Ok`, at most once more per write whose outcome is
 //! unknown, never twice by one write; an observer was told only of leaders that held the
@@ -41,7 +42,7 @@ use common::{
     child_role, env, error_name, events_path, now_ns, signal, spawn_child, KillOnDrop, Random,
     RedisServer,
 };
-use redlease::{Error, LeaderChange, LockManager, Writes};
+use redlease::{BackOff, Error, LeaderChange, LockManager, Writes};
 use redlease_testing::CuttingProxy;
 
 const PROCESSES: usize = 3;
@@ -149,6 +150,11 @@ fn chaos_process() {
         let holds: Vec<(&str, u64, Take<'_>)> = vec![
             ("lock", 0, Box::new(move |_| lock(manager.lock(LOCK)))),
             ("lock", 1, Box::new(move |_| lock(manager.lock(LOCK)))),
+            (
+                "spin",
+                11,
+                Box::new(move |_| lock(manager.spin_lock(LOCK, BackOff::default()))),
+            ),
             ("fair", 2, Box::new(move |_| lock(manager.fair_lock(FAIR)))),
             (
                 "write",
@@ -641,6 +647,7 @@ fn check(events: &[Event], counter: u64) {
     }
     let counts: Vec<(&str, usize)> = [
         "lock",
+        "spin",
         "fair",
         "write",
         "read",
@@ -665,6 +672,11 @@ fn check(events: &[Event], counter: u64) {
             "two holders of the {kind} at once"
         );
     }
+    assert_eq!(
+        most_at_once(&[holds("lock"), holds("spin")].concat()),
+        1,
+        "a spin lock and the lock held at once on one name"
+    );
     for kind in ["semaphore", "permit"] {
         let most = most_at_once(&holds(kind));
         assert!(
