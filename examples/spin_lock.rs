@@ -31,7 +31,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
         })
         .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
     while worker.stats().waiting < SHARDS {
+        if Instant::now() > deadline {
+            return Err("the waiters did not all start waiting".into());
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
     println!(

@@ -616,16 +616,21 @@ impl LockManagerBuilder {
     /// carry pub/sub. Otherwise `build` fails where the proxy refuses `SUBSCRIBE`, and where
     /// it drops or ignores the subscribed connection, `build` waits out the connect timeout
     /// and the listener connects again and again while waiters poll. Without pub/sub the
-    /// manager opens no subscribed connection and starts no listener thread.
+    /// manager opens no subscribed connection to Redis and starts no listener thread (in
+    /// Sentinel mode it still follows `+switch-master` on the sentinels).
     ///
     /// What it costs: no wait is woken by a release message. The waiters of every primitive
     /// look again every 100 ms instead (the lock, the fair lock, the read-write lock,
     /// semaphores, the latch, group locks, leadership); a
     /// [spin lock](LockManager::spin_lock)'s look as its back-off says, which is what to use
     /// where many waiters would make that polling too dear. No notice reaches this manager's
-    /// holders: a revocation request is not heard, and a lock freed by
-    /// [`break_lock`](Lock::break_lock) is reported lost at its next renewal rather than at
-    /// once. Releases in the process still hand a lock to its waiting threads at once.
+    /// holders: a revocation request is not heard (an
+    /// [`on_revocation_request`](Self::on_revocation_request) callback never runs), and a lock
+    /// freed by [`break_lock`](Lock::break_lock) is reported lost at its next renewal rather
+    /// than at once (a hold with a fixed lease, never renewed, when its lease ends). A release
+    /// of a plain, spin or write lock in the process still hands it to a waiting thread of the
+    /// process at once; a fair lock's grant, told by message, is found by the waiter's next
+    /// try.
     pub fn without_pubsub(mut self) -> Self {
         self.pubsub = false;
         self

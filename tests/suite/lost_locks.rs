@@ -482,4 +482,6 @@ fn without_pubsub_a_broken_lock_is_reported_lost_at_the_next_renewal() {
         told_after < watchdog / 3 + Duration::from_secs(2),
         "{told_after:?}"
     );
+    drop(guard);
+    assert_nothing_left(&manager, &redis);
 }

@@ -231,8 +231,9 @@ fn with_lock_releases_on_return_on_panic_and_reports_a_lost_lock() {
 }
 
 /// A deployment whose proxy does not carry pub/sub (here: every `SUBSCRIBE` cut): a manager
-/// built without it opens no subscription, and its waiters poll: a lock's, a spin lock's and
-/// a latch's each end soon after what they wait for, long before any lease would run out.
+/// built without it opens no subscription, and its waiters poll: a lock's, a spin lock's, a
+/// fair lock's (granted by a message it does not hear), a semaphore's and a latch's each end
+/// soon after what they wait for, long before any lease would run out.
 #[test]
 fn a_manager_without_pubsub_builds_behind_a_proxy_that_cuts_subscribe_and_its_waiters_poll() {
     let redis = server();
@@ -248,22 +249,30 @@ fn a_manager_without_pubsub_builds_behind_a_proxy_that_cuts_subscribe_and_its_wa
     let held = [
         direct.lock("plain").lock().unwrap(),
         direct.lock("spun").lock().unwrap(),
+        direct.fair_lock("queued").lock().unwrap(),
     ];
     let latch = direct.count_down_latch("started");
     assert!(latch.try_set_count(1).unwrap());
+    let slots = direct.semaphore("slots");
+    assert!(slots.try_set_permits(0).unwrap());
     let lock = polling.lock("plain");
     let spin = polling.spin_lock("spun", redlease::BackOff::default());
+    let fair = polling.fair_lock("queued");
+    let waiting_slots = polling.semaphore("slots");
     let waiting_latch = polling.count_down_latch("started");
     let patience = Duration::from_secs(20);
     let waiters = [
         std::thread::spawn(move || lock.try_lock_for(patience).unwrap().is_some()),
         std::thread::spawn(move || spin.try_lock_for(patience).unwrap().is_some()),
+        std::thread::spawn(move || fair.try_lock_for(patience).unwrap().is_some()),
+        std::thread::spawn(move || waiting_slots.try_acquire_for(1, patience).unwrap()),
         std::thread::spawn(move || waiting_latch.wait_for(patience).unwrap()),
     ];
-    assert!(eventually(patience, || polling.stats().waiting == 3));
+    assert!(eventually(patience, || polling.stats().waiting == 5));
     assert_eq!(polling.subscribed_channels(), 0);
     let released_at = Instant::now();
     drop(held);
+    slots.release(1).unwrap();
     latch.count_down().unwrap();
     for waiter in waiters {
         assert!(

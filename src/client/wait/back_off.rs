@@ -8,14 +8,16 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 
 /// How a spin lock's waiter spaces its tries (see
-/// [`LockManager::spin_lock`](crate::LockManager::spin_lock)): the `n`-th pause after a try
-/// that found the lock held is drawn at random between half and all of
-/// `min(initial * 2^n, max)`, so that it doubles from `initial` up to `max` and waiters that
-/// started together do not try in step. A waiter that has waited a while sends at most one
-/// try per `max / 2`, and about one per `0.75 * max` on average, whatever the number of names
-/// it waits on; a pause never exceeds the lease the holder has left, nor the wait's deadline.
+/// [`LockManager::spin_lock`](crate::LockManager::spin_lock)): the `n`-th pause (from 0) is
+/// drawn at random between half and all of `min(initial * 2^n, max)`, so that the pauses
+/// double from `initial` up to `max` and waiters that started together do not try in step.
+/// Once its pauses reach `max`, a waiter sends about one try per `0.75 * max`, and never more
+/// than one per `max / 2`, but where the holder's lease runs out sooner (a pause never
+/// exceeds the lease left, nor the wait's deadline), during an outage (every wait tries again
+/// each 100 ms then), and when a release of its own process hands it the lock.
 ///
-/// The default is Redisson's (`LockOptions.defaults()`): from 1 ms up to 128 ms.
+/// The default has the range of Redisson's (`LockOptions.defaults()`): from 1 ms up to
+/// 128 ms. Redisson sleeps each step whole; here a pause is spread below its step.
 ///
 /// ```
 /// use std::time::Duration;
@@ -103,7 +105,7 @@ impl BackOff {
 }
 
 impl Default for BackOff {
-    /// From 1 ms up to 128 ms, as Redisson's spin lock.
+    /// From 1 ms up to 128 ms, the range of Redisson's spin lock.
     fn default() -> Self {
         BackOff {
             initial: Duration::from_millis(1),
@@ -120,7 +122,7 @@ pub(crate) fn jittered(delay: Duration) -> Duration {
 /// A random number in `[0, 1)`.
 fn random_fraction() -> f64 {
     // Any source of randomness does; the v4 UUID generator is at hand. The high half of a v4
-    // UUID is random but for the version nibble, which lands in the lowest bits dropped here.
+    // UUID is random but for the version nibble, which lands in the lowest bits kept here.
     let bits = (uuid::Uuid::new_v4().as_u128() >> 64) as u64 >> 11;
     bits as f64 / (1u64 << 53) as f64
 }

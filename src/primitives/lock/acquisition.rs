@@ -226,8 +226,11 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         let Some(back_off) = self.lock.kind.polls() else {
             return ttl;
         };
-        let pause = back_off.pause(self.held_tries.get());
-        self.held_tries.set(self.held_tries.get().saturating_add(1));
+        // The first try that finds the lock held is followed by the subscription and another
+        // try, not a pause (see `wait`): the pauses count from the second.
+        let tries = self.held_tries.get();
+        let pause = back_off.pause(tries.saturating_sub(1));
+        self.held_tries.set(tries.saturating_add(1));
         Some(ttl.map_or(pause, |ttl| ttl.min(pause)))
     }
 
