@@ -80,6 +80,11 @@
 //!   ([`LockManager::builder_cluster`]: every call goes to the master of its name's slot,
 //!   renewals go to each master in one pipeline, waiters are woken by sharded pub/sub on
 //!   Redis 7).
+//! - **A checked server.** `build` reads the settings that break a lock silently (an eviction
+//!   policy that may drop a held lock, fewer replicas than the acknowledgements asked for, a
+//!   cluster's unserved slots) and warns of each [`Finding`], or refuses them with
+//!   [`ServerCheck::Strict`]; [`LockManager::check_server`] and `redlease-inspect doctor`
+//!   run the same check on demand.
 //! - **Redisson's data layout**, so Rust and Java services exclude each other on the same
 //!   lock names.
 //! - **Bad days.** A connection that breaks after a call was sent never makes it count
@@ -241,6 +246,7 @@
 //!   topology/       who to talk to, and how: pool (bounded connects and reads), resolve
 //!                   (DNS within a deadline), sentinel (where the master is now), cluster
 //!                   (the slot map, one pool per node), tls (options and rustls set-up)
+//!   server_check    the settings of the masters that break locks silently, read at build
 //!   stats,          the counters of waits, renewals and connections (read by `stats()`),
 //!   telemetry       and the same as `metrics` (the feature)
 //!   |
@@ -250,7 +256,8 @@
 //!   |               kinds); the `.lua` files in lua/;
 //!   |               no I/O
 //! error/            the one Error enum, used everywhere, and the sorting of Redis's answers
-//!                   into it (TLS failures, refused logins and permissions included)
+//!                   into it (TLS failures, refused logins and permissions included); the
+//!                   findings of a server check it carries
 //!
 //! guide/            (public, pages only) the manual, with examples that run as doc tests
 //! layout            (public) the name of every key and channel: Redisson's naming rules,
@@ -275,13 +282,14 @@ mod manager;
 mod primitives;
 mod protocol;
 
+pub use client::server_check::ServerCheck;
 pub use client::stats::{Stats, WaitTimes};
 pub use client::wait::back_off::BackOff;
 pub use client::wait::cancel::CancelToken;
 pub use client::watchdog::lease::{LostLock, RevocationNotice, RiskChange, RiskNotice};
 /// The channels whose receivers [`Guard::lost_signal`] hands out (for `select!`).
 pub use crossbeam_channel;
-pub use error::{Error, LostReason, Permission, Result, RiskReason, TlsFailure};
+pub use error::{Error, Finding, LostReason, Permission, Result, RiskReason, TlsFailure};
 pub use manager::{LockManager, LockManagerBuilder};
 pub use primitives::election::{
     Candidate, Leader, LeaderChange, LeaderElection, LeaderGuard, LeaderObserver,

@@ -14,6 +14,7 @@ use std::time::Duration;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::call::replication::ReplicaAcks;
+use crate::client::server_check::ServerCheck;
 use crate::client::stats::Stats;
 use crate::client::topology::pool::PoolSizes;
 use crate::client::topology::tls::{self, TlsOptions};
@@ -21,7 +22,7 @@ use crate::client::wait::back_off::BackOff;
 use crate::client::watchdog::lease::{LostLock, RevocationNotice, RiskNotice};
 use crate::client::watchdog::Callbacks;
 use crate::client::{Client, SentinelSettings, Settings};
-use crate::error::{Error, Result};
+use crate::error::{Error, Finding, Result};
 use crate::primitives::election::LeaderElection;
 use crate::primitives::fence::FencedStore;
 use crate::primitives::latch::CountDownLatch;
@@ -90,6 +91,7 @@ pub struct LockManagerBuilder {
     fair_lock_place_timeout: Duration,
     local_handoffs: u32,
     pubsub: bool,
+    server_check: ServerCheck,
     callbacks: Callbacks,
     /// Sentinel mode: the sentinels (or why they could not be read) and the master's name.
     sentinel: Option<(std::result::Result<Vec<ConnectionInfo>, String>, String)>,
@@ -143,6 +145,7 @@ impl LockManager {
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             local_handoffs: DEFAULT_LOCAL_HANDOFFS,
             pubsub: true,
+            server_check: ServerCheck::Warn,
             callbacks: Callbacks::default(),
             sentinel: None,
             cluster: None,
@@ -485,6 +488,52 @@ impl LockManager {
         self.client.stats()
     }
 
+    /// Reads the settings of every master that put locks at risk, and answers what it found
+    /// (nothing when all is well); [`build`](LockManagerBuilder::build) runs it as its
+    /// [`server_check`](LockManagerBuilder::server_check) says, and the inspect tool's `doctor`
+    /// prints it. It reads:
+    ///
+    /// - `CONFIG GET maxmemory*`: a `maxmemory-policy` other than `noeviction` may evict a
+    ///   held lock's key, which always has a TTL ([`Finding::Eviction`]);
+    /// - `INFO replication`, with [`replica_acks`](LockManagerBuilder::replica_acks) or
+    ///   [`aof_acks`](LockManagerBuilder::aof_acks) asking for replicas: fewer connected than
+    ///   asked for ([`Finding::TooFewReplicas`]);
+    /// - `CLUSTER INFO`, on a cluster: slots no master serves ([`Finding::SlotsUncovered`]).
+    ///
+    /// A command the user may not run is a [`Finding::Unreadable`]: the check says what it
+    /// could not see rather than guess (`+config|get +info +cluster|info` let it read all).
+    /// Only the masters are read: a replica promoted later brings its own settings.
+    ///
+    /// # Errors
+    /// A master that cannot be reached or does not answer in time.
+    pub fn check_server(&self) -> Result<Vec<Finding>> {
+        self.client.check_server()
+    }
+
+    /// Runs the server check as `check` says, once the manager is connected: an error fails
+    /// the build.
+    fn check_at_build(&self, check: ServerCheck) -> Result<()> {
+        if check == ServerCheck::Off {
+            return Ok(());
+        }
+        match (check, self.check_server()) {
+            (ServerCheck::Strict, Ok(findings)) if !findings.is_empty() => {
+                Err(Error::UnsafeServer { findings })
+            }
+            (ServerCheck::Strict, Err(err)) => Err(err),
+            (_, Ok(findings)) => {
+                for finding in &findings {
+                    log::warn!("server check: {finding}");
+                }
+                Ok(())
+            }
+            (_, Err(err)) => {
+                log::warn!("server check: the settings could not be read: {err}");
+                Ok(())
+            }
+        }
+    }
+
     /// Stops the watchdog and the pub/sub listener and joins their threads. Later
     /// acquisitions fail with [`Error::ShutDown`]; guards still held can release, and locks
     /// no longer renewed expire after their lease. Dropping the last clone does the same.
@@ -633,6 +682,31 @@ impl LockManagerBuilder {
     /// try.
     pub fn without_pubsub(mut self) -> Self {
         self.pubsub = false;
+        self
+    }
+
+    /// What [`build`](Self::build) does with the check of the servers' settings (default
+    /// [`ServerCheck::Warn`]): some settings break a lock silently, and the check reads them
+    /// from every master once the manager is connected (see
+    /// [`LockManager::check_server`] for what it reads and needs). With `Warn` each
+    /// [`Finding`] is a warning in the log and the build goes on; with `Strict` any finding
+    /// fails the build with [`Error::UnsafeServer`], what the user may not read included;
+    /// `Off` reads nothing.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// use redlease::{LockManager, ServerCheck};
+    ///
+    /// let manager = LockManager::builder(redis.url())
+    ///     .server_check(ServerCheck::Strict) // a throwaway server: noeviction, no cluster
+    ///     .build()?;
+    /// assert!(manager.check_server()?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn server_check(mut self, check: ServerCheck) -> Self {
+        self.server_check = check;
         self
     }
 
@@ -958,6 +1032,7 @@ impl LockManagerBuilder {
     /// [`Error::PermissionDenied`] when the user may not run `PING` or `SUBSCRIBE`;
     /// in sentinel mode, [`Error::UnknownMaster`] when no sentinel knows the master.
     pub fn build(self) -> Result<LockManager> {
+        let server_check = self.server_check;
         let fair_place_ms = self.checked_limits()?;
         let replica_acks = self.checked_acks()?;
         let info = self.info.map_err(|err| {
@@ -1007,10 +1082,15 @@ impl LockManagerBuilder {
             local_handoffs: self.local_handoffs,
             pubsub: self.pubsub,
         })?;
-        Ok(LockManager {
+        let manager = LockManager {
             client,
             fair_place_ms,
-        })
+        };
+        if let Err(err) = manager.check_at_build(server_check) {
+            manager.shutdown();
+            return Err(err);
+        }
+        Ok(manager)
     }
 
     /// Checks the timeouts and the connection bound; answers the fair lock place timeout in

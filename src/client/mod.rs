@@ -23,6 +23,7 @@ mod clock;
 mod connect;
 pub(crate) mod fanout;
 pub(crate) mod pubsub;
+pub(crate) mod server_check;
 pub(crate) mod stats;
 pub(crate) mod telemetry;
 pub(crate) mod topology;
@@ -140,6 +141,11 @@ impl Client {
     /// The replica acknowledgements this client's writes wait for, if any.
     pub(crate) fn replica_acks(&self) -> Option<&ReplicaAcks> {
         self.acks.as_ref()
+    }
+
+    /// What the masters' settings put at risk (see [`server_check`]).
+    pub(crate) fn check_server(&self) -> Result<Vec<crate::error::Finding>> {
+        server_check::check(&self.router, self.acks.as_ref())
     }
 
     /// Runs `call` on a pooled connection and answers its answer. With replica

@@ -13,8 +13,11 @@ use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind, Value};
 
+mod finding;
 #[cfg(feature = "tls")]
 mod tls_failure;
+
+pub use finding::Finding;
 
 #[cfg(feature = "tls")]
 pub(crate) use tls_failure::failure_of_io_error;
@@ -243,6 +246,16 @@ pub enum Error {
         feature: String,
         /// What the server answered.
         detail: String,
+    },
+
+    /// The servers' settings put locks at risk, found by
+    /// [`build`](crate::LockManagerBuilder::build) with
+    /// [`ServerCheck::Strict`](crate::ServerCheck::Strict): each finding says where, what it
+    /// risks and how to fix it (see [`LockManager::check_server`](crate::LockManager::check_server)).
+    #[error("the servers' settings put locks at risk: {}", findings_text(.findings))]
+    UnsafeServer {
+        /// What the check found.
+        findings: Vec<Finding>,
     },
 
     /// A key of the primitive called `name` holds something it cannot use: a key of another
@@ -719,6 +732,12 @@ impl fmt::Display for LostReason {
             LostReason::ForceReleased => "it was force-released",
         })
     }
+}
+
+/// The findings of a server check, one after another.
+fn findings_text(findings: &[Finding]) -> String {
+    let texts: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    texts.join("; ")
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, manager_for_url, RedisServer};
-use redlease::{Error, LockManager, LostReason, Permission, RedLock};
+use redlease::{Error, Finding, LockManager, LostReason, Permission, RedLock, ServerCheck};
 
 const USER: &str = "redlease";
 const PASSWORD: &str = "redlease-secret";
@@ -721,4 +721,34 @@ fn a_channel_refused_after_a_reconnect_leaves_the_others_subscribed() {
         .command(&["EXISTS", "acl:dropped"])
         .unwrap()
         .starts_with(":0"));
+}
+
+/// The guide's user may not read the servers' settings: the server check says what it could
+/// not read, a strict build refuses, and a user that may read them passes.
+#[test]
+fn the_server_check_says_what_the_user_may_not_read() {
+    let (server, url) = server_with_user();
+    let manager = build(&url).expect("a warning, not a refusal");
+    let findings = manager.check_server().unwrap();
+    assert!(
+        findings.iter().any(|finding| matches!(
+            finding,
+            Finding::Unreadable { command, answer, .. }
+                if command == "CONFIG GET maxmemory*" && answer.starts_with("NOPERM")
+        )),
+        "{findings:?}"
+    );
+    let strict = LockManager::builder(url.as_str())
+        .server_check(ServerCheck::Strict)
+        .build();
+    assert!(
+        matches!(strict, Err(Error::UnsafeServer { .. })),
+        "{strict:?}"
+    );
+    let reading = create_user(&server, "reading", |_| true, &["+config|get"]);
+    let manager = LockManager::builder(reading.as_str())
+        .server_check(ServerCheck::Strict)
+        .build()
+        .expect("a user that may read the settings passes");
+    assert!(manager.check_server().unwrap().is_empty());
 }

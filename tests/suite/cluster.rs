@@ -1280,3 +1280,23 @@ fn elections_upgrades_and_revocation_requests_work_on_every_master() {
         upgradable.unlock().unwrap();
     }
 }
+
+/// A slot that no master serves (its master gave it up) is a finding of the server check.
+#[test]
+fn the_server_check_tells_of_slots_no_master_serves() {
+    let cluster = start(3, 0);
+    let manager = cluster_manager(&cluster, Duration::from_secs(30));
+    assert_eq!(manager.check_server().unwrap(), []);
+    let master = cluster.master_of_slot(7).unwrap();
+    let answer = master.command(&["CLUSTER", "DELSLOTS", "7"]).unwrap();
+    assert!(answer.starts_with("+OK"), "{answer}");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            manager.check_server().unwrap().iter().any(|finding| {
+                matches!(finding, redlease::Finding::SlotsUncovered { slots_ok, .. } if *slots_ok < 16384)
+            })
+        }),
+        "{:?}",
+        manager.check_server()
+    );
+}

@@ -641,3 +641,34 @@ fn inspect_shows_the_leader_of_an_election_and_the_upgradable_reader() {
     assert_eq!(report["holders"][1]["role"], "upgradable");
     drop(writing);
 }
+
+/// `doctor` reads the settings that put locks at risk: nothing on a plain server, the missing
+/// replicas it is told to expect, an evicting policy (with its fix, in JSON); it exits with 1
+/// when it found something.
+#[test]
+fn doctor_tells_what_puts_locks_at_risk_and_how_to_fix_it() {
+    let clean = server();
+    let run = tool(&clean.url(), &["doctor"], "");
+    assert_eq!(run.code, 0, "stderr: {}", run.stderr);
+    assert!(run.stdout.contains("nothing found"), "{}", run.stdout);
+    let run = tool(&clean.url(), &["doctor", "--replicas", "1"], "");
+    assert_eq!(run.code, 1, "stderr: {}", run.stderr);
+    assert!(
+        run.stdout.contains("0 replicas connected, 1 asked for"),
+        "{}",
+        run.stdout
+    );
+    let evicting =
+        RedisServer::start_with_args(&["--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru"])
+            .expect("redis-server");
+    let run = tool(&evicting.url(), &["--json", "doctor"], "");
+    assert_eq!(run.code, 1, "stderr: {}", run.stderr);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let finding = &report["findings"][0];
+    assert_eq!(finding["kind"], "eviction");
+    assert!(finding["found"]
+        .as_str()
+        .unwrap()
+        .contains("maxmemory-policy allkeys-lru"));
+    assert!(finding["fix"].as_str().unwrap().contains("noeviction"));
+}

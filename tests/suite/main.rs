@@ -41,6 +41,7 @@ mod revocation;
 mod rwlock;
 mod semaphore;
 mod sentinel;
+mod server_check;
 mod spin;
 mod stats;
 mod tls;

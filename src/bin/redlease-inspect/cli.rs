@@ -112,6 +112,15 @@ pub enum Command {
         #[arg(long, default_value = "0.2", value_name = "SECONDS", value_parser = seconds)]
         interval: Duration,
     },
+    /// Check the settings of the deployment's masters that put locks at risk (eviction,
+    /// replicas, a cluster's slots); each finding says what it risks and how to fix it.
+    /// Exits with 1 when it found something.
+    Doctor {
+        /// The replica acknowledgements your managers ask for (replica_acks or aof_acks):
+        /// checked against the replicas connected to each master.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        replicas: Option<u32>,
+    },
     /// Free the lock on NAME whoever holds it; its holders hear that they lost it.
     BreakLock {
         /// The name of the lock (a lock, fair lock or read-write lock).

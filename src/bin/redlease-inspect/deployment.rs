@@ -129,6 +129,11 @@ impl Deployment {
 
     /// A manager on the same deployment, with the same TLS options and timeouts.
     pub fn manager(&self) -> Result<LockManager, Failure> {
+        Ok(self.builder().build()?)
+    }
+
+    /// The builder of a manager on the deployment, with the tool's timeouts and TLS files.
+    pub fn builder(&self) -> LockManagerBuilder {
         let builder = match &self.shape {
             Shape::Single(url) => LockManager::builder(url.as_str()),
             Shape::Sentinel {
@@ -146,11 +151,9 @@ impl Deployment {
             }
             Shape::Cluster(seeds) => LockManager::builder_cluster(seeds.iter().map(String::as_str)),
         };
-        Ok(self
-            .with_tls(builder)
+        self.with_tls(builder)
             .connect_timeout(self.connect_timeout)
             .response_timeout(self.response_timeout)
-            .build()?)
     }
 
     fn with_tls(&self, mut builder: LockManagerBuilder) -> LockManagerBuilder {

@@ -4,18 +4,20 @@
 //!
 //! `inspect NAME` shows a primitive's holders, lease, fencing token and waiters; `watch NAME`
 //! follows it as it changes; `list PATTERN` finds held locks (on every master of a cluster);
-//! `break-lock NAME` frees one. Plain text, or one JSON object per command (per change, for
-//! `watch`) with `--json`. Exit codes: 0 done, 1 nothing found or not confirmed, 2 bad
-//! arguments or the server could not be asked; errors go to stderr.
+//! `break-lock NAME` frees one; `doctor` checks the settings that put locks at risk. Plain
+//! text, or one JSON object per command (per change, for `watch`) with `--json`. Exit codes:
+//! 0 done, 1 nothing found, not confirmed, or (`doctor`) something to fix, 2 bad arguments
+//! or the server could not be asked; errors go to stderr.
 //!
 //! Modules: `cli` (arguments), `deployment` (which servers, with which TLS files),
 //! `connection` (the bounded connection, failures and exit codes), `probe` (inspect),
-//! `watch`, `scan` (list), `break_lock`, `render` (text output).
+//! `watch`, `scan` (list), `break_lock`, `doctor`, `render` (text output).
 
 mod break_lock;
 mod cli;
 mod connection;
 mod deployment;
+mod doctor;
 mod probe;
 mod render;
 mod scan;
@@ -34,12 +36,12 @@ use deployment::Deployment;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
-        Ok(output) => {
+        Ok((output, code)) => {
             let mut stdout = std::io::stdout().lock();
             // A closed pipe (`| head`) is no failure of the command.
             let _ = stdout.write_all(output.as_bytes());
             let _ = stdout.flush();
-            ExitCode::SUCCESS
+            code
         }
         Err(failure) => {
             eprintln!("redlease-inspect: {}", failure.message());
@@ -48,10 +50,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the command and answers what it prints.
-fn run(cli: &Cli) -> Result<String, Failure> {
+/// Runs the command and answers what it prints, and its exit code.
+fn run(cli: &Cli) -> Result<(String, ExitCode), Failure> {
     let deployment = Deployment::from_cli(cli)?;
-    match &cli.command {
+    let printed = match &cli.command {
         Command::Inspect { name } => {
             let mut redis = deployment.connect_for(name)?;
             let report = probe::probe(&mut redis, name)?;
@@ -81,7 +83,23 @@ fn run(cli: &Cli) -> Result<String, Failure> {
             let freed = break_lock::break_lock(&mut redis, name, &settings)?;
             output(cli.json, &freed, render::freed)
         }
-    }
+        Command::Doctor { replicas } => return checkup(cli, &deployment, *replicas),
+    }?;
+    Ok((printed, ExitCode::SUCCESS))
+}
+
+/// Runs `doctor`: exits with 1 when it found something to fix.
+fn checkup(
+    cli: &Cli,
+    deployment: &Deployment,
+    replicas: Option<u32>,
+) -> Result<(String, ExitCode), Failure> {
+    let checkup = doctor::doctor(deployment, replicas)?;
+    let code = match checkup.findings.is_empty() {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(1),
+    };
+    Ok((output(cli.json, &checkup, render::checkup)?, code))
 }
 
 /// `value` as one line of JSON, or as text.

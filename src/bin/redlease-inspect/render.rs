@@ -4,6 +4,7 @@ use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::break_lock::Freed;
+use crate::doctor::Checkup;
 use crate::probe::{Holder, Leader, Permit, Queue, Report, Role};
 use crate::scan::{ListedLock, Listing};
 
@@ -293,6 +294,22 @@ pub fn freed(freed: &Freed) -> String {
         freed.name,
         holders.join(", ")
     )
+}
+
+/// The doctor's findings, each with its risk and fix, or that there are none.
+pub fn checkup(checkup: &Checkup) -> String {
+    if checkup.findings.is_empty() {
+        return "nothing found: no setting read puts locks at risk\n".to_owned();
+    }
+    let mut text = String::new();
+    for found in &checkup.findings {
+        let _ = writeln!(
+            text,
+            "{}: {}\n  risk: {}\n  fix:  {}",
+            found.server, found.found, found.risk, found.fix
+        );
+    }
+    text
 }
 
 #[cfg(test)]

@@ -117,6 +117,11 @@ impl ReplicaAcks {
         }
     }
 
+    /// How many replicas each write waits for.
+    pub(crate) fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
     /// The command's name, for reports.
     fn command_name(&self) -> &'static str {
         match self.aof_local {
