@@ -491,21 +491,25 @@ impl LockManager {
     /// Reads the settings of every master that put locks at risk, and answers what it found
     /// (nothing when all is well); [`build`](LockManagerBuilder::build) runs it as its
     /// [`server_check`](LockManagerBuilder::server_check) says, and the inspect tool's `doctor`
-    /// prints it. It reads:
+    /// prints it. It reads, from each master in turn:
     ///
-    /// - `CONFIG GET maxmemory*`: a `maxmemory-policy` other than `noeviction` may evict a
-    ///   held lock's key, which always has a TTL ([`Finding::Eviction`]);
+    /// - `INFO memory`: a `maxmemory_policy` other than `noeviction` may evict a held lock's
+    ///   key, which always has a TTL ([`Finding::Eviction`]);
     /// - `INFO replication`, with [`replica_acks`](LockManagerBuilder::replica_acks) or
-    ///   [`aof_acks`](LockManagerBuilder::aof_acks) asking for replicas: fewer connected than
-    ///   asked for ([`Finding::TooFewReplicas`]);
-    /// - `CLUSTER INFO`, on a cluster: slots no master serves ([`Finding::SlotsUncovered`]).
+    ///   [`aof_acks`](LockManagerBuilder::aof_acks) asking for replicas: fewer replicas in
+    ///   sync (`state=online`) than asked for ([`Finding::TooFewReplicas`]);
+    /// - `CLUSTER INFO`, on a cluster: slots without a master, or with a failed one, or the
+    ///   cluster failing ([`Finding::SlotsUncovered`], told once).
     ///
-    /// A command the user may not run is a [`Finding::Unreadable`]: the check says what it
-    /// could not see rather than guess (`+config|get +info +cluster|info` let it read all).
-    /// Only the masters are read: a replica promoted later brings its own settings.
+    /// What it could not read (a command refused by an ACL or disabled by the service, a
+    /// master that did not answer in time) is a [`Finding::Unreadable`], and it goes on with
+    /// the rest: it says what it could not see rather than guess (`+info +cluster|info` let
+    /// it read all). Only the masters are read: a replica promoted later brings its own
+    /// settings. It does not see whether the replicas write an append-only file, which
+    /// [`aof_acks`](LockManagerBuilder::aof_acks) needs of them.
     ///
     /// # Errors
-    /// A master that cannot be reached or does not answer in time.
+    /// [`Error::ShutDown`] after [`shutdown`](Self::shutdown).
     pub fn check_server(&self) -> Result<Vec<Finding>> {
         self.client.check_server()
     }
@@ -516,22 +520,14 @@ impl LockManager {
         if check == ServerCheck::Off {
             return Ok(());
         }
-        match (check, self.check_server()) {
-            (ServerCheck::Strict, Ok(findings)) if !findings.is_empty() => {
-                Err(Error::UnsafeServer { findings })
-            }
-            (ServerCheck::Strict, Err(err)) => Err(err),
-            (_, Ok(findings)) => {
-                for finding in &findings {
-                    log::warn!("server check: {finding}");
-                }
-                Ok(())
-            }
-            (_, Err(err)) => {
-                log::warn!("server check: the settings could not be read: {err}");
-                Ok(())
-            }
+        let findings = self.check_server()?;
+        if check == ServerCheck::Strict && !findings.is_empty() {
+            return Err(Error::UnsafeServer { findings });
         }
+        for finding in &findings {
+            log::warn!("server check: {finding}");
+        }
+        Ok(())
     }
 
     /// Stops the watchdog and the pub/sub listener and joins their threads. Later
@@ -1015,7 +1011,9 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Checks the settings, connects to Redis once to see it answers, and starts the threads.
+    /// Checks the settings, connects to Redis once to see it answers, starts the threads,
+    /// and checks the servers' settings as [`server_check`](Self::server_check) says (a
+    /// round trip or three per master, unless `ServerCheck::Off`).
     ///
     /// With a Redis ACL user, it checks what every manager uses, whichever primitives it
     /// hands out: the login, on a command connection and on the pub/sub connection, `PING`,
@@ -1030,7 +1028,8 @@ impl LockManagerBuilder {
     /// handshake fails, or a plaintext URL leads to a server that speaks TLS only;
     /// [`Error::AuthenticationFailed`] when Redis refuses the user or password;
     /// [`Error::PermissionDenied`] when the user may not run `PING` or `SUBSCRIBE`;
-    /// in sentinel mode, [`Error::UnknownMaster`] when no sentinel knows the master.
+    /// in sentinel mode, [`Error::UnknownMaster`] when no sentinel knows the master;
+    /// [`Error::UnsafeServer`] with [`ServerCheck::Strict`], when the check found anything.
     pub fn build(self) -> Result<LockManager> {
         let server_check = self.server_check;
         let fair_place_ms = self.checked_limits()?;

@@ -145,7 +145,8 @@ impl Client {
 
     /// What the masters' settings put at risk (see [`server_check`]).
     pub(crate) fn check_server(&self) -> Result<Vec<crate::error::Finding>> {
-        server_check::check(&self.router, self.acks.as_ref())
+        self.ensure_running()?;
+        Ok(server_check::check(&self.router, self.acks.as_ref()))
     }
 
     /// Runs `call` on a pooled connection and answers its answer. With replica

@@ -1,145 +1,126 @@
 //! The settings of a deployment that break a lock silently, read from its masters: an
-//! eviction policy that may drop a held lock's key, fewer replicas than the acknowledgements
-//! asked for, a cluster with slots nobody serves ([`Finding`]). `build` runs the check as the
-//! builder's [`ServerCheck`] says; `LockManager::check_server` runs it on demand (the inspect
-//! tool's `doctor`).
+//! eviction policy that may drop a held lock's key, fewer replicas in sync than the
+//! acknowledgements asked for, a cluster with slots nobody serves ([`Finding`]). `build` runs
+//! the check as the builder's [`ServerCheck`] says; `LockManager::check_server` runs it on
+//! demand (the inspect tool's `doctor`).
 //!
-//! Each master is asked with `CONFIG GET maxmemory*`, and, as the settings need, `INFO
-//! replication` and `CLUSTER INFO`, through its pool. A command the user may not run (an ACL,
-//! a renamed command) is a finding of its own, [`Finding::Unreadable`]: the check says what
-//! it could not see instead of guessing. It may touch the router's pools and the replication
-//! settings; nothing else.
-
-use std::collections::HashMap;
-
-use redis::{Connection, RedisResult};
+//! Each master is asked `INFO memory`, and as the settings need `INFO replication` and
+//! `CLUSTER INFO`, through its pool, one after another. What the check could not read (a
+//! command refused by an ACL or disabled by the service, no answer in time, an answer without
+//! the setting) is a finding of its own, [`Finding::Unreadable`], and the check goes on with
+//! the rest: it says what it could not see instead of guessing. It may touch the router's
+//! pools and the replication settings; nothing else.
 
 use crate::client::call::replication::ReplicaAcks;
 use crate::client::call::route::Router;
 use crate::client::topology::pool::Pool;
-use crate::error::{Error, Finding, Result};
+use crate::error::Finding;
 
 /// What `build` does with the server check ([`LockManagerBuilder::server_check`]).
 ///
 /// [`LockManagerBuilder::server_check`]: crate::LockManagerBuilder::server_check
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ServerCheck {
     /// No check.
     Off,
     /// Each finding is a warning in the log (the default); the build goes on.
     #[default]
     Warn,
-    /// Any finding fails the build with [`Error::UnsafeServer`], what the check could not
-    /// read included.
+    /// Any finding fails the build with [`Error::UnsafeServer`](crate::Error::UnsafeServer),
+    /// what the check could not read included.
     Strict,
 }
 
 /// The findings on every master `router` reaches, for a manager whose writes wait for
-/// `replica_acks`.
-///
-/// # Errors
-/// A master that cannot be reached, or does not answer in time: the error of its pool.
-pub(crate) fn check(router: &Router, replica_acks: Option<&ReplicaAcks>) -> Result<Vec<Finding>> {
+/// `replica_acks`. A cluster's slot coverage is told once, by the first node that sees a gap.
+pub(crate) fn check(router: &Router, replica_acks: Option<&ReplicaAcks>) -> Vec<Finding> {
     let mut findings = Vec::new();
+    let mut slots_told = false;
     for pool in router.master_pools() {
         let server = pool.server();
-        findings.extend(eviction(&pool, &server)?);
+        findings.extend(eviction(&pool, &server));
         if let Some(acks) = replica_acks.filter(|acks| acks.replicas() > 0) {
-            findings.extend(replicas(&pool, &server, acks.replicas())?);
+            findings.extend(replicas(&pool, &server, acks.replicas()));
         }
-        if router.cluster().is_some() {
-            findings.extend(slots(&pool, &server)?);
+        if router.cluster().is_some() && !slots_told {
+            let gap = slots(&pool, &server);
+            slots_told = matches!(gap, Some(Finding::SlotsUncovered { .. }));
+            findings.extend(gap);
         }
     }
-    Ok(findings)
+    findings
 }
 
-/// The eviction policy of the server of `pool`.
-fn eviction(pool: &Pool, server: &str) -> Result<Option<Finding>> {
-    let command = "CONFIG GET maxmemory*";
-    let settings: HashMap<String, String> = match ask(pool, server, command, |connection| {
-        redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory*")
-            .query(connection)
-    })? {
-        Ok(settings) => settings,
-        Err(unreadable) => return Ok(Some(unreadable)),
+/// The eviction policy of the server of `pool`, from `INFO memory`.
+fn eviction(pool: &Pool, server: &str) -> Option<Finding> {
+    let words = ["INFO", "memory"];
+    let info = match read(pool, server, &words) {
+        Ok(info) => info,
+        Err(unreadable) => return Some(unreadable),
     };
-    let policy = settings
-        .get("maxmemory-policy")
-        .cloned()
-        .unwrap_or_else(|| "noeviction".into());
-    let maxmemory = settings
-        .get("maxmemory")
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0);
-    Ok((policy != "noeviction").then(|| Finding::Eviction {
+    let Some(policy) = info_text(&info, "maxmemory_policy") else {
+        let answer = "no maxmemory_policy in the answer".to_owned();
+        return Some(unreadable(server, &words, answer));
+    };
+    let maxmemory = info_field(&info, "maxmemory").unwrap_or(0);
+    (policy != "noeviction").then(|| Finding::Eviction {
         server: server.to_owned(),
         policy,
         maxmemory,
-    }))
+    })
 }
 
-/// The replicas connected to the master of `pool`, against the `required` ones.
-fn replicas(pool: &Pool, server: &str, required: u32) -> Result<Option<Finding>> {
-    let command = "INFO replication";
-    let info: String = match ask(pool, server, command, |connection| {
-        redis::cmd("INFO").arg("replication").query(connection)
-    })? {
+/// The replicas in sync with the master of `pool` (`slaveN:...,state=online,...` lines of
+/// `INFO replication`), against the `required` ones.
+fn replicas(pool: &Pool, server: &str, required: u32) -> Option<Finding> {
+    let info = match read(pool, server, &["INFO", "replication"]) {
         Ok(info) => info,
-        Err(unreadable) => return Ok(Some(unreadable)),
+        Err(unreadable) => return Some(unreadable),
     };
-    let connected = info_field(&info, "connected_slaves").unwrap_or(0);
-    Ok((connected < required).then(|| Finding::TooFewReplicas {
+    let online = info
+        .lines()
+        .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+        .count() as u32;
+    (online < required).then(|| Finding::TooFewReplicas {
         server: server.to_owned(),
-        connected,
+        online,
         required,
-    }))
+    })
 }
 
-/// Whether the cluster node of `pool` sees every slot served.
-fn slots(pool: &Pool, server: &str) -> Result<Option<Finding>> {
-    let command = "CLUSTER INFO";
-    let info: String = match ask(pool, server, command, |connection| {
-        redis::cmd("CLUSTER").arg("INFO").query(connection)
-    })? {
+/// Whether the cluster node of `pool` sees every slot with a live master.
+fn slots(pool: &Pool, server: &str) -> Option<Finding> {
+    let info = match read(pool, server, &["CLUSTER", "INFO"]) {
         Ok(info) => info,
-        Err(unreadable) => return Ok(Some(unreadable)),
+        Err(unreadable) => return Some(unreadable),
     };
     let state = info_text(&info, "cluster_state").unwrap_or_default();
-    let slots_ok = info_field(&info, "cluster_slots_ok").unwrap_or(0);
-    Ok(
-        (state != "ok" || slots_ok < 16384).then(|| Finding::SlotsUncovered {
-            server: server.to_owned(),
-            state,
-            slots_ok,
-        }),
-    )
+    let assigned = info_field(&info, "cluster_slots_assigned").unwrap_or(0);
+    let failed = info_field(&info, "cluster_slots_fail").unwrap_or(0);
+    (state != "ok" || assigned < 16384 || failed > 0).then(|| Finding::SlotsUncovered {
+        server: server.to_owned(),
+        state,
+        assigned,
+        failed,
+    })
 }
 
-/// Sends `query` on `pool`: its answer, or the finding that the server refused it (`Ok(Err)`);
-/// a server that cannot be reached or answers late is the error.
-fn ask<T>(
-    pool: &Pool,
-    server: &str,
-    command: &str,
-    query: impl FnMut(&mut Connection) -> RedisResult<T>,
-) -> Result<std::result::Result<T, Finding>> {
-    match pool.run(query) {
-        Ok(answer) => Ok(Ok(answer)),
-        Err(err) if err.is_outage() => Err(err),
-        Err(Error::PermissionDenied { message, .. }) => {
-            Ok(Err(unreadable(server, command, message)))
-        }
-        Err(err) => Ok(Err(unreadable(server, command, err.to_string()))),
+/// What the command `words` answers on `pool` (an `INFO` text), or the finding that it could
+/// not be read.
+fn read(pool: &Pool, server: &str, words: &[&str]) -> Result<String, Finding> {
+    let mut command = redis::cmd(words[0]);
+    for word in &words[1..] {
+        command.arg(*word);
     }
+    pool.run(|connection| command.query(connection))
+        .map_err(|err| unreadable(server, words, err.to_string()))
 }
 
-fn unreadable(server: &str, command: &str, answer: String) -> Finding {
+fn unreadable(server: &str, words: &[&str], answer: String) -> Finding {
     Finding::Unreadable {
         server: server.to_owned(),
-        command: command.to_owned(),
+        command: words.join(" "),
         answer,
     }
 }
@@ -152,7 +133,7 @@ fn info_text(info: &str, field: &str) -> Option<String> {
 }
 
 /// The number of `field` in an `INFO` answer.
-fn info_field(info: &str, field: &str) -> Option<u32> {
+fn info_field<T: std::str::FromStr>(info: &str, field: &str) -> Option<T> {
     info_text(info, field)?.parse().ok()
 }
 
@@ -163,9 +144,9 @@ mod tests {
     #[test]
     fn info_fields_are_read_by_their_whole_name() {
         let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=x\r\n";
-        assert_eq!(info_field(info, "connected_slaves"), Some(2));
+        assert_eq!(info_field::<u32>(info, "connected_slaves"), Some(2));
         assert_eq!(info_text(info, "role").as_deref(), Some("master"));
         assert_eq!(info_text(info, "rol"), None);
-        assert_eq!(info_field(info, "missing"), None);
+        assert_eq!(info_field::<u32>(info, "missing"), None);
     }
 }

@@ -11,39 +11,48 @@ use std::fmt;
 pub enum Finding {
     /// The server may evict keys that have a TTL, and every lock's key has one: a held lock
     /// may vanish when memory runs short.
+    #[non_exhaustive]
     Eviction {
         /// The server (address and database).
         server: String,
-        /// Its `maxmemory-policy`.
+        /// Its `maxmemory_policy`.
         policy: String,
         /// Its `maxmemory`, in bytes (0: none yet).
         maxmemory: u64,
     },
-    /// Fewer replicas are connected to the master than each acquisition waits for.
+    /// Fewer replicas are connected to the master, and in sync, than each write waits for.
+    #[non_exhaustive]
     TooFewReplicas {
         /// The master.
         server: String,
-        /// Replicas connected now.
-        connected: u32,
+        /// Replicas connected and in sync (`state=online`) now.
+        online: u32,
         /// Replicas each write waits for.
         required: u32,
     },
-    /// A cluster node reports slots that no master serves, or the cluster failing.
+    /// A cluster node sees slots that no master serves, or a master of some failed, or the
+    /// cluster failing.
+    #[non_exhaustive]
     SlotsUncovered {
         /// The node that says so.
         server: String,
         /// Its `cluster_state`.
         state: String,
-        /// How many of the 16384 slots it sees served (`cluster_slots_ok`).
-        slots_ok: u32,
+        /// How many of the 16384 slots have a master (`cluster_slots_assigned`).
+        assigned: u32,
+        /// How many are served by a master the cluster agrees has failed
+        /// (`cluster_slots_fail`).
+        failed: u32,
     },
-    /// A setting the check could not read: it cannot vouch for it.
+    /// A setting the check could not read (the command was refused, unknown, or not
+    /// answered, or its answer lacked the setting): it cannot vouch for it.
+    #[non_exhaustive]
     Unreadable {
         /// The server.
         server: String,
         /// The command it sent.
         command: String,
-        /// What the server answered.
+        /// What went wrong.
         answer: String,
     },
 }
@@ -59,23 +68,27 @@ impl Finding {
         }
     }
 
-    /// What the check found.
-    pub fn found(&self) -> String {
+    /// What the check found, in words.
+    pub fn description(&self) -> String {
         match self {
             Finding::Eviction {
                 policy, maxmemory, ..
-            } => format!("maxmemory-policy {policy}, maxmemory {maxmemory}"),
+            } => format!("maxmemory_policy {policy}, maxmemory {maxmemory}"),
             Finding::TooFewReplicas {
-                connected,
-                required,
-                ..
-            } => format!("{connected} replicas connected, {required} asked for"),
+                online, required, ..
+            } => format!("{online} replicas in sync, {required} asked for"),
             Finding::SlotsUncovered {
-                state, slots_ok, ..
-            } => format!("cluster_state {state}, {slots_ok} of 16384 slots served"),
+                state,
+                assigned,
+                failed,
+                ..
+            } => format!(
+                "cluster_state {state}, {assigned} of 16384 slots with a master, {failed} on \
+                 a failed one"
+            ),
             Finding::Unreadable {
                 command, answer, ..
-            } => format!("{command} was refused: {answer}"),
+            } => format!("{command} could not be read: {answer}"),
         }
     }
 
@@ -89,11 +102,12 @@ impl Finding {
             }
             Finding::TooFewReplicas { .. } => {
                 "every acquisition waits for acknowledgements that cannot all come: each is \
-                 given back and fails with NotReplicated until enough replicas are connected"
+                 given back and fails (NotReplicated, or NotPersisted with aof_acks) until \
+                 enough replicas are in sync"
             }
             Finding::SlotsUncovered { .. } => {
-                "locks whose names fall in the unserved slots cannot be taken, renewed or \
-                 released there: their holders are put at risk and lose them at their deadline"
+                "locks whose names fall in those slots cannot be taken, renewed or released \
+                 there: their holders are put at risk and lose them at their deadline"
             }
             Finding::Unreadable { .. } => {
                 "the check cannot tell whether this setting puts locks at risk"
@@ -109,16 +123,16 @@ impl Finding {
                  acquisition fails instead of a held lock vanishing)"
             }
             Finding::TooFewReplicas { .. } => {
-                "connect the replicas, or ask for no more acknowledgements than there are \
-                 replicas (replica_acks, aof_acks)"
+                "connect the replicas and let them sync, or ask for no more acknowledgements \
+                 than there are replicas (replica_acks, aof_acks)"
             }
             Finding::SlotsUncovered { .. } => {
-                "give every slot a master (CLUSTER ADDSLOTS, or a failover of the master that \
-                 failed)"
+                "give every slot a live master (CLUSTER ADDSLOTS, or a failover of the master \
+                 that failed)"
             }
             Finding::Unreadable { .. } => {
-                "let the user run CONFIG GET, INFO and CLUSTER INFO (+config|get +info \
-                 +cluster|info), or check the setting by hand"
+                "let the user run INFO (and CLUSTER INFO on a cluster: +info +cluster|info), or \
+                 check the setting by hand where the service does not report it"
             }
         }
     }
@@ -130,7 +144,7 @@ impl fmt::Display for Finding {
             f,
             "{}: {}. Risk: {}. Fix: {}",
             self.server(),
-            self.found(),
+            self.description(),
             self.risk(),
             self.fix()
         )
@@ -149,7 +163,7 @@ mod tests {
             maxmemory: 10_485_760,
         };
         let text = finding.to_string();
-        assert!(text.starts_with("127.0.0.1:6379 db 0: maxmemory-policy allkeys-lru"));
+        assert!(text.starts_with("127.0.0.1:6379 db 0: maxmemory_policy allkeys-lru"));
         assert!(text.contains("Risk: every lock key has a TTL"));
         assert!(text.contains("Fix: set maxmemory-policy noeviction"));
     }

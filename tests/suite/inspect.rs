@@ -654,7 +654,7 @@ fn doctor_tells_what_puts_locks_at_risk_and_how_to_fix_it() {
     let run = tool(&clean.url(), &["doctor", "--replicas", "1"], "");
     assert_eq!(run.code, 1, "stderr: {}", run.stderr);
     assert!(
-        run.stdout.contains("0 replicas connected, 1 asked for"),
+        run.stdout.contains("0 replicas in sync, 1 asked for"),
         "{}",
         run.stdout
     );
@@ -669,6 +669,6 @@ fn doctor_tells_what_puts_locks_at_risk_and_how_to_fix_it() {
     assert!(finding["found"]
         .as_str()
         .unwrap()
-        .contains("maxmemory-policy allkeys-lru"));
+        .contains("maxmemory_policy allkeys-lru"));
     assert!(finding["fix"].as_str().unwrap().contains("noeviction"));
 }

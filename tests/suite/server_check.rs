@@ -57,8 +57,9 @@ fn a_server_that_may_evict_locks_is_told_at_build_and_refused_when_strict() {
 #[test]
 fn under_an_evicting_policy_a_held_lock_is_evicted_and_taken_by_another() {
     let redis = with_policy("volatile-ttl");
+    // Renewed every 3 s: the lease (9 s) does not run out by itself, however slow the run.
     let holder = builder(&redis)
-        .watchdog_timeout(Duration::from_secs(3))
+        .watchdog_timeout(Duration::from_secs(9))
         .server_check(ServerCheck::Off)
         .build()
         .unwrap();
@@ -91,7 +92,16 @@ fn under_an_evicting_policy_a_held_lock_is_evicted_and_taken_by_another() {
         .arg("evicted")
         .query(&mut filler)
         .unwrap();
-    assert!(!exists, "the held lock's key was evicted");
+    assert!(!exists, "the held lock's key is gone");
+    let stats: String = redis::cmd("INFO").arg("stats").query(&mut filler).unwrap();
+    let evicted = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("evicted_keys:"))
+        .and_then(|count| count.trim().parse::<u64>().ok());
+    assert!(
+        evicted.is_some_and(|count| count >= 1),
+        "evicted, not expired: {evicted:?}"
+    );
     // The burst's memory is given back, and the lock is free for anyone.
     for index in 0..200 {
         let _: () = redis::cmd("DEL")
@@ -125,7 +135,7 @@ fn fewer_replicas_than_the_acknowledgements_asked_for_are_told() {
     match asking(2).build() {
         Err(Error::UnsafeServer { findings }) => match findings.as_slice() {
             [Finding::TooFewReplicas {
-                connected: 1,
+                online: 1,
                 required: 2,
                 ..
             }] => {}

@@ -51,7 +51,7 @@ fn found(finding: &Finding) -> Found {
     Found {
         server: finding.server().to_owned(),
         kind: kind(finding),
-        found: finding.found(),
+        found: finding.description(),
         risk: finding.risk(),
         fix: finding.fix(),
     }
