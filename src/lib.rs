@@ -37,7 +37,10 @@
 //!   [`GuardedScript`] of your own, only while the hold is current: Redis checks it in the
 //!   same script, so a holder that lost the lock writes nothing.
 //! - **Fencing.** Every acquisition carries a [`fencing token`](LockGuard::fencing_token)
-//!   that later holders exceed; a [`FencedStore`] refuses writes with an older one.
+//!   that later holders exceed; a [`FencedStore`] refuses writes with an older one. For a
+//!   resource that cannot check tokens, a lock delay
+//!   ([`Lock::delayed_after_loss`]) keeps a holder's lock from others for a while after the
+//!   holder was lost without a release.
 //! - **Replica acknowledgements.** With
 //!   [`replica_acks`](LockManagerBuilder::replica_acks), every acquisition waits (`WAIT`, in
 //!   the same round trip) until enough replicas have it; one they did not acknowledge in time

@@ -13,8 +13,10 @@ lua_script!(RENEW = "renew.lua");
 /// What a watched hold is, which decides how it is renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HoldKind {
-    /// A field of a lock hash (a lock, a fair lock): the hash's TTL is the lease.
-    Lock,
+    /// A field of a lock hash (a lock, a fair lock): the hash's TTL is the lease, and
+    /// `delay_ms` more for a lock with a lock delay (kept from others that long after a
+    /// holder lost without a release).
+    Lock { delay_ms: u64 },
     /// The writer's field of a read-write lock hash (`<holder>:write`).
     WriteLock,
     /// A reader's field of a read-write lock hash, with one timeout key per level.
@@ -27,7 +29,7 @@ impl HoldKind {
     /// The script's code for the kind.
     fn code(self) -> &'static str {
         match self {
-            HoldKind::Lock | HoldKind::WriteLock => "field",
+            HoldKind::Lock { .. } | HoldKind::WriteLock => "field",
             HoldKind::ReadLock => "read",
             HoldKind::Permit => "permit",
         }
@@ -58,7 +60,8 @@ pub(crate) fn renew(lease_ms: u64, holds: &[(HoldKind, &str, &str)]) -> ScriptCa
             HoldKind::ReadLock => call
                 .arg(holder)
                 .arg(layout::read_level_prefix(name, holder)),
-            HoldKind::Lock => call.arg(holder).arg(""),
+            HoldKind::Lock { delay_ms: 0 } => call.arg(holder).arg(""),
+            HoldKind::Lock { delay_ms } => call.arg(holder).arg(delay_ms),
             // The zset holds a permit's id as raw bytes; the watchdog knows it by its hex.
             HoldKind::Permit => match PermitId::from_hex(holder) {
                 Some(id) => call.arg(&id.as_bytes()[..]).arg(""),

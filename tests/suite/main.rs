@@ -29,6 +29,7 @@ mod guarded;
 mod handoff;
 mod inspect;
 mod latch;
+mod lock_delay;
 mod lost_answers;
 mod lost_locks;
 mod non_reentrant;

@@ -472,7 +472,7 @@ impl Group {
                     key: &key,
                     name: member.name(),
                     holder,
-                    kind: HoldKind::Lock,
+                    kind: HoldKind::Lock { delay_ms: 0 },
                     thread,
                 };
                 let watched =

@@ -347,6 +347,12 @@ impl<T: FromGroup> GroupBuilder<T> {
         let mut seen = HashSet::new();
         for member in &members {
             member.raw().keys()?;
+            if !member.raw().lock_delay().is_zero() {
+                return Err(Error::InvalidArgument(format!(
+                    "a {kind:?} takes its members' locks without their lock delay; {:?} has one",
+                    member.name()
+                )));
+            }
             if !member.raw().kind().may_join_groups() {
                 return Err(Error::InvalidArgument(format!(
                     "a {kind:?} is made of plain locks; {:?} is of another kind (fair, read, write, \

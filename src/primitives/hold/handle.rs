@@ -140,6 +140,16 @@ impl<R> LockHandle<R> {
     pub(crate) fn raw(&self) -> &R {
         &self.raw
     }
+
+    /// This handle's terms (lease, cancel token, revocation) over another raw lock.
+    pub(crate) fn with_raw(&self, raw: R) -> Self {
+        LockHandle {
+            raw,
+            lease: self.lease,
+            cancel: self.cancel.clone(),
+            revoke_after: self.revoke_after,
+        }
+    }
 }
 
 impl<R: RawAcquire> LockHandle<R> {

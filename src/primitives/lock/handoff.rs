@@ -176,7 +176,7 @@ impl RawLock {
         if !self.hands_off() {
             return None;
         }
-        let lease_ms = lease.millis_or(self.client.watchdog_timeout_ms());
+        let lease_ms = self.key_ttl_ms(lease.millis_or(self.client.watchdog_timeout_ms()));
         let (subscription, waker) = Subscription::local();
         let place = self
             .client

@@ -42,6 +42,7 @@ use crate::primitives::hold::handle::{
 };
 use crate::protocol::lock::{self as protocol, Acquired, ReleaseArgs, TryArgs, UndoArgs};
 use crate::protocol::names::{self, LockKeys};
+use crate::protocol::renew::HoldKind;
 use crate::protocol::ScriptCall;
 
 /// A handle to one named distributed lock. Cheap to clone; `Send` and `Sync`.
@@ -82,6 +83,9 @@ pub struct RawLock {
     /// For the write lock of an upgradable guard: the holder id of the upgradable chain it
     /// upgrades, which must still be the thread's.
     upgrading: Option<Arc<str>>,
+    /// How long the lock stays held in Redis after a hold of this handle's ends without a
+    /// release (see [`Lock::delayed_after_loss`]); zero: none.
+    lock_delay: Duration,
 }
 
 /// What one acquisition try came to, and what its answer said beside.
@@ -195,6 +199,7 @@ impl Lock {
             client,
             kind,
             upgrading: None,
+            lock_delay: Duration::ZERO,
         };
         LockHandle::from_raw(raw, None)
     }
@@ -234,7 +239,8 @@ impl Lock {
     }
 
     /// The lease the lock has left: `None` when nobody holds it, [`Duration::MAX`] when its
-    /// key has no expiry (set by something other than a lock).
+    /// key has no expiry (set by something other than a lock). For a hold with a lock delay
+    /// ([`delayed_after_loss`](Self::delayed_after_loss)) the key's, the delay included.
     pub fn remaining_ttl(&self) -> Result<Option<Duration>> {
         let raw = self.raw();
         let millis: i64 = raw.query(redis::cmd("PTTL").arg(&raw.keys()?.name))?;
@@ -292,6 +298,47 @@ impl Lock {
             .ok_or_else(|| Error::NotHeld { name: name.clone() })?;
         raw.release(&holder, left, None, Release::Waited)
     }
+
+    /// This handle, with a lock delay: once one of its holds is lost without a release (its
+    /// holder was killed, paused or cut off until its lease ran out), the lock stays held in
+    /// Redis for `delay` more, and nobody else takes it meanwhile; a release, however late,
+    /// frees it at once. For a resource that cannot check [fencing
+    /// tokens](crate::LockGuard::fencing_token): a holder that lost its lock while paused
+    /// may still act on the resource for a while when it wakes, and the delay keeps the next
+    /// holder out for that long (Chubby's and Consul's lock-delay).
+    ///
+    /// The holder trusts only its own lease: its guard's
+    /// [`valid_for`](crate::Guard::valid_for), at-risk and lost signals are those of a hold
+    /// without a delay. The lock's key carries the lease and the delay as its TTL, renewed
+    /// together, so Redisson's clients and [`remaining_ttl`](Self::remaining_ttl) see the
+    /// lock held for the delay too, and a holder paused past its lease (but not past the
+    /// delay) that wakes may find its hold still standing in Redis.
+    ///
+    /// For the lock, the spin lock and the non-reentrant lock. Its acquisitions fail with
+    /// [`Error::InvalidArgument`] on other kinds, and when the lease and the delay together
+    /// are longer than a lease may be; a group lock refuses a member with a delay.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let redis = redlease_testing::RedisServer::start().expect("redis-server");
+    /// # let manager = redlease::LockManager::builder(redis.url()).build()?;
+    /// use std::time::Duration;
+    ///
+    /// let printer = manager.lock("label-printer").delayed_after_loss(Duration::from_secs(10));
+    /// let guard = printer.lock()?;
+    /// assert!(printer.remaining_ttl()?.unwrap() > manager.watchdog_timeout());
+    /// guard.unlock()?; // a release frees it at once
+    /// assert!(!printer.is_locked()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn delayed_after_loss(&self, delay: Duration) -> Lock {
+        let raw = RawLock {
+            lock_delay: delay,
+            ..self.raw().clone()
+        };
+        self.with_raw(raw)
+    }
 }
 
 impl RawLock {
@@ -339,6 +386,42 @@ impl RawLock {
         watchdog.chain_of(&self.watch_key(thread), thread)
     }
 
+    /// The lock delay of this handle's holds (zero: none).
+    pub(crate) fn lock_delay(&self) -> Duration {
+        self.lock_delay
+    }
+
+    /// The TTL of the lock's key for a lease of `lease_ms`: the lease, and the lock delay.
+    fn key_ttl_ms(&self, lease_ms: u64) -> u64 {
+        lease_ms.saturating_add(self.lock_delay.as_millis() as u64)
+    }
+
+    /// How the watchdog renews this handle's holds: as its kind's, with its lock delay.
+    fn hold_kind(&self) -> HoldKind {
+        match self.kind.hold_kind() {
+            HoldKind::Lock { .. } => HoldKind::Lock {
+                delay_ms: self.lock_delay.as_millis() as u64,
+            },
+            other => other,
+        }
+    }
+
+    /// Checks a lock delay against the kind and the lease of an acquisition (`lease_ms`).
+    fn check_lock_delay(&self, lease_ms: u64) -> Result<()> {
+        if self.lock_delay.is_zero() {
+            return Ok(());
+        }
+        if !self.kind.may_delay() {
+            return Err(Error::InvalidArgument(format!(
+                "lock {:?}: a lock delay is for the lock, the spin lock and the non-reentrant \
+                 lock",
+                self.name()
+            )));
+        }
+        let ttl = Duration::from_millis(self.key_ttl_ms(lease_ms));
+        names::lease_millis("a lease with its lock delay", ttl).map(drop)
+    }
+
     /// This write lock, as the upgrade of the upgradable chain `upgrader`: its acquisitions
     /// end with [`Error::LockLost`] once the thread no longer holds that chain, rather than
     /// take the write lock afresh.
@@ -384,6 +467,7 @@ impl RawLock {
     ) -> Result<Option<Guard<H>>> {
         self.client.ensure_running()?;
         self.keys()?;
+        self.check_lock_delay(terms.lease.millis_or(self.client.watchdog_timeout_ms()))?;
         let acquisition = Acquisition::new(self, terms, make)?;
         let ask_holders = || self.ask_holders_once();
         let outcome = wait::wait_until(WaitFor {
@@ -466,7 +550,7 @@ impl RawLock {
         lease: Lease,
         grants: bool,
     ) -> Result<Tried> {
-        let lease_ms = lease.millis_or(self.client.watchdog_timeout_ms());
+        let lease_ms = self.key_ttl_ms(lease.millis_or(self.client.watchdog_timeout_ms()));
         // An upgrade's try has an id, so that its undo takes back only its own grant.
         let upgrade = upgrade.then(|| self.client.next_request_id());
         let deadline_ms = self.client.try_deadline_ms();
@@ -607,7 +691,7 @@ impl RawLock {
             key: &watch_key,
             name: self.name(),
             holder: &holder,
-            kind: self.kind.hold_kind(),
+            kind: self.hold_kind(),
             thread,
         };
         let (state, token) = self
@@ -663,7 +747,9 @@ impl RawLock {
             _ => None,
         };
         let levels = left.total();
-        let (call, again) = self.release_calls(holder, levels, lease_ms, &receipt, offer.as_ref());
+        let key_ttl_ms = self.key_ttl_ms(lease_ms);
+        let (call, again) =
+            self.release_calls(holder, levels, key_ttl_ms, &receipt, offer.as_ref());
         // The receipt makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
         let until = || Instant::now() + Duration::from_millis(lease_ms);

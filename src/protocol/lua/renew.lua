@@ -2,7 +2,9 @@
 -- KEYS[i]: the key of hold i: a lock hash, or a permit semaphore's timeout zset
 -- ARGV[1]: the lease in milliseconds
 -- ARGV[3i - 1], ARGV[3i], ARGV[3i + 1]: hold i's kind, field and extra argument:
---   'field',  <hash field>, ''      a lock, fair lock or write lock: the field must exist;
+--   'field',  <hash field>, delay   a lock, fair lock or write lock: the field must exist; the
+--                                   hash's TTL is the lease and the lock delay in ms ('' for
+--                                   none: kept that long from others after a lost holder);
 --   'read',   <holder id>,  prefix  a reader: its field must exist, and each of its levels
 --                                   has a timeout key '<prefix>:<level>' renewed with it;
 --   'permit', <permit id>,  ''      a permit: its expiry score must lie in the future.
@@ -12,9 +14,9 @@
 -- A lease longer than ARGV[1] (a reentrant level with a long fixed lease) is not shortened.
 local lease = tonumber(ARGV[1])
 local now
-local function extend(key)
-  if redis.call('pttl', key) < lease then
-    redis.call('pexpire', key, lease)
+local function extend(key, ttl)
+  if redis.call('pttl', key) < ttl then
+    redis.call('pexpire', key, ttl)
   end
 end
 local renewed = {}
@@ -35,11 +37,13 @@ for i, key in ipairs(KEYS) do
   else
     local count = redis.pcall('hget', key, field)
     if type(count) == 'string' then
-      extend(key)
       if kind == 'read' then
+        extend(key, lease)
         for level = 1, tonumber(count) do
-          extend(extra .. ':' .. level)
+          extend(extra .. ':' .. level, lease)
         end
+      else
+        extend(key, lease + (tonumber(extra) or 0))
       end
       renewed[i] = 1
     end

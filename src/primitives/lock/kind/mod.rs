@@ -47,7 +47,7 @@ pub(crate) trait LockKind: LockScripts + fmt::Debug {
 
     /// How the watchdog renews a hold of this lock.
     fn hold_kind(&self) -> HoldKind {
-        HoldKind::Lock
+        HoldKind::Lock { delay_ms: 0 }
     }
 
     /// Whether anyone holds the lock (in this kind's mode).
@@ -99,6 +99,12 @@ pub(crate) trait LockKind: LockScripts + fmt::Debug {
 
     /// Whether the lock may be a member of a group lock (a RedLock or MultiLock).
     fn may_join_groups(&self) -> bool {
+        false
+    }
+
+    /// Whether a handle of the lock may carry a lock delay (see `Lock::delayed_after_loss`):
+    /// a kind whose key is one hash with one TTL, which a lost holder leaves behind.
+    fn may_delay(&self) -> bool {
         false
     }
 

@@ -66,6 +66,10 @@ impl<K: LockKind> LockKind for NonReentrant<K> {
         self.0.hands_off()
     }
 
+    fn may_delay(&self) -> bool {
+        self.0.may_delay()
+    }
+
     fn reentrant(&self) -> bool {
         false
     }

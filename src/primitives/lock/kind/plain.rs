@@ -1,5 +1,5 @@
 //! The reentrant lock's rules: the defaults, with releases that hand the lock to a waiting
-//! thread of the process, and membership of group locks.
+//! thread of the process, membership of group locks, and a lock delay.
 
 use super::{LockKind, Plain};
 
@@ -9,6 +9,10 @@ impl LockKind for Plain {
     }
 
     fn may_join_groups(&self) -> bool {
+        true
+    }
+
+    fn may_delay(&self) -> bool {
         true
     }
 }

@@ -32,4 +32,8 @@ impl LockKind for Spin {
     fn polls(&self) -> Option<BackOff> {
         Some(self.back_off)
     }
+
+    fn may_delay(&self) -> bool {
+        true
+    }
 }
