@@ -286,7 +286,7 @@ mod primitives;
 mod protocol;
 
 pub use client::server_check::ServerCheck;
-pub use client::stats::{Stats, WaitTimes};
+pub use client::stats::{Percentiles, Stats, Waited};
 pub use client::wait::back_off::BackOff;
 pub use client::wait::cancel::CancelToken;
 pub use client::watchdog::lease::{LostLock, RevocationNotice, RiskChange, RiskNotice};

@@ -451,8 +451,11 @@ impl LockManager {
     }
 
     /// A snapshot of what this manager's primitives have been doing: holds, waiting threads,
-    /// acquisitions and their wait times, renewals, risks and losses by reason, pub/sub
-    /// reconnects. No I/O; cheap enough to read every second.
+    /// acquisitions and their wait times, how long holds lasted, renewals and their round
+    /// trips, the names waited for longest, risks and losses by reason, pub/sub reconnects.
+    /// No I/O; cheap enough to read every second. The names waited for are a bounded list
+    /// here only: the `metrics` below have no label per name, whose set could grow without
+    /// bound.
     ///
     /// With the `metrics` cargo feature, the same counts are also reported as they happen
     /// through the [`metrics`](https://docs.rs/metrics) facade, to the recorder the
@@ -463,6 +466,8 @@ impl LockManager {
     /// | --- | --- | --- | --- |
     /// | `redlease_acquisitions_total` | counter | | blocking or trying calls that took the primitive |
     /// | `redlease_wait_seconds` | histogram | | how long each of those waited |
+    /// | `redlease_hold_seconds` | histogram | | how long each hold lasted (a thread's chain of levels, released or lost) |
+    /// | `redlease_renewal_seconds` | histogram | | how long each renewal batch took, from its send to its last answer |
     /// | `redlease_renewals_total` | counter | | holds sent for renewal |
     /// | `redlease_renewal_failures_total` | counter | | of those, the ones without a usable answer |
     /// | `redlease_at_risk_total` | counter | `reason` | holds raised at risk: `unreachable`, `unanswered`, `failover`, `refused` |

@@ -91,13 +91,21 @@ fn the_figures_of_stats_move_through_the_metrics_facade() {
     assert_eq!(now.counter("redlease_acquisitions_total"), 3);
     let waits = &now.histograms["redlease_wait_seconds"];
     assert_eq!(waits.len(), 3, "one wait time per acquisition: {waits:?}");
+    let holds = &now.histograms["redlease_hold_seconds"];
+    assert_eq!(holds.len(), 2, "one hold time per hold ended: {holds:?}");
 
-    // Renewals of the held lock.
+    // Renewals of the held lock, and their round trips.
     assert!(eventually(PATIENCE, || {
         figures
             .update(&snapshotter)
             .counter("redlease_renewals_total")
             >= 1
+    }));
+    assert!(eventually(PATIENCE, || {
+        let now = figures.update(&snapshotter);
+        now.histograms
+            .get("redlease_renewal_seconds")
+            .is_some_and(|took| !took.is_empty())
     }));
 
     // Redis paused: the hold is at risk, then renewed again once it answers.

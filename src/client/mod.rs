@@ -276,6 +276,9 @@ impl Client {
             cleanup_abandoned: self.cleanup.counts().abandoned(),
             pubsub_reconnects: self.pubsub.reconnects(),
             wait_times: self.waits.wait_times(),
+            hold_times: watchdog.hold_times,
+            renewal_times: watchdog.renewal_times,
+            most_waited: self.waits.most_waited(),
         }
     }
 

@@ -8,8 +8,11 @@
 //! snapshot without I/O and without a lock on any hot path. Wait times go into a histogram of
 //! fixed buckets (eight per power of two, so a percentile is within 12.5 %).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 /// A snapshot of a manager's work since it was built; see
 /// [`LockManager::stats`](crate::LockManager::stats). Counts over all its primitives.
@@ -75,14 +78,24 @@ pub struct Stats {
     /// How many times the pub/sub connection was made again after the first.
     pub pubsub_reconnects: u64,
     /// How long the acquisitions waited, from the call to the take.
-    pub wait_times: WaitTimes,
+    pub wait_times: Percentiles,
+    /// How long holds lasted, from the acquisition to the release or loss of a thread's
+    /// last level (a chain of reentrant levels is one hold).
+    pub hold_times: Percentiles,
+    /// How long the watchdog's renewal batches took, from their send to their last answer.
+    pub renewal_times: Percentiles,
+    /// The names this manager's threads waited for longest, longest first (ten at most; a
+    /// bounded list over the names waited for, so that a process with very many names pays
+    /// for a hundred-odd).
+    pub most_waited: Vec<Waited>,
 }
 
-/// Percentiles of the acquisitions' wait times (each within 12.5 % of the exact value).
+/// Percentiles of a set of durations (each within 12.5 % of the exact value): the
+/// acquisitions' wait times, the holds' lengths, the renewals' round trips.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct WaitTimes {
-    /// How many waits are counted.
+pub struct Percentiles {
+    /// How many durations are counted.
     pub count: u64,
     /// The median.
     pub p50: Duration,
@@ -94,62 +107,58 @@ pub struct WaitTimes {
     pub max: Duration,
 }
 
-/// Sub-buckets per power of two.
-const SUB_BUCKETS: u32 = 8;
-/// Enough buckets for any wait in microseconds that fits a u64.
-const BUCKETS: usize = (SUB_BUCKETS as usize) * 62;
-
-/// The wait loop's counters.
-pub(crate) struct WaitRecorder {
-    waiting: AtomicUsize,
-    acquisitions: AtomicU64,
-    /// Wait times in microseconds.
-    histogram: Box<[AtomicU64]>,
+/// One of the names this manager's threads waited for longest (see [`Stats::most_waited`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waited {
+    /// The primitive's name (a group lock's: its members' names).
+    pub name: String,
+    /// Waits that slept, taken or not (a try that found it free at once does not count).
+    pub waits: u64,
+    /// Their time together, from each call to its end.
+    pub waited: Duration,
 }
 
-impl WaitRecorder {
-    pub(crate) fn new() -> Self {
-        WaitRecorder {
-            waiting: AtomicUsize::new(0),
-            acquisitions: AtomicU64::new(0),
-            histogram: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+/// Sub-buckets per power of two.
+const SUB_BUCKETS: u32 = 8;
+/// Enough buckets for any duration in microseconds that fits a u64.
+const BUCKETS: usize = (SUB_BUCKETS as usize) * 62;
+/// How many names the top list of waits tracks (the ones with the least time are replaced
+/// first), and how many it reports.
+const TRACKED_NAMES: usize = 128;
+const REPORTED_NAMES: usize = 10;
+
+/// Durations in fixed buckets (eight per power of two of microseconds), as plain atomics.
+pub(crate) struct Histogram {
+    buckets: Box<[AtomicU64]>,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
+}
 
-    /// A thread starts waiting; it stops when the returned marker is dropped.
-    pub(crate) fn start_waiting(&self) -> Waiting<'_> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        Waiting(self)
+impl Histogram {
+    pub(crate) fn record(&self, duration: Duration) {
+        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        self.buckets[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// An acquisition that waited `waited`.
-    pub(crate) fn acquired(&self, waited: Duration) {
-        crate::client::telemetry::acquired(waited);
-        self.acquisitions.fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.histogram[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn acquisitions(&self) -> u64 {
-        self.acquisitions.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn wait_times(&self) -> WaitTimes {
+    pub(crate) fn percentiles(&self) -> Percentiles {
         let counts: Vec<u64> = self
-            .histogram
+            .buckets
             .iter()
             .map(|bucket| bucket.load(Ordering::Relaxed))
             .collect();
         let count: u64 = counts.iter().sum();
         if count == 0 {
-            return WaitTimes::default();
+            return Percentiles::default();
         }
         let percentile = |percent: u64| {
-            // The smallest bucket with at least `percent` % of the waits at or below it.
+            // The smallest bucket with at least `percent` % of the durations at or below it.
             let rank = (count * percent).div_ceil(100).max(1);
             let mut seen = 0;
             for (bucket, &in_bucket) in counts.iter().enumerate() {
@@ -160,7 +169,7 @@ impl WaitRecorder {
             }
             Duration::from_micros(u64::MAX)
         };
-        WaitTimes {
+        Percentiles {
             count,
             p50: percentile(50),
             p90: percentile(90),
@@ -170,12 +179,132 @@ impl WaitRecorder {
     }
 }
 
-/// Marks a waiting thread while it lives.
-pub(crate) struct Waiting<'a>(&'a WaitRecorder);
+/// The names waited for longest, bounded: [`TRACKED_NAMES`] at most, a new name replacing
+/// the one with the least time (which it inherits, as the space-saving count does, so that a
+/// name's time is never under-counted and one that keeps coming in stays).
+#[derive(Default)]
+struct TopNames {
+    names: HashMap<String, (u64, Duration)>,
+}
+
+impl TopNames {
+    fn add(&mut self, name: &str, waited: Duration) {
+        if let Some((waits, time)) = self.names.get_mut(name) {
+            *waits += 1;
+            *time += waited;
+            return;
+        }
+        let inherited = match self.names.len() < TRACKED_NAMES {
+            true => Duration::ZERO,
+            false => self.evict_least(),
+        };
+        self.names.insert(name.to_owned(), (1, inherited + waited));
+    }
+
+    /// Removes the name with the least time; answers its time.
+    fn evict_least(&mut self) -> Duration {
+        let least = self
+            .names
+            .iter()
+            .min_by_key(|(_, (_, time))| *time)
+            .map(|(name, (_, time))| (name.clone(), *time));
+        match least {
+            Some((name, time)) => {
+                self.names.remove(&name);
+                time
+            }
+            None => Duration::ZERO,
+        }
+    }
+
+    fn top(&self) -> Vec<Waited> {
+        let mut top: Vec<Waited> = self
+            .names
+            .iter()
+            .map(|(name, &(waits, waited))| Waited {
+                name: name.clone(),
+                waits,
+                waited,
+            })
+            .collect();
+        top.sort_by(|one, other| {
+            other
+                .waited
+                .cmp(&one.waited)
+                .then(one.name.cmp(&other.name))
+        });
+        top.truncate(REPORTED_NAMES);
+        top
+    }
+}
+
+/// The wait loop's counters.
+pub(crate) struct WaitRecorder {
+    waiting: AtomicUsize,
+    acquisitions: AtomicU64,
+    wait_times: Histogram,
+    /// The names of the waits that slept, by their time.
+    top: Mutex<TopNames>,
+}
+
+impl WaitRecorder {
+    pub(crate) fn new() -> Self {
+        WaitRecorder {
+            waiting: AtomicUsize::new(0),
+            acquisitions: AtomicU64::new(0),
+            wait_times: Histogram::default(),
+            top: Mutex::new(TopNames::default()),
+        }
+    }
+
+    /// A thread starts waiting for `name` (a wait of `started`); it stops when the returned
+    /// marker is dropped, which counts the wait for the name.
+    pub(crate) fn start_waiting<'a>(&'a self, name: &'a str, started: Instant) -> Waiting<'a> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting {
+            recorder: self,
+            name,
+            started,
+        }
+    }
+
+    /// An acquisition that waited `waited`.
+    pub(crate) fn acquired(&self, waited: Duration) {
+        crate::client::telemetry::acquired(waited);
+        self.acquisitions.fetch_add(1, Ordering::Relaxed);
+        self.wait_times.record(waited);
+    }
+
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn acquisitions(&self) -> u64 {
+        self.acquisitions.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn wait_times(&self) -> Percentiles {
+        self.wait_times.percentiles()
+    }
+
+    /// The names waited for longest, longest first.
+    pub(crate) fn most_waited(&self) -> Vec<Waited> {
+        self.top.lock().top()
+    }
+}
+
+/// Marks a waiting thread while it lives; counts its wait for its name when dropped.
+pub(crate) struct Waiting<'a> {
+    recorder: &'a WaitRecorder,
+    name: &'a str,
+    started: Instant,
+}
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+        let recorder = self.recorder;
+        recorder.waiting.fetch_sub(1, Ordering::Relaxed);
+        recorder.top.lock().add(self.name, self.started.elapsed());
     }
 }
 
@@ -234,5 +363,22 @@ mod tests {
         assert!(near(times.p99, 99), "{times:?}");
         assert!(near(times.max, 100), "{times:?}");
         assert_eq!(recorder.acquisitions(), 100);
+    }
+
+    #[test]
+    fn the_top_names_keep_the_longest_waits_within_their_bound() {
+        let mut top = TopNames::default();
+        for index in 0..1000u64 {
+            top.add(&format!("short:{index}"), Duration::from_millis(1));
+        }
+        for _ in 0..20 {
+            top.add("busy", Duration::from_millis(50));
+        }
+        assert!(top.names.len() <= TRACKED_NAMES);
+        let reported = top.top();
+        assert_eq!(reported.len(), REPORTED_NAMES);
+        assert_eq!(reported[0].name, "busy");
+        assert!(reported[0].waited >= Duration::from_millis(1000));
+        assert!(reported[0].waits >= 20);
     }
 }

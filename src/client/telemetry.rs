@@ -22,6 +22,22 @@ pub(crate) fn acquired(waited: Duration) {
     let _ = waited;
 }
 
+/// A hold (a thread's chain of levels) that ended, released or lost, after `held`.
+#[inline]
+pub(crate) fn held(held: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("redlease_hold_seconds").record(held.as_secs_f64());
+    let _ = held;
+}
+
+/// A renewal batch that took `took`, from its send to its last answer.
+#[inline]
+pub(crate) fn renewal_answered(took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("redlease_renewal_seconds").record(took.as_secs_f64());
+    let _ = took;
+}
+
 /// A renewal batch of `sent` holds, `failed` of them without a usable answer.
 #[inline]
 pub(crate) fn renewed(sent: u64, failed: u64) {

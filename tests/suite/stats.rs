@@ -50,6 +50,15 @@ fn stats_follow_a_scripted_workload() {
     let stats = manager.stats();
     assert_eq!((stats.acquisitions, stats.waiting, stats.held), (12, 0, 0));
     assert_eq!(stats.wait_times.count, 12);
+    // Twelve holds ended, the long one among them; renewals took their round trips; the
+    // one wait that slept is the name's.
+    assert_eq!(stats.hold_times.count, 12);
+    assert!(stats.hold_times.max >= Duration::from_millis(300));
+    assert!(stats.renewal_times.count >= 3);
+    match stats.most_waited.as_slice() {
+        [waited] => assert_eq!((waited.name.as_str(), waited.waits), ("counted", 1)),
+        other => panic!("{other:?}"),
+    }
 
     // A force release, told as a loss by reason.
     let guard = lock.lock().unwrap();

@@ -82,6 +82,8 @@ pub(crate) struct Nudge<'a> {
 
 /// The loop's settings.
 pub(crate) struct WaitFor<'a, S, A, R> {
+    /// The name waited for, for the manager's list of the names waited for longest.
+    pub(crate) name: &'a str,
     /// When to give up (`None`: never).
     pub(crate) deadline: Option<Instant>,
     /// How long to sleep when a try gave no hint.
@@ -115,6 +117,7 @@ where
     R: Fn() -> Result<()>,
 {
     let WaitFor {
+        name,
         deadline,
         default_hint,
         subscribe,
@@ -159,7 +162,7 @@ where
         if state.must_look_again(&mut subscribe)? {
             continue;
         }
-        waiting.get_or_insert_with(|| recorder.start_waiting());
+        waiting.get_or_insert_with(|| recorder.start_waiting(name, started));
         state.nudge_if_due(now);
         state.pause(pause, now);
         ensure_running()?;

@@ -60,6 +60,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::client::call::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
 use crate::client::call::route::Router;
+use crate::client::stats::{Histogram, Percentiles};
 use crate::client::watchdog::lease::{LeaseState, LostLock, RevocationNotice, RiskNotice};
 use crate::error::{Error, LostReason, Result};
 use crate::protocol::renew::HoldKind;
@@ -148,6 +149,8 @@ struct Shared {
     /// What each renewal pipeline waits for at its end, if anything.
     acks: Option<ReplicaAcks>,
     unreplicated_log: ShortfallLog,
+    /// How long the renewal batches took, from their send to their last answer.
+    renewal_times: Histogram,
 }
 
 struct State {
@@ -186,6 +189,10 @@ pub(crate) struct WatchdogCounts {
     pub(crate) risks: RiskCounts,
     /// Chains asked to let go so far.
     pub(crate) revocations_requested: u64,
+    /// How long the chains ended so far were held.
+    pub(crate) hold_times: Percentiles,
+    /// How long the renewal batches took.
+    pub(crate) renewal_times: Percentiles,
 }
 
 /// What the watchdog thread does next.
@@ -263,6 +270,7 @@ impl Watchdog {
             callbacks,
             acks,
             unreplicated_log: ShortfallLog::new(),
+            renewal_times: Histogram::default(),
         });
         let thread = std::thread::Builder::new()
             .name("redlease-watchdog".into())
@@ -493,6 +501,8 @@ impl Watchdog {
             at_risk: state.registry.at_risk(),
             risks: state.risks.counts(),
             revocations_requested: state.revocations.count(),
+            hold_times: state.registry.hold_times(),
+            renewal_times: self.shared.renewal_times.percentiles(),
         }
     }
 
@@ -586,6 +596,7 @@ impl Shared {
                         acks,
                     };
                     let mut renewed = 0;
+                    let renewing = !batch.is_empty();
                     let unreplicated = renewal::renew_everywhere(
                         &self.router,
                         self.timeout_ms,
@@ -594,6 +605,11 @@ impl Shared {
                         due,
                         |batch, outcomes| renewed += self.apply(batch, outcomes, sent_at),
                     );
+                    if renewing {
+                        let took = sent_at.elapsed();
+                        self.renewal_times.record(took);
+                        crate::client::telemetry::renewal_answered(took);
+                    }
                     if let Some(why) = unreplicated {
                         self.renewals_unreplicated(renewed, &why);
                     }

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::client::stats::{Histogram, Percentiles};
 use crate::client::watchdog::lease::LeaseState;
 use crate::protocol::renew::HoldKind;
 
@@ -37,6 +38,8 @@ pub(super) struct Entry {
     pub(super) thread: u64,
     /// Carries the chain's fencing token and its deadline.
     pub(super) lease: Arc<LeaseState>,
+    /// When the chain's first level was granted (here).
+    pub(super) since: Instant,
     /// Reentrant levels of the holder that asked for the watchdog...
     pub(super) renewed_levels: u32,
     /// ... and that took a fixed lease.
@@ -87,11 +90,18 @@ pub(super) struct Registry {
     by_key: HashMap<Arc<str>, Slot>,
     /// The number of the latest chain.
     last_chain: u64,
+    /// How long the chains removed were held, from their first level's grant.
+    hold_times: Histogram,
 }
 
 impl Registry {
     pub(super) fn len(&self) -> usize {
         self.by_key.len()
+    }
+
+    /// How long the chains removed so far were held.
+    pub(super) fn hold_times(&self) -> Percentiles {
+        self.hold_times.percentiles()
     }
 
     pub(super) fn get(&self, key: &str) -> Option<&Entry> {
@@ -126,6 +136,11 @@ impl Registry {
 
     pub(super) fn remove(&mut self, key: &str) {
         if let Some(slot) = self.by_key.remove(key) {
+            if let Some(entry) = &self.slots[slot.0] {
+                let held = entry.since.elapsed();
+                self.hold_times.record(held);
+                crate::client::telemetry::held(held);
+            }
             self.slots[slot.0] = None;
             self.free.push(slot.0);
         }
@@ -158,6 +173,7 @@ impl Registry {
             holder: Arc::from(holding.holder),
             thread: holding.thread,
             lease,
+            since: Instant::now(),
             renewed_levels: u32::from(!fixed),
             fixed_levels: u32::from(fixed),
             renewing: false,
