@@ -26,6 +26,17 @@ pub(crate) enum HoldKind {
 }
 
 impl HoldKind {
+    /// The kind of a chain of this kind that a level of `level` joins: a lock keeps the
+    /// longer lock delay of the two.
+    pub(crate) fn joined_by(self, level: HoldKind) -> HoldKind {
+        match (self, level) {
+            (HoldKind::Lock { delay_ms }, HoldKind::Lock { delay_ms: joined }) => HoldKind::Lock {
+                delay_ms: delay_ms.max(joined),
+            },
+            (kind, _) => kind,
+        }
+    }
+
     /// The script's code for the kind.
     fn code(self) -> &'static str {
         match self {

@@ -329,6 +329,9 @@ impl Watchdog {
         let mut wake = false;
         if let Some((slot, entry)) = state.registry.find_mut(key) {
             if &*entry.holder == holding.holder && entry.lease.lost().is_none() {
+                // A level taken through a handle with a longer lock delay gives the chain
+                // its delay: the key kept it, and renewals keep it.
+                entry.kind = entry.kind.joined_by(holding.kind);
                 let (joined, wake) = state.add_level(slot, level);
                 if wake {
                     shared.work_arrived.notify_one();

@@ -328,9 +328,9 @@ impl<T: FromGroup> GroupBuilder<T> {
     /// [`Error::InvalidArgument`] with no member, two members on the same server (a
     /// Redlock) or the same lock twice (a multi-lock), more members on one server than its
     /// manager's [`max_connections`](crate::LockManagerBuilder::max_connections) (an attempt
-    /// needs a connection per member at once), a member that is not a plain lock (a fair
-    /// lock, or a read or write lock), an empty lock name, or a zero or too long timeout or
-    /// delay.
+    /// needs a connection per member at once), a member that is not a plain lock (a fair,
+    /// read, write, spin or non-reentrant lock) or has a lock delay, an empty lock name, or a
+    /// zero or too long timeout or delay.
     pub fn build(self) -> Result<T> {
         let GroupBuilder {
             kind,

@@ -337,7 +337,8 @@ impl<H: Hold> Guard<H> {
 
     /// Releases this level now and reports the outcome:
     /// [`Error::NotHeld`](crate::Error::NotHeld) when it was lost (expired, force-released,
-    /// given back by id) before; for a group lock, [`Error::NoQuorum`](crate::Error::NoQuorum)
+    /// given back by id) before (a lock held with a lock delay whose lease expired is still
+    /// in Redis for the delay: its release frees it, and answers `Ok`); for a group lock, [`Error::NoQuorum`](crate::Error::NoQuorum)
     /// when too few servers answered. Through an outage the release is sent again for up to
     /// the outage grace, then [`Error::Indeterminate`](crate::Error::Indeterminate); dropping
     /// the guard instead leaves that to the manager's cleanup thread.

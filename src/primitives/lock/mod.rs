@@ -311,12 +311,22 @@ impl Lock {
     /// [`valid_for`](crate::Guard::valid_for), at-risk and lost signals are those of a hold
     /// without a delay. The lock's key carries the lease and the delay as its TTL, renewed
     /// together, so Redisson's clients and [`remaining_ttl`](Self::remaining_ttl) see the
-    /// lock held for the delay too, and a holder paused past its lease (but not past the
-    /// delay) that wakes may find its hold still standing in Redis.
+    /// lock held for the delay too. A holder paused past its lease (but not past the delay)
+    /// that wakes finds its guard lost ([`LostReason::LeaseExpired`](crate::LostReason)),
+    /// and no renewal brings the hold back; but its field is still in Redis: its `unlock()`
+    /// frees the lock (and answers `Ok`), and until then its thread's next acquisition waits
+    /// behind it like anyone's.
+    ///
+    /// The delay belongs to the holds taken through this handle, not to the name: other
+    /// handles and Redisson's clients take and lose the lock without one. A chain of
+    /// reentrant levels keeps the longest delay any of its levels was taken with; a release
+    /// that hands the lock to a waiting thread gives it that thread's handle's delay.
+    /// `Duration::ZERO` is no delay; a delay is counted in whole milliseconds, rounded up.
     ///
     /// For the lock, the spin lock and the non-reentrant lock. Its acquisitions fail with
-    /// [`Error::InvalidArgument`] on other kinds, and when the lease and the delay together
-    /// are longer than a lease may be; a group lock refuses a member with a delay.
+    /// [`Error::InvalidArgument`] on other kinds, and when the delay, or the lease and the
+    /// delay together, are longer than a lease may be; a group lock refuses a member with a
+    /// delay.
     ///
     /// ```
     /// # fn main() -> redlease::Result<()> {
@@ -391,16 +401,26 @@ impl RawLock {
         self.lock_delay
     }
 
+    /// The lock delay in whole milliseconds, rounded up (a delay past what a lease may be is
+    /// refused by each acquisition before anything is sent).
+    fn lock_delay_ms(&self) -> u64 {
+        let millis = u64::try_from(self.lock_delay.as_millis()).unwrap_or(u64::MAX);
+        match Duration::from_millis(millis) < self.lock_delay {
+            true => millis.saturating_add(1),
+            false => millis,
+        }
+    }
+
     /// The TTL of the lock's key for a lease of `lease_ms`: the lease, and the lock delay.
     fn key_ttl_ms(&self, lease_ms: u64) -> u64 {
-        lease_ms.saturating_add(self.lock_delay.as_millis() as u64)
+        lease_ms.saturating_add(self.lock_delay_ms())
     }
 
     /// How the watchdog renews this handle's holds: as its kind's, with its lock delay.
     fn hold_kind(&self) -> HoldKind {
         match self.kind.hold_kind() {
             HoldKind::Lock { .. } => HoldKind::Lock {
-                delay_ms: self.lock_delay.as_millis() as u64,
+                delay_ms: self.lock_delay_ms(),
             },
             other => other,
         }
@@ -418,6 +438,7 @@ impl RawLock {
                 self.name()
             )));
         }
+        names::lease_millis("a lock delay", self.lock_delay)?;
         let ttl = Duration::from_millis(self.key_ttl_ms(lease_ms));
         names::lease_millis("a lease with its lock delay", ttl).map(drop)
     }
@@ -645,7 +666,10 @@ impl RawLock {
             0 => this_try.deadline_ms.max(client.try_deadline_ms()),
             _ => 0,
         };
-        let until = Instant::now() + place.max(client.watchdog_timeout()) + client.outage_grace();
+        let until = Instant::now()
+            + place.max(client.watchdog_timeout())
+            + self.lock_delay
+            + client.outage_grace();
         client.undo(
             when,
             || {
@@ -753,7 +777,7 @@ impl RawLock {
             self.release_calls(holder, levels, key_ttl_ms, &receipt, offer.as_ref());
         // The receipt makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
-        let until = || Instant::now() + Duration::from_millis(lease_ms);
+        let until = || Instant::now() + Duration::from_millis(key_ttl_ms);
         let sent_at = Instant::now();
         let answer =
             client.release::<redis::Value>(self.name(), call, again.clone(), receipt, how, until);
@@ -829,7 +853,12 @@ impl RawLock {
 
 impl std::fmt::Debug for RawLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name()).finish()
+        let mut lock = f.debug_struct("Lock");
+        lock.field("name", &self.name());
+        if !self.lock_delay.is_zero() {
+            lock.field("lock_delay", &self.lock_delay);
+        }
+        lock.finish()
     }
 }
 
