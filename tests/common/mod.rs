@@ -63,6 +63,14 @@ pub fn reporting_manager(
 
 pub use redlease_testing::eventually;
 
+/// A plain connection to `server` (connected within 2 s), for a hand-written client or a
+/// check of what the server holds.
+pub fn connection(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url())
+        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(2)))
+        .expect("plain connection")
+}
+
 /// How long a child process may run before a test gives up on it.
 pub const CHILD_DEADLINE: Duration = Duration::from_secs(60);
 

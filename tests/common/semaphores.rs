@@ -7,12 +7,7 @@ use redlease::LockManager;
 
 use crate::common::{eventually, RedisServer};
 
-/// A plain connection to `server`, for a hand-written client.
-pub fn connection(server: &RedisServer) -> redis::Connection {
-    redis::Client::open(server.url())
-        .and_then(|client| client.get_connection())
-        .expect("plain connection")
-}
+pub use crate::common::connection;
 
 /// The zset of permits taken of the semaphore `name` (a name without braces).
 pub fn timeouts_key(name: &str) -> String {

@@ -5,11 +5,13 @@
 
 use crate::common;
 
+use std::io::BufReader;
+use std::process::ChildStdout;
 use std::time::Duration;
 
 use common::{
     child_role, env, eventually, line_with, manager, manager_for_url, server, signal, spawn_child,
-    wait_for_line, RedisServer,
+    wait_for_line, KillOnDrop, RedisServer,
 };
 use redlease::{Error, LockManager, RedLock};
 
@@ -47,17 +49,24 @@ fn a_release_frees_a_delayed_lock_at_once_and_renewals_keep_the_delay_on_its_key
     assert!(taken.is_some(), "a release frees it at once");
 }
 
-/// A killed holder: its plain lock is free once its lease ends; its delayed lock is still
-/// held then, and free only after the delay.
-#[test]
-fn a_killed_holders_delayed_lock_stays_held_for_the_delay_after_its_lease() {
-    let redis = server();
+/// A child process that holds "plain" and "delayed" on `redis`, once it says so, and what it
+/// says after.
+fn delayed_holder(redis: &RedisServer) -> (KillOnDrop, BufReader<ChildStdout>) {
     let mut child = spawn_child(
         "lock_delay::delayed_holder_process",
         "delayed_holder",
         &[("REDLEASE_TEST_URL", redis.url())],
     );
-    let _output = wait_for_line(&mut child, "HELD");
+    let output = wait_for_line(&mut child, "HELD");
+    (child, output)
+}
+
+/// A killed holder: its plain lock is free once its lease ends; its delayed lock is still
+/// held then, and free only after the delay.
+#[test]
+fn a_killed_holders_delayed_lock_stays_held_for_the_delay_after_its_lease() {
+    let redis = server();
+    let (child, _output) = delayed_holder(&redis);
     signal(&child, libc::SIGKILL);
     the_delayed_lock_outlasts_the_plain_one(&redis);
 }
@@ -66,12 +75,7 @@ fn a_killed_holders_delayed_lock_stays_held_for_the_delay_after_its_lease() {
 #[test]
 fn a_paused_holders_delayed_lock_stays_held_for_the_delay_after_its_lease() {
     let redis = server();
-    let mut child = spawn_child(
-        "lock_delay::delayed_holder_process",
-        "delayed_holder",
-        &[("REDLEASE_TEST_URL", redis.url())],
-    );
-    let mut output = wait_for_line(&mut child, "HELD");
+    let (child, mut output) = delayed_holder(&redis);
     signal(&child, libc::SIGSTOP);
     the_delayed_lock_outlasts_the_plain_one(&redis);
     signal(&child, libc::SIGCONT);

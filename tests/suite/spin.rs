@@ -10,7 +10,7 @@ use crate::common;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{eventually, manager, server, RedisServer};
+use common::{connection, eventually, manager, server, RedisServer};
 use redlease::{BackOff, CancelToken, Error, Lock, LockGuard, LockManager, RedLock};
 
 const WATCHDOG: Duration = Duration::from_secs(30);
@@ -19,13 +19,6 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// A Redisson client's holder field: its client id and a Java thread id.
 const JAVA: &str = "java-uuid:7";
 const MS: Duration = Duration::from_millis(1);
-
-fn connection(redis: &RedisServer) -> redis::Connection {
-    redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap()
-}
 
 /// Holds `name` as a Java thread of Redisson's spin lock does, for `lease_ms`: answers
 /// whether it took it (else the lock's TTL stood in the way).
@@ -224,15 +217,28 @@ fn a_spin_waiter_costs_the_calls_its_back_off_allows() {
     );
 }
 
+/// A spin waiter (polling every 10-20 ms) of a manager of `redis`, waiting for `name`, which a
+/// Java thread holds for a minute: the manager, the Java thread's connection, and the waiter.
+type SpinWaiter = (
+    LockManager,
+    redis::Connection,
+    JoinHandle<(redlease::Result<bool>, Instant)>,
+);
+
+fn spin_waiter_on_java_hold(redis: &RedisServer, name: &str) -> SpinWaiter {
+    let manager = manager(redis, WATCHDOG);
+    let mut java = connection(redis);
+    assert!(java_spin_acquire(&mut java, name, 60_000));
+    let spin = manager.spin_lock(name, BackOff::constant(20 * MS).unwrap());
+    let waiting = waiter(&spin, PATIENCE);
+    until_waiting(&manager, 1);
+    (manager, java, waiting)
+}
+
 #[test]
 fn a_spin_waiter_rides_out_a_paused_server_and_takes_the_lock_after() {
     let redis = server();
-    let manager = manager(&redis, WATCHDOG);
-    let mut java = connection(&redis);
-    assert!(java_spin_acquire(&mut java, "paused", 60_000));
-    let spin = manager.spin_lock("paused", BackOff::constant(20 * MS).unwrap());
-    let waiting = waiter(&spin, PATIENCE);
-    until_waiting(&manager, 1);
+    let (_manager, mut java, waiting) = spin_waiter_on_java_hold(&redis, "paused");
     redis.pause().unwrap();
     // Longer than the manager's response timeout and outage grace (1 s each).
     std::thread::sleep(Duration::from_millis(2500));
@@ -246,12 +252,7 @@ fn a_spin_waiter_rides_out_a_paused_server_and_takes_the_lock_after() {
 #[test]
 fn a_spin_waiter_rides_out_a_restarted_server_up_to_its_deadline() {
     let mut redis = server();
-    let manager = manager(&redis, WATCHDOG);
-    let mut java = connection(&redis);
-    assert!(java_spin_acquire(&mut java, "restarted", 60_000));
-    let spin = manager.spin_lock("restarted", BackOff::constant(20 * MS).unwrap());
-    let waiting = waiter(&spin, PATIENCE);
-    until_waiting(&manager, 1);
+    let (_manager, _java, waiting) = spin_waiter_on_java_hold(&redis, "restarted");
     redis.kill().unwrap();
     std::thread::sleep(Duration::from_millis(2500));
     assert!(!waiting.is_finished(), "the wait ended in the outage");

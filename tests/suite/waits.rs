@@ -7,19 +7,12 @@ use crate::common;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use common::{assert_nothing_left, eventually, manager, server, RedisServer};
+use common::{assert_nothing_left, connection, eventually, manager, server, RedisServer};
 use redis::Commands;
 use redlease::{CancelToken, Error, RedLock};
 
 /// How long a cancelled wait may take to return (generous: the machine is shared).
 const PROMPTLY: Duration = Duration::from_secs(1);
-
-fn connection(server: &RedisServer) -> redis::Connection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap()
-}
 
 fn subscribers(server: &RedisServer, channel: &str) -> usize {
     let (_, count): (String, usize) = redis::cmd("PUBSUB")
