@@ -2,6 +2,8 @@
 //! can and cannot guarantee, how to watch it at work, what it needs of a Redis user, how it
 //! works inside, and what it costs. Pages only (no code); their examples run as doc tests.
 //!
+//! - [`choosing`]: this crate's locks beside a database's, ZooKeeper's, etcd's and Redlock,
+//!   and which of its kinds to choose;
 //! - [`primitives`]: the API in short, the errors, and the synchronizers besides the lock
 //!   (fair lock, read-write lock, semaphores, count-down latch);
 //! - [`deployments`]: a single server, TLS, ACL users, Sentinel, replica and disk
@@ -12,6 +14,9 @@
 //! - [`permissions`]: the ACL rules each primitive needs;
 //! - [`how_it_works`]: holder ids, the scripts, the watchdog, waiting, the data layout;
 //! - [`performance`]: the benchmark, and what it measured.
+
+#[doc = include_str!("choosing.md")]
+pub mod choosing {}
 
 #[doc = include_str!("primitives.md")]
 pub mod primitives {}
