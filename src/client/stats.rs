@@ -5,7 +5,8 @@
 //! (waiting threads, acquisitions, wait times), the watchdog (renewals, losses), the client
 //! (releases short of replica acknowledgements), the cleanup thread (undos sent again), the
 //! pub/sub service (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
-//! snapshot without I/O and without a lock on any hot path. Wait times go into a histogram of
+//! snapshot without I/O. No lock is taken on a hot path but one: a wait that slept takes the
+//! top list's, once, as it ends. Wait times go into a histogram of
 //! fixed buckets (eight per power of two, so a percentile is within 12.5 %).
 
 use std::collections::HashMap;
@@ -79,14 +80,21 @@ pub struct Stats {
     pub pubsub_reconnects: u64,
     /// How long the acquisitions waited, from the call to the take.
     pub wait_times: Percentiles,
-    /// How long holds lasted, from the acquisition to the release or loss of a thread's
-    /// last level (a chain of reentrant levels is one hold).
+    /// How long holds lasted: every hold the watchdog kept, from its grant here to its
+    /// release or loss (a thread's chain of reentrant levels of a lock is one hold, its read
+    /// levels another; a permit with a guard is one; a group lock counts one per member, on
+    /// each member's manager; a chain given back at once, such as a group lock's short of
+    /// members, counts too).
     pub hold_times: Percentiles,
-    /// How long the watchdog's renewal batches took, from their send to their last answer.
+    /// How long the watchdog's renewal passes took, from their send to their last answer: on
+    /// a cluster one pass renews each node in turn; replica acknowledgements included.
     pub renewal_times: Percentiles,
-    /// The names this manager's threads waited for longest, longest first (ten at most; a
-    /// bounded list over the names waited for, so that a process with very many names pays
-    /// for a hundred-odd).
+    /// The names this manager's threads waited for longest, longest first (ten at most):
+    /// waits that slept, taken or not, the time riding out an outage included; a leader
+    /// observer's waits for a change are not counted. From a bounded list of 128 names, so
+    /// that a process with very many names pays for that many: a name new to a full list
+    /// replaces the one with the least time, and is ranked with that time added (it may
+    /// have been that name's), but reports only its own.
     pub most_waited: Vec<Waited>,
 }
 
@@ -115,7 +123,8 @@ pub struct Waited {
     pub name: String,
     /// Waits that slept, taken or not (a try that found it free at once does not count).
     pub waits: u64,
-    /// Their time together, from each call to its end.
+    /// Their time together, from each call to its end, since the name was last taken into
+    /// the list (a lower bound of all its waits' time).
     pub waited: Duration,
 }
 
@@ -184,57 +193,71 @@ impl Histogram {
 /// name's time is never under-counted and one that keeps coming in stays).
 #[derive(Default)]
 struct TopNames {
-    names: HashMap<String, (u64, Duration)>,
+    names: HashMap<String, Tracked>,
+}
+
+/// A tracked name's waits: its own, and the time it was ranked with on entering the list.
+#[derive(Clone, Copy, Default)]
+struct Tracked {
+    waits: u64,
+    waited: Duration,
+    inherited: Duration,
+}
+
+impl Tracked {
+    /// What the name is ranked by: an upper bound of all its waits' time.
+    fn rank(&self) -> Duration {
+        self.waited + self.inherited
+    }
 }
 
 impl TopNames {
     fn add(&mut self, name: &str, waited: Duration) {
-        if let Some((waits, time)) = self.names.get_mut(name) {
-            *waits += 1;
-            *time += waited;
+        if let Some(tracked) = self.names.get_mut(name) {
+            tracked.waits += 1;
+            tracked.waited += waited;
             return;
         }
         let inherited = match self.names.len() < TRACKED_NAMES {
             true => Duration::ZERO,
             false => self.evict_least(),
         };
-        self.names.insert(name.to_owned(), (1, inherited + waited));
+        let tracked = Tracked {
+            waits: 1,
+            waited,
+            inherited,
+        };
+        self.names.insert(name.to_owned(), tracked);
     }
 
-    /// Removes the name with the least time; answers its time.
+    /// Removes the name ranked lowest; answers its rank.
     fn evict_least(&mut self) -> Duration {
         let least = self
             .names
             .iter()
-            .min_by_key(|(_, (_, time))| *time)
-            .map(|(name, (_, time))| (name.clone(), *time));
+            .min_by_key(|(_, tracked)| tracked.rank())
+            .map(|(name, tracked)| (name.clone(), tracked.rank()));
         match least {
-            Some((name, time)) => {
+            Some((name, rank)) => {
                 self.names.remove(&name);
-                time
+                rank
             }
             None => Duration::ZERO,
         }
     }
 
     fn top(&self) -> Vec<Waited> {
-        let mut top: Vec<Waited> = self
-            .names
-            .iter()
-            .map(|(name, &(waits, waited))| Waited {
+        let mut ranked: Vec<(&String, &Tracked)> = self.names.iter().collect();
+        ranked.sort_by(|(one, a), (other, b)| b.rank().cmp(&a.rank()).then(one.cmp(other)));
+        ranked
+            .into_iter()
+            .take(REPORTED_NAMES)
+            .map(|(name, tracked)| Waited {
                 name: name.clone(),
-                waits,
-                waited,
+                waits: tracked.waits,
+                waited: tracked.waited,
             })
-            .collect();
-        top.sort_by(|one, other| {
-            other
-                .waited
-                .cmp(&one.waited)
-                .then(one.name.cmp(&other.name))
-        });
-        top.truncate(REPORTED_NAMES);
-        top
+            .collect()
     }
 }
 
@@ -257,9 +280,14 @@ impl WaitRecorder {
         }
     }
 
-    /// A thread starts waiting for `name` (a wait of `started`); it stops when the returned
-    /// marker is dropped, which counts the wait for the name.
-    pub(crate) fn start_waiting<'a>(&'a self, name: &'a str, started: Instant) -> Waiting<'a> {
+    /// A thread starts waiting for `name` (a wait of `started`; `None`: a wait that is no
+    /// contention, kept off the top list); it stops when the returned marker is dropped,
+    /// which counts the wait for the name.
+    pub(crate) fn start_waiting<'a>(
+        &'a self,
+        name: Option<&'a str>,
+        started: Instant,
+    ) -> Waiting<'a> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
         Waiting {
             recorder: self,
@@ -296,7 +324,7 @@ impl WaitRecorder {
 /// Marks a waiting thread while it lives; counts its wait for its name when dropped.
 pub(crate) struct Waiting<'a> {
     recorder: &'a WaitRecorder,
-    name: &'a str,
+    name: Option<&'a str>,
     started: Instant,
 }
 
@@ -304,7 +332,9 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         let recorder = self.recorder;
         recorder.waiting.fetch_sub(1, Ordering::Relaxed);
-        recorder.top.lock().add(self.name, self.started.elapsed());
+        if let Some(name) = self.name {
+            recorder.top.lock().add(name, self.started.elapsed());
+        }
     }
 }
 
@@ -370,9 +400,9 @@ mod tests {
         let mut top = TopNames::default();
         for index in 0..1000u64 {
             top.add(&format!("short:{index}"), Duration::from_millis(1));
-        }
-        for _ in 0..20 {
-            top.add("busy", Duration::from_millis(50));
+            if index % 50 == 0 {
+                top.add("busy", Duration::from_millis(50));
+            }
         }
         assert!(top.names.len() <= TRACKED_NAMES);
         let reported = top.top();

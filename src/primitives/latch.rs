@@ -215,7 +215,7 @@ impl CountDownLatch {
         self.client.ensure_running()?;
         let keys = self.keys()?;
         wait::wait_until(WaitFor {
-            name: self.name(),
+            name: Some(self.name()),
             deadline,
             // Only a message announces the step to zero (the key has no expiry): look again
             // once per watchdog interval all the same, as a waiter for a lock does.

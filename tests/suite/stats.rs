@@ -81,4 +81,19 @@ fn stats_follow_a_scripted_workload() {
     assert!(eventually(Duration::from_secs(5), || {
         manager.stats().pubsub_reconnects == 1
     }));
+
+    // An observer's wait for the next change is no contention: it is not among the names
+    // waited for.
+    let mut observer = manager.leader_election("followed").observe().unwrap();
+    let change = observer
+        .next_change_for(Duration::from_millis(300))
+        .unwrap();
+    assert!(change.is_none());
+    let names: Vec<String> = manager
+        .stats()
+        .most_waited
+        .into_iter()
+        .map(|waited| waited.name)
+        .collect();
+    assert_eq!(names, ["counted"]);
 }

@@ -82,8 +82,9 @@ pub(crate) struct Nudge<'a> {
 
 /// The loop's settings.
 pub(crate) struct WaitFor<'a, S, A, R> {
-    /// The name waited for, for the manager's list of the names waited for longest.
-    pub(crate) name: &'a str,
+    /// The name waited for, for the manager's list of the names waited for longest (`None`:
+    /// a wait that is no contention, such as an observer's for the next change).
+    pub(crate) name: Option<&'a str>,
     /// When to give up (`None`: never).
     pub(crate) deadline: Option<Instant>,
     /// How long to sleep when a try gave no hint.

@@ -58,7 +58,10 @@ impl LossReports {
             });
         }
         if !entry.renewing {
-            registry.remove(key);
+            // A loss is rare: its hold's length goes to the metrics here, under the lock.
+            if let Some(held) = registry.remove(key) {
+                crate::client::telemetry::held(held);
+            }
         }
     }
 

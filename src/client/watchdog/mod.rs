@@ -423,19 +423,24 @@ impl Watchdog {
             }
             return Some((left, holder));
         }
-        self.remove_once_settled(&mut state, key, is_ours);
+        let held = self.remove_once_settled(&mut state, key, is_ours);
+        drop(state);
+        if let Some(held) = held {
+            crate::client::telemetry::held(held);
+        }
         Some((left, holder))
     }
 
     /// Removes the entry under `key`, if it still `is_ours`, once a renewal of it in flight
     /// has come back (no renewal of a chain is sent after its release), or once the wait
-    /// for it passes twice the response timeout and a second, with a warning.
+    /// for it passes twice the response timeout and a second, with a warning. Answers how
+    /// long its chain was held, if it removed it.
     fn remove_once_settled(
         &self,
         state: &mut parking_lot::MutexGuard<'_, State>,
         key: &str,
         is_ours: impl Fn(&Entry) -> bool,
-    ) {
+    ) -> Option<Duration> {
         let shared = &*self.shared;
         // A renewal reads its answers for at most the response timeout (it is applied before
         // any `WAIT` behind it is read); the bound only guards against a bug.
@@ -457,13 +462,15 @@ impl Watchdog {
                 break;
             }
         }
-        if state.registry.get(key).is_some_and(&is_ours) {
-            state.registry.remove(key);
-        }
+        let held = match state.registry.get(key).is_some_and(&is_ours) {
+            true => state.registry.remove(key),
+            false => None,
+        };
         let State {
             registry, schedule, ..
         } = &mut **state;
         schedule.compact(registry);
+        held
     }
 
     /// Queues the receipt key a release left, once its answer has arrived, for deletion with
@@ -786,7 +793,9 @@ impl Shared {
         if entry.lease.is_marked_lost() {
             // Told while the renewal was out (a force-release notice).
             let key = Arc::clone(&entry.key);
-            registry.remove(&key);
+            if let Some(held) = registry.remove(&key) {
+                crate::client::telemetry::held(held);
+            }
             return;
         }
         let deadline = entry.lease.deadline();

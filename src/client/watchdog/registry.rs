@@ -14,12 +14,13 @@
 //! [`Slot`] (with its chain number), so that renewing many holds looks each up by index;
 //! a key leads to its slot for the calls that come with a key.
 //!
-//! Plain data: no I/O, no clock reads. The fields are read and written by the facade, the
+//! Plain data: no I/O; the clock is read only when a chain starts and ends (its hold's
+//! length, counted into a histogram of atomics). The fields are read and written by the facade, the
 //! thread loop, the schedule (`renewal_due`, `lease_end_due` only) and the loss reporting.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::client::stats::{Histogram, Percentiles};
 use crate::client::watchdog::lease::LeaseState;
@@ -134,16 +135,20 @@ impl Registry {
         self.slots.iter().flatten()
     }
 
-    pub(super) fn remove(&mut self, key: &str) {
-        if let Some(slot) = self.by_key.remove(key) {
-            if let Some(entry) = &self.slots[slot.0] {
-                let held = entry.since.elapsed();
-                self.hold_times.record(held);
-                crate::client::telemetry::held(held);
-            }
-            self.slots[slot.0] = None;
-            self.free.push(slot.0);
-        }
+    /// Removes the entry under `key`: answers how long its chain was held (counted into the
+    /// hold times already; the caller reports it to the metrics once it holds no lock).
+    pub(super) fn remove(&mut self, key: &str) -> Option<Duration> {
+        let slot = self.by_key.remove(key)?;
+        let held = self.slots[slot.0].take().map(|entry| self.ended(&entry));
+        self.free.push(slot.0);
+        held
+    }
+
+    /// Counts the end of `entry`'s chain into the hold times: how long it was held.
+    fn ended(&self, entry: &Entry) -> Duration {
+        let held = entry.since.elapsed();
+        self.hold_times.record(held);
+        held
     }
 
     /// The keys of the entries of `name` held by `holder` (a writer's chain and its read
@@ -194,6 +199,10 @@ impl Registry {
                 slot
             }
         };
+        // A chain replaced under its key (lost, its renewal still out) ends here.
+        if let Some(replaced) = self.slots[slot.0].take() {
+            self.ended(&replaced);
+        }
         let entry = self.slots[slot.0].insert(entry);
         (slot, entry)
     }

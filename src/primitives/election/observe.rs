@@ -91,7 +91,7 @@ impl LeaderObserver {
         // The last entry read: a change told, or an entry passed over.
         let after = std::cell::RefCell::new(self.last_change.clone());
         let change = wait::wait_until(WaitFor {
-            name: election.lock.name(),
+            name: None,
             deadline,
             // Changes are announced; looking again now and then only guards against a lost
             // announcement.

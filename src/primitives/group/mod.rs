@@ -467,7 +467,7 @@ impl Group {
         let shortest_lease = Duration::from_millis(lease_ms.iter().copied().min().unwrap_or(0));
         let label = self.label();
         wait::wait_until(WaitFor {
-            name: &label,
+            name: Some(&label),
             deadline,
             default_hint: self.retry_delay,
             // Members that answer will carry the release message too: a silent one would

@@ -492,7 +492,7 @@ impl RawLock {
         let acquisition = Acquisition::new(self, terms, make)?;
         let ask_holders = || self.ask_holders_once();
         let outcome = wait::wait_until(WaitFor {
-            name: self.name(),
+            name: Some(self.name()),
             deadline: terms.deadline,
             // A lock without expiry can only be freed by a release message (or by hand):
             // look again once per watchdog interval all the same.

@@ -315,7 +315,7 @@ impl Semaphore {
         self.client.ensure_running()?;
         let keys = self.keys()?;
         wait::wait_until(WaitFor {
-            name: self.name(),
+            name: Some(self.name()),
             deadline,
             default_hint: self.client.watchdog_timeout() / 3,
             subscribe: || -> Result<Vec<Subscription>> {

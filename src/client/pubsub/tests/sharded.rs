@@ -505,7 +505,7 @@ fn the_wait_loop_moves_a_subscription_the_node_ended_and_is_woken_at_the_new_nod
                 cancel: None,
                 outage_grace: Duration::ZERO,
                 recorder: &recorder,
-                name: "m",
+                name: Some("m"),
                 nudge: None,
                 subscribe_first: false,
             })
