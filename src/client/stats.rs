@@ -4,9 +4,9 @@
 //! Each part keeps its own counters where the work happens, as plain atomics: the wait loop
 //! (waiting threads, acquisitions, wait times), the watchdog (renewals, losses), the client
 //! (releases short of replica acknowledgements), the cleanup thread (undos sent again), the
-//! pub/sub service (connections). [`LockManager::stats`](crate::LockManager::stats) reads them into one
-//! snapshot without I/O. No lock is taken on a hot path but one: a wait that slept takes the
-//! top list's, once, as it ends. Wait times go into a histogram of
+//! pub/sub service (connections). [`LockManager::stats`](crate::LockManager::stats) reads
+//! them into one snapshot without I/O. No lock is taken on a hot path but one: a wait that
+//! slept takes the top list's, once, as it ends. Wait times go into a histogram of
 //! fixed buckets (eight per power of two, so a percentile is within 12.5 %).
 
 use std::collections::HashMap;

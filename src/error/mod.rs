@@ -251,7 +251,8 @@ pub enum Error {
     /// The servers' settings put locks at risk, found by
     /// [`build`](crate::LockManagerBuilder::build) with
     /// [`ServerCheck::Strict`](crate::ServerCheck::Strict): each finding says where, what it
-    /// risks and how to fix it (see [`LockManager::check_server`](crate::LockManager::check_server)).
+    /// risks and how to fix it (see
+    /// [`LockManager::check_server`](crate::LockManager::check_server)).
     #[error("the servers' settings put locks at risk: {}", findings_text(.findings))]
     UnsafeServer {
         /// What the check found.

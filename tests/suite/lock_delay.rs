@@ -153,6 +153,13 @@ fn a_lock_delay_is_refused_where_it_cannot_hold() {
         .lock("endless")
         .delayed_after_loss(Duration::from_millis(1 << 40));
     assert!(refused(endless.try_lock().map(|guard| guard.is_some())));
+    // A level taken through a handle without the delay, let go through one with an absurd
+    // delay: refused, and the level still held.
+    let held = manager.lock("endless").lock().unwrap();
+    let absurd = manager.lock("endless").delayed_after_loss(Duration::MAX);
+    assert!(refused(absurd.force_unlock().map(|()| true)));
+    assert_eq!(manager.lock("endless").hold_count().unwrap(), 1);
+    held.unlock().unwrap();
     let member = manager.lock("member").delayed_after_loss(DELAY);
     assert!(matches!(
         RedLock::builder([member]).build(),

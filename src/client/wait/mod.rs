@@ -7,10 +7,11 @@
 //! between the two is never missed; it sleeps until a wake on any channel, the hint of the
 //! last try (the holder's remaining lease, or for a polling waiter the next pause of its
 //! [`back_off::BackOff`]), or the deadline; while a subscription is not live (the pub/sub
-//! connection is down, or the manager has none) it polls. In cluster mode each subscription follows its
-//! channel's slot before each sleep; one that moved (a failover, a migration) makes the loop
-//! try again at once, as a release may have gone by while it was elsewhere. A wake it took and did not use (the next try
-//! failed with an error) is passed on to another waiter of the same lock. A cancel token, when
+//! connection is down, or the manager has none) it polls. In cluster mode each subscription
+//! follows its channel's slot before each sleep; one that moved (a failover, a migration)
+//! makes the loop try again at once, as a release may have gone by while it was elsewhere. A
+//! wake it took and did not use (the next try failed with an error) is passed on to another
+//! waiter of the same lock. A cancel token, when
 //! the handle has one, is checked before every try and wakes every sleep, and ends the wait
 //! with [`Error::Cancelled`]. A subscription Redis refuses (the ACL user lacks the release
 //! channel) ends the wait with its error, as a failed try does. A try that fails in an outage

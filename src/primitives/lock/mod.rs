@@ -291,6 +291,9 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<()> {
         let raw = self.raw();
         let name = &raw.keys()?.name;
+        // A handle's lock delay shapes the release of levels left: checked as an
+        // acquisition checks it, before the level is taken from the watchdog.
+        raw.check_lock_delay(raw.client.watchdog_timeout_ms())?;
         let watchdog = raw.client.watchdog();
         let thread = names::thread_number();
         let (left, holder) = watchdog
