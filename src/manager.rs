@@ -1062,12 +1062,6 @@ impl LockManagerBuilder {
             })?),
             None => None,
         };
-        if self.outage_grace > MAX_OUTAGE_GRACE {
-            return Err(Error::InvalidArgument(format!(
-                "an outage grace of {:?} is longer than the maximum of {MAX_OUTAGE_GRACE:?}",
-                self.outage_grace
-            )));
-        }
         let client = Client::connect(Settings {
             info,
             sentinel,
@@ -1097,9 +1091,15 @@ impl LockManagerBuilder {
         Ok(manager)
     }
 
-    /// Checks the timeouts and the connection bound; answers the fair lock place timeout in
-    /// ms.
+    /// Checks the timeouts, the outage grace and the connection bound; answers the fair lock
+    /// place timeout in ms.
     fn checked_limits(&self) -> Result<u64> {
+        if self.outage_grace > MAX_OUTAGE_GRACE {
+            return Err(Error::InvalidArgument(format!(
+                "an outage grace of {:?} is longer than the maximum of {MAX_OUTAGE_GRACE:?}",
+                self.outage_grace
+            )));
+        }
         names::lease_millis("connect timeout", self.connect_timeout)?;
         names::lease_millis("response timeout", self.response_timeout)?;
         names::lease_millis("watchdog timeout", self.watchdog_timeout)?;

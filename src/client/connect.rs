@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::cleanup::Cleanup;
 use super::clock::ServerClock;
 use super::{Client, SentinelSettings, Settings};
-use crate::client::call::replication::ShortfallLog;
+use crate::client::call::replication::{ReplicaAcks, ShortfallLog};
 use crate::client::call::route::Router;
 use crate::client::pubsub::{Notices, PubSub};
 use crate::client::stats::WaitRecorder;
@@ -87,11 +87,7 @@ impl Client {
             response: response_timeout,
         };
         let mut reached = Reached::reach(info, sentinel, cluster_seeds, tls, timeouts, pool_sizes)?;
-        if let Some(acks) = &replica_acks {
-            for pool in reached.router.master_pools() {
-                pool.run(|connection| Ok(acks.probe(connection)))??;
-            }
-        }
+        reached.probe_acks(replica_acks.as_ref())?;
         let router = Arc::clone(&reached.router);
         let mut starting = Starting::default();
         let watchdog = Watchdog::start(
@@ -101,11 +97,7 @@ impl Client {
             callbacks,
         )?;
         let notices = holder_notices(starting.watchdog.insert(watchdog));
-        let pubsub = match pubsub {
-            true => reached.start_pubsub(timeouts, notices)?,
-            false => PubSub::off(),
-        };
-        let pubsub = Arc::new(pubsub);
+        let pubsub = Arc::new(reached.start_pubsub(pubsub, timeouts, notices)?);
         let pubsub = starting.pubsub.insert(pubsub);
         starting.switch_watcher = watch_switches(reached.locator, &router, pubsub)?;
         let cleanup = Cleanup::start(Arc::clone(&router))?;
@@ -200,8 +192,21 @@ impl Reached {
         })
     }
 
-    /// Starts the pub/sub: one hub per master in cluster mode, else one hub.
-    fn start_pubsub(&mut self, timeouts: Timeouts, notices: Notices) -> Result<PubSub> {
+    /// Asks every master whether it can answer the acknowledgements `acks` asks for.
+    fn probe_acks(&self, acks: Option<&ReplicaAcks>) -> Result<()> {
+        if let Some(acks) = acks {
+            for pool in self.router.master_pools() {
+                pool.run(|connection| Ok(acks.probe(connection)))??;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the pub/sub (`on`): one hub per master in cluster mode, else one hub; or none.
+    fn start_pubsub(&mut self, on: bool, timeouts: Timeouts, notices: Notices) -> Result<PubSub> {
+        if !on {
+            return Ok(PubSub::off());
+        }
         let tls_connector = self.tls_connector.take();
         match self.router.cluster() {
             Some(cluster) => PubSub::start_cluster(

@@ -346,20 +346,7 @@ impl<T: FromGroup> GroupBuilder<T> {
         }
         let mut seen = HashSet::new();
         for member in &members {
-            member.raw().keys()?;
-            if !member.raw().lock_delay().is_zero() {
-                return Err(Error::InvalidArgument(format!(
-                    "a {kind:?} takes its members' locks without their lock delay; {:?} has one",
-                    member.name()
-                )));
-            }
-            if !member.raw().kind().may_join_groups() {
-                return Err(Error::InvalidArgument(format!(
-                    "a {kind:?} is made of plain locks; {:?} is of another kind (fair, read, write, \
-                     spin or non-reentrant)",
-                    member.name()
-                )));
-            }
+            check_member(kind, member)?;
             let server = member.raw().client().router().server_of(member.name());
             let identity = match kind {
                 Kind::RedLock => server.clone(),
@@ -395,6 +382,26 @@ impl<T: FromGroup> GroupBuilder<T> {
             members,
         })))
     }
+}
+
+/// Refuses a member that a group of `kind` cannot take: an empty name, a lock delay, a kind
+/// other than the plain lock.
+fn check_member(kind: Kind, member: &Lock) -> Result<()> {
+    member.raw().keys()?;
+    if !member.raw().lock_delay().is_zero() {
+        return Err(Error::InvalidArgument(format!(
+            "a {kind:?} takes its members' locks without their lock delay; {:?} has one",
+            member.name()
+        )));
+    }
+    if !member.raw().kind().may_join_groups() {
+        return Err(Error::InvalidArgument(format!(
+            "a {kind:?} is made of plain locks; {:?} is of another kind (fair, read, write, \
+             spin or non-reentrant)",
+            member.name()
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a group whose members on one server (through one manager) outnumber the
@@ -437,19 +444,10 @@ impl Group {
             .is_some_and(|chain| !chain.is_lost())
     }
 
-    fn acquire(self: &Arc<Self>, terms: Terms<'_>) -> Result<Option<GroupGuard>> {
-        let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
-        for member in &self.members {
-            member.raw().client().ensure_running()?;
-        }
-        let thread = names::thread_number();
-        if let Some(chain) = self.holds.lock().get(&thread) {
-            if !chain.is_lost() {
-                chain.enter();
-                return Ok(Some(GroupGuard::new(Arc::clone(self), Arc::clone(chain))));
-            }
-        }
-        let lease_ms: Vec<u64> = match lease {
+    /// The lease each member is asked for, in ms: its manager's watchdog timeout, or the
+    /// fixed lease (checked against the clock drift it must allow for).
+    fn lease_ms(&self, lease: Lease) -> Result<Vec<u64>> {
+        Ok(match lease {
             Lease::Watchdog => self
                 .members
                 .iter()
@@ -463,7 +461,22 @@ impl Group {
                 }
                 vec![names::lease_millis("lease", duration)?; self.members.len()]
             }
-        };
+        })
+    }
+
+    fn acquire(self: &Arc<Self>, terms: Terms<'_>) -> Result<Option<GroupGuard>> {
+        let (deadline, lease, cancel) = (terms.deadline, terms.lease, terms.cancel);
+        for member in &self.members {
+            member.raw().client().ensure_running()?;
+        }
+        let thread = names::thread_number();
+        if let Some(chain) = self.holds.lock().get(&thread) {
+            if !chain.is_lost() {
+                chain.enter();
+                return Ok(Some(GroupGuard::new(Arc::clone(self), Arc::clone(chain))));
+            }
+        }
+        let lease_ms = self.lease_ms(lease)?;
         let shortest_lease = Duration::from_millis(lease_ms.iter().copied().min().unwrap_or(0));
         let label = self.label();
         wait::wait_until(WaitFor {
