@@ -21,7 +21,7 @@ use common::{
     KillOnDrop, RedisServer, CHILD_DEADLINE,
 };
 use redis::Commands;
-use redlease::LockManager;
+use redlease::{Lock, LockManager};
 use redlease_testing::sentinel;
 
 /// The environment variable that tells a holder child which server to use.
@@ -671,4 +671,55 @@ fn doctor_tells_what_puts_locks_at_risk_and_how_to_fix_it() {
         .unwrap()
         .contains("maxmemory_policy allkeys-lru"));
     assert!(finding["fix"].as_str().unwrap().contains("noeviction"));
+}
+
+/// `top` shows the held locks with the most waiters first, and two processes (managers)
+/// each waiting in the queue of a fair lock the other holds as a cycle.
+#[test]
+fn top_shows_the_most_waited_for_locks_and_a_cycle_of_fair_waits() {
+    let redis = server();
+    let (a, b) = (
+        manager_for_url(&redis.url(), Duration::from_secs(30)),
+        manager_for_url(&redis.url(), Duration::from_secs(30)),
+    );
+    let (x_held, y_held) = (
+        a.fair_lock("x").lock().unwrap(),
+        b.fair_lock("y").lock().unwrap(),
+    );
+    let busy = a.lock("busy").lock().unwrap();
+    let waiter = |manager: &LockManager, lock: Lock| {
+        let manager = manager.clone();
+        std::thread::spawn(move || {
+            let taken = lock.try_lock_for(TOOL_DEADLINE * 2).unwrap();
+            drop(taken);
+            drop(manager);
+        })
+    };
+    let waiters = [
+        waiter(&a, a.fair_lock("y")),
+        waiter(&b, b.fair_lock("x")),
+        waiter(&b, b.lock("busy")),
+    ];
+    assert!(eventually(TOOL_DEADLINE, || a.stats().waiting == 1
+        && b.stats().waiting == 2));
+    let report = json(&tool(&redis.url(), &["--json", "top"], ""));
+    let locks = report["locks"].as_array().unwrap();
+    let names: Vec<&str> = locks
+        .iter()
+        .map(|lock| lock["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["busy", "x", "y"], "{report}");
+    assert_eq!(locks[0]["listening"], 1);
+    assert_eq!(locks[1]["queued"], 1);
+    let mut clients = vec![a.client_id().to_owned(), b.client_id().to_owned()];
+    clients.sort();
+    assert_eq!(report["cycles"][0]["clients"], serde_json::json!(clients));
+    assert_eq!(report["cycles"][0]["locks"], serde_json::json!(["x", "y"]));
+    let text = tool(&redis.url(), &["top"], "");
+    assert_eq!(text.code, 0, "stderr: {}", text.stderr);
+    assert!(text.stdout.contains("cycle: processes"), "{}", text.stdout);
+    drop((x_held, y_held, busy));
+    for waiter in waiters {
+        waiter.join().unwrap();
+    }
 }

@@ -112,6 +112,19 @@ pub enum Command {
         #[arg(long, default_value = "0.2", value_name = "SECONDS", value_parser = seconds)]
         interval: Duration,
     },
+    /// Show the held locks with the most waiters first, on every master, and the processes
+    /// that wait on each other's fair locks in a cycle.
+    Top {
+        /// How many locks to show.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+        show: u64,
+        /// Stop scanning after this many held locks.
+        #[arg(long, default_value_t = 10000, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+        /// How many keys each SCAN call looks at (its COUNT hint).
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+        scan_count: u64,
+    },
     /// Check the settings of the deployment's masters that put locks at risk (eviction,
     /// replicas, a cluster's slots); each finding says what it risks and how to fix it.
     /// Exits with 1 when it found something.

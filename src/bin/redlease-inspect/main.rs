@@ -4,14 +4,15 @@
 //!
 //! `inspect NAME` shows a primitive's holders, lease, fencing token and waiters; `watch NAME`
 //! follows it as it changes; `list PATTERN` finds held locks (on every master of a cluster);
-//! `break-lock NAME` frees one; `doctor` checks the settings that put locks at risk. Plain
+//! `break-lock NAME` frees one; `top` shows the most waited-for locks and the processes
+//! waiting on each other; `doctor` checks the settings that put locks at risk. Plain
 //! text, or one JSON object per command (per change, for `watch`) with `--json`. Exit codes:
 //! 0 done, 1 nothing found, not confirmed, or (`doctor`) something to fix, 2 bad arguments
 //! or the server could not be asked; errors go to stderr.
 //!
 //! Modules: `cli` (arguments), `deployment` (which servers, with which TLS files),
 //! `connection` (the bounded connection, failures and exit codes), `probe` (inspect),
-//! `watch`, `scan` (list), `break_lock`, `doctor`, `render` (text output).
+//! `watch`, `scan` (list), `top`, `break_lock`, `doctor`, `render` (text output).
 
 mod break_lock;
 mod cli;
@@ -21,6 +22,7 @@ mod doctor;
 mod probe;
 mod render;
 mod scan;
+mod top;
 mod watch;
 
 use std::io::Write;
@@ -82,6 +84,16 @@ fn run(cli: &Cli) -> Result<(String, ExitCode), Failure> {
             };
             let freed = break_lock::break_lock(&mut redis, name, &settings)?;
             output(cli.json, &freed, render::freed)
+        }
+        Command::Top {
+            show,
+            limit,
+            scan_count,
+        } => {
+            let mut masters = deployment.connect_masters()?;
+            let show = usize::try_from(*show).unwrap_or(usize::MAX);
+            let top = top::top(&mut masters, *limit, *scan_count, show)?;
+            output(cli.json, &top, render::top)
         }
         Command::Doctor { replicas } => return checkup(cli, &deployment, *replicas),
     }?;

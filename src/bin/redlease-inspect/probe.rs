@@ -579,7 +579,7 @@ fn printable_id(id: &[u8]) -> String {
 /// How many connections listen on each of `channels`, in order: subscribers
 /// (`PUBSUB NUMSUB`) and, where the server has shard channels (Redis 7, Valkey), shard
 /// subscribers (`PUBSUB SHARDNUMSUB`: a cluster's waiters listen that way).
-fn subscribers(redis: &mut Connection, channels: &[&str]) -> Result<Vec<u64>, Failure> {
+pub fn subscribers(redis: &mut Connection, channels: &[&str]) -> Result<Vec<u64>, Failure> {
     let mut by_channel: HashMap<String, u64> = HashMap::new();
     for kind in ["NUMSUB", "SHARDNUMSUB"] {
         let counts: Vec<(String, u64)> =

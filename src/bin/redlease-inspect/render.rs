@@ -7,6 +7,7 @@ use crate::break_lock::Freed;
 use crate::doctor::Checkup;
 use crate::probe::{Holder, Leader, Permit, Queue, Report, Role};
 use crate::scan::{ListedLock, Listing};
+use crate::top::Top;
 
 /// A remaining time in ms, for people: `412 ms`, `29.412 s`.
 fn duration(ms: i64) -> String {
@@ -294,6 +295,38 @@ pub fn freed(freed: &Freed) -> String {
         freed.name,
         holders.join(", ")
     )
+}
+
+/// The most waited-for locks, a line each, then the cycles.
+pub fn top(top: &Top) -> String {
+    let mut text = format!(
+        "{:<30} {:<16} {:>8} {:>10}  HOLDERS\n",
+        "NAME", "KIND", "WAITERS", "LEASE"
+    );
+    for lock in &top.locks {
+        let lease = lock.lease_ms.map_or_else(|| "-".to_owned(), duration);
+        let _ = writeln!(
+            text,
+            "{:<30} {:<16} {:>8} {:>10}  {}",
+            lock.name,
+            lock.kind.describe(),
+            lock.listening + lock.queued,
+            lease,
+            lock.holders.join(" ")
+        );
+    }
+    for cycle in &top.cycles {
+        let _ = writeln!(
+            text,
+            "cycle: processes {} wait for each other's fair locks {}",
+            cycle.clients.join(", "),
+            cycle.locks.join(", ")
+        );
+    }
+    if !top.complete {
+        text.push_str("(the scan stopped at its limit: more locks are held)\n");
+    }
+    text
 }
 
 /// The doctor's findings, each with its risk and fix, or that there are none.
