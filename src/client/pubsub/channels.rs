@@ -524,16 +524,20 @@ impl State {
         Some(sent)
     }
 
+    /// Counts one answer to a command for `channel`: its entry, if that was the answer to the
+    /// last command sent for it (an earlier one is overtaken by what followed it).
+    fn last_answer(&mut self, channel: &str) -> Option<&mut Channel> {
+        let entry = self.channels.get_mut(channel)?;
+        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
+        (entry.unconfirmed == 0).then_some(entry)
+    }
+
     /// Redis refused a `SUBSCRIBE` of `channel`: if it was the last command for the channel,
     /// the channel is not subscribed, and its refusal waits for its waiters to see it.
     fn subscription_refused(&mut self, channel: &str, reply: &str) {
-        let Some(entry) = self.channels.get_mut(channel) else {
+        let Some(entry) = self.last_answer(channel) else {
             return;
         };
-        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
-        if entry.unconfirmed > 0 {
-            return;
-        }
         if entry.subscribed {
             entry.subscribed = false;
             entry.refusal = Some(reply.to_owned());
@@ -546,13 +550,9 @@ impl State {
     /// elsewhere, or not now: if it was the last command for the channel, the channel is
     /// dropped, and its waiters are woken to move their subscription.
     fn subscription_moved(&mut self, channel: &str) {
-        let Some(entry) = self.channels.get_mut(channel) else {
+        let Some(entry) = self.last_answer(channel) else {
             return;
         };
-        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
-        if entry.unconfirmed > 0 {
-            return;
-        }
         if entry.subscribed {
             entry.subscribed = false;
             entry.dropped = true;
@@ -565,13 +565,9 @@ impl State {
     /// Redis answered a `SUBSCRIBE` or `UNSUBSCRIBE` for `channel`; answers whether that
     /// confirmed a subscription waiters may be blocked on.
     pub(super) fn subscription_answered(&mut self, channel: &str) -> bool {
-        let Some(entry) = self.channels.get_mut(channel) else {
+        let Some(entry) = self.last_answer(channel) else {
             return false;
         };
-        entry.unconfirmed = entry.unconfirmed.saturating_sub(1);
-        if entry.unconfirmed > 0 {
-            return false;
-        }
         if entry.subscribed {
             entry.confirmed = true;
             return true;
