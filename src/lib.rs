@@ -41,11 +41,13 @@
 //!   resource that cannot check tokens, a lock delay
 //!   ([`Lock::delayed_after_loss`]) keeps a holder's lock from others for a while after the
 //!   holder was lost without a release.
-//! - **Replica acknowledgements.** With
-//!   [`replica_acks`](LockManagerBuilder::replica_acks), every acquisition waits (`WAIT`, in
-//!   the same round trip) until enough replicas have it; one they did not acknowledge in time
-//!   is given back and reported ([`Error::NotReplicated`]), so a failover cannot silently hand
-//!   a held lock to a second holder.
+//! - **Replica acknowledgements.** By default every acquisition waits (`WAIT`, in the same
+//!   round trip) until the replicas its master has in sync at that moment have it
+//!   ([`connected_replica_acks`](LockManagerBuilder::connected_replica_acks), as Redisson
+//!   does; nothing to wait for on a master without replicas), or a fixed number of them
+//!   ([`replica_acks`](LockManagerBuilder::replica_acks)); one they did not acknowledge in
+//!   time is given back and reported ([`Error::NotReplicated`]), so a failover cannot silently
+//!   hand a held lock to a second holder.
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.
@@ -78,8 +80,8 @@
 //!   [`Error::AuthenticationFailed`] or [`Error::PermissionDenied`] naming what was refused),
 //!   a master with replicas behind Sentinel
 //!   ([`LockManager::builder_sentinel`]: failovers are followed, waits go on through them),
-//!   and writes acknowledged by replicas before a lock counts as taken
-//!   ([`replica_acks`](LockManagerBuilder::replica_acks)), and Redis Cluster
+//!   and writes acknowledged by replicas before a lock counts as taken (by default, the
+//!   replicas in sync), and Redis Cluster
 //!   ([`LockManager::builder_cluster`]: every call goes to the master of its name's slot,
 //!   renewals go to each master in one pipeline, waiters are woken by sharded pub/sub on
 //!   Redis 7).

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use crate::client::call::replication::ReplicaAcks;
+use crate::client::call::replication::{AckSetting, ReplicaAcks};
 use crate::client::server_check::ServerCheck;
 use crate::client::stats::Stats;
 use crate::client::topology::pool::PoolSizes;
@@ -46,6 +46,9 @@ const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 const DEFAULT_LOCAL_HANDOFFS: u32 = 8;
 /// How long calls ride out an outage, by default.
 const DEFAULT_OUTAGE_GRACE: Duration = Duration::from_secs(30);
+/// How long a write waits for the replicas connected now, by default (Redisson's
+/// `slavesSyncTimeout`), unless half the renewal interval is shorter.
+const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest outage grace accepted: a call blocked longer is surely a mistake.
 const MAX_OUTAGE_GRACE: Duration = Duration::from_secs(3600);
 /// The shortest watchdog timeout accepted: renewals every 10 ms are the practical floor.
@@ -98,10 +101,9 @@ pub struct LockManagerBuilder {
     /// Cluster mode: the nodes to ask for the slot map (or why they could not be read).
     cluster: Option<std::result::Result<Vec<ConnectionInfo>, String>>,
     outage_grace: Duration,
-    /// How many replicas must acknowledge a write, and within what time; `None`: off.
-    replica_acks: Option<(u32, Duration)>,
-    /// `WAITAOF` instead: the master's fsync, how many replicas', within what time.
-    aof_acks: Option<(bool, u32, Duration)>,
+    /// What writes wait for, as each acknowledgement setting called asked, in order (none:
+    /// the default, the replicas connected now).
+    acks: Vec<AckChoice>,
     /// Checked by `build`, with the URL.
     tls: TlsOptions,
 }
@@ -150,8 +152,7 @@ impl LockManager {
             sentinel: None,
             cluster: None,
             outage_grace: DEFAULT_OUTAGE_GRACE,
-            replica_acks: None,
-            aof_acks: None,
+            acks: Vec::new(),
             tls: TlsOptions::default(),
         }
     }
@@ -163,8 +164,8 @@ impl LockManager {
     /// included, to the new master. Waits go on through a failover (see
     /// [`outage_grace`](LockManagerBuilder::outage_grace)), and the watchdog renews on
     /// the new master: a lock whose key reached the promoted replica stays held, one whose
-    /// key did not is reported lost. [`replica_acks`](LockManagerBuilder::replica_acks)
-    /// makes sure every acquisition reached the replicas.
+    /// key did not is reported lost. By default an acquisition counts once the replicas in
+    /// sync have it ([`connected_replica_acks`](LockManagerBuilder::connected_replica_acks)).
     ///
     /// Each sentinel address is a URL (`redis://[user:pass@]host:26379`, the sentinel's own
     /// credentials) or anything else redis-rs takes as connection info. The master's
@@ -712,8 +713,12 @@ impl LockManagerBuilder {
     }
 
     /// Makes every acquisition wait until `replicas` replicas of the master have acknowledged
-    /// it, `timeout` at most (default: off). A master that dies before its replicas got a
-    /// lock's key would otherwise let a failover hand the held lock to a second holder.
+    /// it, `timeout` at most, however many the master has (by default, writes wait for the
+    /// replicas it has in sync at the moment: see
+    /// [`connected_replica_acks`](LockManagerBuilder::connected_replica_acks)). A master that
+    /// dies before its replicas got a lock's key would otherwise let a failover hand the held
+    /// lock to a second holder. A master with fewer replicas in sync refuses every
+    /// acquisition until they are back (the server check warns of it at build).
     ///
     /// A `WAIT replicas timeout` follows each write in the same round trip, so an answer may
     /// now take the response timeout plus `timeout` (Redis checks a `WAIT`'s timeout on its
@@ -761,7 +766,7 @@ impl LockManagerBuilder {
     /// [`watchdog_timeout`](LockManagerBuilder::watchdog_timeout) (the watchdog renews that
     /// often, and must not spend the interval waiting for replicas).
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replica_acks = Some((replicas, timeout));
+        self.acks.push(AckChoice::Replicas(replicas, timeout));
         self
     }
 
@@ -797,7 +802,67 @@ impl LockManagerBuilder {
     /// # }
     /// ```
     pub fn aof_acks(mut self, local_fsync: bool, replicas: u32, timeout: Duration) -> Self {
-        self.aof_acks = Some((local_fsync, replicas, timeout));
+        self.acks
+            .push(AckChoice::Aof(local_fsync, replicas, timeout));
+        self
+    }
+
+    /// Every write waits for the replicas its master has in sync at that moment, within
+    /// `timeout`. This is the default, with a `timeout` of 1 s (or half the watchdog's
+    /// renewal interval, when that is shorter), as Redisson's `checkLockSyncedSlaves` with
+    /// its `slavesSyncTimeout`; on a master without replicas it costs nothing.
+    ///
+    /// It is [`replica_acks`](LockManagerBuilder::replica_acks) with the count taken from the
+    /// master instead of fixed: the replicas `INFO replication` lists `state=online` whose
+    /// last acknowledgement is at most a second old. The count is read at `build`, then again
+    /// by a write at most once a second (one `INFO replication` round trip), and at once
+    /// after a `WAIT` answered another count. A shortfall is treated as with `replica_acks`:
+    /// an acquisition is given back and fails with [`Error::NotReplicated`] (transient: a
+    /// blocking call tries again), a renewal or a release stands and is counted.
+    ///
+    /// What it promises at a failover: a lock was granted only once every replica in sync
+    /// had its key, so a promoted replica that was in sync has it. What it does not: a
+    /// master with no replica in sync (they are down, or still loading a full copy after a
+    /// failover) sends no `WAIT`, and grants locks a failover then may lose; a fixed count
+    /// refuses them instead, and with it every lock until the replicas are back. The
+    /// [deployments guide](crate::guide::deployments) compares the
+    /// three settings at a failover, with how long each left the locks unavailable.
+    ///
+    /// A replica that stalls (paused, cut off) still counts until its acknowledgement is over
+    /// a second old: for about two seconds, acquisitions wait `timeout` and fail with
+    /// [`Error::NotReplicated`]. An ACL user needs `WAIT` and `INFO`; where `INFO` is refused,
+    /// the count is 0 (warned of in the log) and writes wait for nothing.
+    ///
+    /// ```
+    /// # fn main() -> redlease::Result<()> {
+    /// # let (master, replica) = redlease_testing::RedisServer::start_with_replica()
+    /// #     .expect("redis-server");
+    /// use std::time::Duration;
+    ///
+    /// let manager = redlease::LockManager::builder(master.url())
+    ///     .connected_replica_acks(Duration::from_millis(500))
+    ///     .build()?;
+    /// let guard = manager.lock("ledger").lock()?; // the replica has the lock's key too
+    /// # assert!(replica.command(&["EXISTS", "ledger"]).unwrap().starts_with(":1"));
+    /// guard.unlock()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// `build` fails with [`Error::InvalidArgument`] for a `timeout` out of range, as for
+    /// `replica_acks`.
+    pub fn connected_replica_acks(mut self, timeout: Duration) -> Self {
+        self.acks.push(AckChoice::Connected(timeout));
+        self
+    }
+
+    /// Writes wait for no replica: the master's answer is all. A failover just after an
+    /// acquisition may promote a replica without the lock's key, and a second holder may
+    /// take it while the first still believes it holds it. For masters whose replicas are
+    /// far (each write would wait a round trip to them), or locks that a failover may break
+    /// (a fencing token, [`Guard::token`](crate::Guard::token), still tells the resource).
+    pub fn without_replica_acks(mut self) -> Self {
+        self.acks.push(AckChoice::Off);
         self
     }
 
@@ -1119,31 +1184,68 @@ impl LockManagerBuilder {
         Ok(fair_place_ms)
     }
 
-    /// The acknowledgements every write waits for, if any: replicas', or disks'
-    /// (`WAITAOF`), never both, within a timeout shorter than the renewal interval.
-    fn checked_acks(&self) -> Result<Option<ReplicaAcks>> {
-        let acks = match (self.replica_acks, self.aof_acks) {
-            (Some(_), Some(_)) => {
-                return Err(Error::InvalidArgument(
-                    "replica_acks and aof_acks are two choices of the same setting: pick one"
-                        .into(),
-                ))
-            }
-            (Some((replicas, timeout)), None) => (ReplicaAcks::new(replicas, timeout)?, timeout),
-            (None, Some((local, replicas, timeout))) => {
-                (ReplicaAcks::aof(local, replicas, timeout)?, timeout)
-            }
-            (None, None) => return Ok(None),
-        };
-        let (acks, timeout) = acks;
+    /// The acknowledgements every write waits for, if any: replicas' (a fixed count, or the
+    /// replicas connected now), or disks' (`WAITAOF`), one choice, within a timeout shorter
+    /// than the renewal interval.
+    fn checked_acks(&self) -> Result<Option<AckSetting>> {
         let renewal_interval = self.watchdog_timeout / 3;
+        let Some(choice) = self.acks.last() else {
+            let timeout = DEFAULT_REPLICA_ACK_TIMEOUT
+                .min(renewal_interval / 2)
+                .max(Duration::from_millis(1));
+            return AckSetting::connected(timeout).map(Some);
+        };
+        if let Some(other) = self
+            .acks
+            .iter()
+            .find(|other| other.method() != choice.method())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "{} and {} are two choices of the same setting: pick one",
+                other.method(),
+                choice.method()
+            )));
+        }
+        let (setting, timeout) = match *choice {
+            AckChoice::Off => return Ok(None),
+            AckChoice::Connected(timeout) => (AckSetting::connected(timeout)?, timeout),
+            AckChoice::Replicas(replicas, timeout) => (
+                AckSetting::Fixed(ReplicaAcks::new(replicas, timeout)?),
+                timeout,
+            ),
+            AckChoice::Aof(local, replicas, timeout) => (
+                AckSetting::Fixed(ReplicaAcks::aof(local, replicas, timeout)?),
+                timeout,
+            ),
+        };
         if timeout >= renewal_interval {
             return Err(Error::InvalidArgument(format!(
                 "replica ack timeout of {timeout:?} must be shorter than the watchdog's \
                  renewal interval of {renewal_interval:?} (a third of its timeout)"
             )));
         }
-        Ok(Some(acks))
+        Ok(Some(setting))
+    }
+}
+
+/// One call of an acknowledgement setting of the builder.
+#[derive(Clone, Copy, Debug)]
+enum AckChoice {
+    Off,
+    Connected(Duration),
+    Replicas(u32, Duration),
+    Aof(bool, u32, Duration),
+}
+
+impl AckChoice {
+    /// The builder method that made it.
+    fn method(&self) -> &'static str {
+        match self {
+            AckChoice::Off => "without_replica_acks",
+            AckChoice::Connected(_) => "connected_replica_acks",
+            AckChoice::Replicas(..) => "replica_acks",
+            AckChoice::Aof(..) => "aof_acks",
+        }
     }
 }
 

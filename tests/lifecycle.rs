@@ -36,7 +36,13 @@ fn threads_are_named_and_joined_on_drop_and_on_shutdown() {
     let first = manager(&redis, Duration::from_secs(30));
     let second = first.clone();
     // A thread names itself once it runs; comm is cut at 15 bytes.
-    let expected = ["redlease-cleanu", "redlease-pubsub", "redlease-watchd"];
+    // The replica count's thread is there for the default acknowledgements.
+    let expected = [
+        "redlease-cleanu",
+        "redlease-pubsub",
+        "redlease-replic",
+        "redlease-watchd",
+    ];
     assert!(
         eventually(Duration::from_secs(5), || {
             let mut names = redlease_threads();
@@ -48,7 +54,7 @@ fn threads_are_named_and_joined_on_drop_and_on_shutdown() {
     );
     drop(first.lock("held").lock().unwrap());
     drop(first);
-    assert_eq!(redlease_threads().len(), 3, "a clone keeps the threads");
+    assert_eq!(redlease_threads().len(), 4, "a clone keeps the threads");
     drop(second);
     assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
 
@@ -58,4 +64,18 @@ fn threads_are_named_and_joined_on_drop_and_on_shutdown() {
     third.shutdown();
     assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
     guard.unlock().unwrap();
+
+    // Without acknowledgements, nothing counts replicas.
+    let fourth = redlease::LockManager::builder(redis.url())
+        .without_replica_acks()
+        .build()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || redlease_threads().len() == 3),
+        "{:?}",
+        redlease_threads()
+    );
+    assert!(!redlease_threads().contains(&"redlease-replic".to_owned()));
+    drop(fourth);
+    assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
 }

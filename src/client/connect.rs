@@ -10,9 +10,10 @@ use std::time::Duration;
 use super::cleanup::Cleanup;
 use super::clock::ServerClock;
 use super::{Client, SentinelSettings, Settings};
-use crate::client::call::replication::{ReplicaAcks, ShortfallLog};
+use crate::client::call::replication::{AckSetting, ShortfallLog};
 use crate::client::call::route::Router;
 use crate::client::pubsub::{Notices, PubSub};
+use crate::client::recount::Recount;
 use crate::client::stats::WaitRecorder;
 use crate::client::topology::cluster::Cluster;
 use crate::client::topology::pool::{Pool, PoolSizes, PoolTimeouts, Target};
@@ -101,6 +102,10 @@ impl Client {
         let pubsub = starting.pubsub.insert(pubsub);
         starting.switch_watcher = watch_switches(reached.locator, &router, pubsub)?;
         let cleanup = Cleanup::start(Arc::clone(&router))?;
+        let recount = match replica_acks {
+            Some(AckSetting::Connected { .. }) => Some(Recount::start(Arc::clone(&router))?),
+            _ => None,
+        };
         let (watchdog, pubsub, switch_watcher) = starting.finish();
         Ok(Arc::new(Client {
             id: uuid::Uuid::new_v4().to_string(),
@@ -112,6 +117,7 @@ impl Client {
             clock: reached.clock,
             switch_watcher,
             cleanup,
+            recount,
             next_request: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             waits: WaitRecorder::new(),
@@ -192,12 +198,21 @@ impl Reached {
         })
     }
 
-    /// Asks every master whether it can answer the acknowledgements `acks` asks for.
-    fn probe_acks(&self, acks: Option<&ReplicaAcks>) -> Result<()> {
-        if let Some(acks) = acks {
-            for pool in self.router.master_pools() {
-                pool.run(|connection| Ok(acks.probe(connection)))??;
+    /// Asks every master whether it can answer the fixed acknowledgements `acks` asks for;
+    /// in connected mode, reads each master's count of replicas in sync.
+    fn probe_acks(&self, acks: Option<&AckSetting>) -> Result<()> {
+        match acks {
+            Some(AckSetting::Fixed(acks)) => {
+                for pool in self.router.master_pools() {
+                    pool.run(|connection| Ok(acks.probe(connection)))??;
+                }
             }
+            Some(AckSetting::Connected { .. }) => {
+                for pool in self.router.master_pools() {
+                    pool.in_sync().recount(&pool);
+                }
+            }
+            None => {}
         }
         Ok(())
     }

@@ -22,6 +22,8 @@ use redis::{Connection, RedisResult, ServerErrorKind, Value};
 
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
 use crate::client::call::replication::{Acked, ReplicaAcks};
 use crate::client::call::runner;
 use crate::client::topology::pool::{self, Pool, Pooled, Reading};
@@ -37,8 +39,9 @@ const GRACE_AFTER_DEADLINE: Duration = Duration::from_millis(1);
 pub(crate) struct Request<'a> {
     pub(crate) pool: Arc<Pool>,
     pub(crate) call: ScriptCall,
-    /// The acknowledgements the call's write waits for (its manager's setting), if any.
-    pub(crate) acks: Option<&'a ReplicaAcks>,
+    /// The acknowledgements the call's write waits for (its manager's setting, resolved for
+    /// the server), if any.
+    pub(crate) acks: Option<Cow<'a, ReplicaAcks>>,
 }
 
 impl<'a> Request<'a> {
@@ -47,11 +50,11 @@ impl<'a> Request<'a> {
     pub(crate) fn new(client: &'a Client, call: ScriptCall) -> Self {
         let call = client.in_dialect(call);
         let key = String::from_utf8_lossy(call.keys().next().unwrap_or_default()).into_owned();
-        Request {
-            pool: client.pool_for(&key),
-            call,
-            acks: client.replica_acks(),
-        }
+        let pool = client.pool_for(&key);
+        let acks = client
+            .replica_acks()
+            .and_then(|setting| setting.for_pool(&pool));
+        Request { pool, call, acks }
     }
 
     /// The request without acknowledgements, for a write no failover may matter for.
@@ -190,7 +193,7 @@ impl<'a> FanOut<'a> {
     ) -> Result<(RedisResult<Value>, Instant)> {
         let budget = self.budget;
         let request = &self.requests[index];
-        let in_step = match request.acks {
+        let in_step = match request.acks.as_deref() {
             Some(acks) => {
                 let stale_by = answer_by.max(Instant::now()) + acks.timeout();
                 acks.read_answer(connection, stale_by, budget).1
@@ -269,7 +272,7 @@ impl<'a> FanOut<'a> {
 /// The bytes of a request: its call, and the `WAIT` behind it when it has one.
 fn packed_request(request: &Request<'_>) -> Vec<u8> {
     let mut packed = request.call.command().get_packed_command();
-    if let Some(acks) = request.acks {
+    if let Some(acks) = request.acks.as_deref() {
         acks.command().write_packed_command(&mut packed);
     }
     packed
@@ -328,7 +331,7 @@ fn finish(
         // Dropped: the stream may still carry the late answer.
         Err(err) => return Err(Error::from_redis(err, budget)),
     };
-    let (judged, reading) = match request.acks {
+    let (judged, reading) = match request.acks.as_deref() {
         Some(acks) => {
             let acks_by = answer_by + acks.timeout();
             let (judged, reading) =

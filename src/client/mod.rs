@@ -6,8 +6,9 @@
 //! an `Arc` of it to every handle it makes; the last `Arc` dropped stops and joins the
 //! threads. In sentinel mode it also owns the master locator and the thread that hears
 //! failovers, and moves the pool and the pub/sub listener to a new master. How it comes up is
-//! in [`connect`]; [`cleanup`] is its thread that sends failed undos again, and [`fanout`] its
-//! way to call several servers at once.
+//! in [`connect`]; [`cleanup`] is its thread that sends failed undos again, [`recount`] its
+//! thread that reads how many replicas each master has in sync (for the default
+//! acknowledgements), and [`fanout`] its way to call several servers at once.
 //!
 //! It knows nothing of the primitives above it: it may use the layers below (the watchdog,
 //! pub/sub, the wait loop's recorder, the call runner and routing, the topology, the
@@ -23,6 +24,7 @@ mod clock;
 mod connect;
 pub(crate) mod fanout;
 pub(crate) mod pubsub;
+mod recount;
 pub(crate) mod server_check;
 pub(crate) mod stats;
 pub(crate) mod telemetry;
@@ -36,12 +38,15 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, FromRedisValue, RedisError, RedisResult};
 
-use crate::client::call::replication::{Acked, ReplicaAcks, ShortfallLog, Unreplicated};
+use crate::client::call::replication::{
+    AckSetting, Acked, ReplicaAcks, ShortfallLog, Unreplicated,
+};
 use crate::client::call::route::{self, Redirect, Routed, Router};
 use crate::client::call::runner;
 use crate::client::cleanup::{Cleanup, Undo};
 use crate::client::clock::ServerClock;
 use crate::client::pubsub::PubSub;
+use crate::client::recount::Recount;
 use crate::client::stats::{Stats, WaitRecorder};
 use crate::client::topology::pool::Pool;
 use crate::client::topology::sentinel::SwitchWatcher;
@@ -73,7 +78,7 @@ pub(crate) struct Settings {
     /// `rediss://` settings.
     pub(crate) tls: TlsOptions,
     /// What acquisitions, renewals, releases and fenced writes wait for, if anything.
-    pub(crate) replica_acks: Option<ReplicaAcks>,
+    pub(crate) replica_acks: Option<AckSetting>,
     /// How many times in a row a release may hand a plain or write lock to another thread of
     /// the process (0: never).
     pub(crate) local_handoffs: u32,
@@ -124,12 +129,14 @@ pub(crate) struct Client {
     clock: ServerClock,
     /// Sends again the undos that failed.
     cleanup: Cleanup,
+    /// Reads the masters' replicas in sync, in connected mode.
+    recount: Option<Recount>,
     next_request: AtomicU64,
     shut_down: AtomicBool,
     waits: WaitRecorder,
     /// The threads waiting for each plain or write lock, which a release may hand it to.
     handoffs: Lines,
-    acks: Option<ReplicaAcks>,
+    acks: Option<AckSetting>,
     /// Releases that stood without enough replica acknowledgements.
     releases_unreplicated: AtomicU64,
     /// Acquisitions handed to waiting threads inside a release.
@@ -139,14 +146,23 @@ pub(crate) struct Client {
 
 impl Client {
     /// The replica acknowledgements this client's writes wait for, if any.
-    pub(crate) fn replica_acks(&self) -> Option<&ReplicaAcks> {
+    pub(crate) fn replica_acks(&self) -> Option<&AckSetting> {
         self.acks.as_ref()
+    }
+
+    /// Whether a write of `key` waits for replica acknowledgements now: with fixed ones,
+    /// always; in connected mode, while its master has replicas in sync.
+    pub(crate) fn waits_for_replicas(&self, key: &str) -> bool {
+        self.acks
+            .as_ref()
+            .is_some_and(|setting| setting.for_pool(&self.pool_for(key)).is_some())
     }
 
     /// What the masters' settings put at risk (see [`server_check`]).
     pub(crate) fn check_server(&self) -> Result<Vec<crate::error::Finding>> {
         self.ensure_running()?;
-        Ok(server_check::check(&self.router, self.acks.as_ref()))
+        let fixed = self.acks.as_ref().and_then(AckSetting::fixed);
+        Ok(server_check::check(&self.router, fixed))
     }
 
     /// Runs `call` on a pooled connection and answers its answer. With replica
@@ -168,35 +184,52 @@ impl Client {
     ) -> Result<Acked<T>> {
         let call = &*self.router.prepare(call)?;
         let key = call.keys().next().unwrap_or_default();
-        let Some(acks) = &self.acks else {
-            return self.router.route(key, |pool, asking| {
-                pool.run(|connection| {
+        self.router.route(key, |pool, asking| {
+            match self
+                .acks
+                .as_ref()
+                .and_then(|setting| setting.for_pool(pool))
+            {
+                None => pool.run(|connection| {
                     route::ask_first(connection, asking)?;
                     let answer = runner::run(connection, call);
                     if answer.as_ref().is_err_and(RedisError::is_timeout) {
                         on_timeout(connection);
                     }
                     route::intercept(answer.map(Acked::unasked))
-                })
-            });
-        };
+                }),
+                Some(acks) => self.run_with_acks(pool, asking, call, &acks, &mut on_timeout),
+            }
+        })
+    }
+
+    /// [`Client::run_acknowledged`] on `pool`, with the `WAIT` of `acks` behind the call.
+    fn run_with_acks<T: FromRedisValue>(
+        &self,
+        pool: &Pool,
+        asking: bool,
+        call: &ScriptCall,
+        acks: &ReplicaAcks,
+        on_timeout: &mut impl FnMut(&mut Connection),
+    ) -> Result<Routed<Acked<T>>> {
         let response_timeout = self.router.response_timeout();
-        let acked = self.router.route(key, |pool, asking| {
-            pool.run_for(response_timeout + acks.timeout(), |connection| {
-                route::ask_first(connection, asking)?;
-                let answer_by = Instant::now() + response_timeout;
-                let outcome = runner::run_acknowledged(connection, call, acks, answer_by);
-                if outcome.as_ref().is_err_and(RedisError::is_timeout) {
-                    on_timeout(connection);
-                }
-                let (acked, reading) = outcome?;
-                Ok(match Redirect::of_value(&acked.answer) {
-                    Some(redirect) => (Routed::Redirected(redirect), reading),
-                    None => (Routed::Done(acked), reading),
-                })
+        let routed = pool.run_for(response_timeout + acks.timeout(), |connection| {
+            route::ask_first(connection, asking)?;
+            let answer_by = Instant::now() + response_timeout;
+            let outcome = runner::run_acknowledged(connection, call, acks, answer_by);
+            if outcome.as_ref().is_err_and(RedisError::is_timeout) {
+                on_timeout(connection);
+            }
+            let (acked, reading) = outcome?;
+            Ok(match Redirect::of_value(&acked.answer) {
+                Some(redirect) => (Routed::Redirected(redirect), reading),
+                None => (Routed::Done(acked), reading),
             })
         })?;
-        acked.read_as()
+        Ok(match routed {
+            Routed::Done(acked) => Routed::Done(acked.read_as()?),
+            Routed::Redirected(redirect) => Routed::Redirected(redirect),
+        })
     }
 
     /// Runs one protocol call on the node that serves its keys, and answers its answer.
@@ -671,6 +704,9 @@ impl Client {
             self.watchdog.stop();
             self.pubsub.stop();
             self.cleanup.stop();
+            if let Some(recount) = &self.recount {
+                recount.stop();
+            }
         }
     }
 }

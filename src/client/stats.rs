@@ -34,11 +34,13 @@ pub struct Stats {
     pub renewals_failed: u64,
     /// Renewal batches: one pipeline each, however many holds.
     pub renewal_batches: u64,
-    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): holds renewed whose
+    /// With replica acknowledgements (by default, on a master with replicas in sync; see
+    /// [`connected_replica_acks`](crate::LockManagerBuilder::connected_replica_acks)): holds
+    /// renewed whose
     /// renewal fewer replicas than asked acknowledged in time. They are kept (a lease
     /// extended on the master only is still a lease), and reported in the log.
     pub renewals_unreplicated: u64,
-    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): releases (of locks,
+    /// With replica acknowledgements: releases (of locks,
     /// permits, semaphore permits) that fewer replicas than asked acknowledged in time. They
     /// stand, and are reported in the log; a failover now could bring the hold back until
     /// its lease ends.

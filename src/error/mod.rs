@@ -164,7 +164,9 @@ pub enum Error {
         elapsed: Duration,
     },
 
-    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks): an acquisition (of a
+    /// With replica acknowledgements (by default, the replicas in sync with the master, see
+    /// [`connected_replica_acks`](crate::LockManagerBuilder::connected_replica_acks); or
+    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks)): an acquisition (of a
     /// lock of any kind, a permit, semaphore permits, a member of a group lock) got what it
     /// asked for, but fewer than `required` replicas acknowledged it within the ack timeout,
     /// so a failover now could erase it and hand it to someone else. It was given back: the

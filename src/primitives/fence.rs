@@ -32,8 +32,10 @@ use crate::protocol::fence::fenced_write;
 /// which happens only if the lock's token counter itself was rolled back by a failover. On a
 /// single server (with its data kept across restarts) tokens never repeat for a name. Behind
 /// a failover they never repeat when every acquisition was acknowledged by the replica that
-/// gets promoted: [`replica_acks`](crate::LockManagerBuilder::replica_acks) with as many
-/// replicas as the master has; a guard's
+/// gets promoted: the default acknowledgements, from every replica in sync
+/// ([`connected_replica_acks`](crate::LockManagerBuilder::connected_replica_acks)), or
+/// [`replica_acks`](crate::LockManagerBuilder::replica_acks) with as many replicas as the
+/// master has; a guard's
 /// [`replicas_acknowledged`](crate::LockGuard::replicas_acknowledged) says how many had its
 /// acquisition. Without acknowledgements, a failover may lose the last increments of the
 /// counter along with the lock, and issue a token again.
@@ -90,7 +92,7 @@ impl FencedStore {
     /// # Errors
     /// [`Error::StaleToken`] when the store has seen a higher token: nothing was written.
     ///
-    /// With [`replica_acks`](crate::LockManagerBuilder::replica_acks):
+    /// With replica acknowledgements (by default, on a master with replicas in sync):
     /// [`Error::NotReplicated`] when the write was made but too few replicas acknowledged it
     /// in time. It stands on the master, and a failover now may lose it; writing again with
     /// the same token is safe (a token as high as the highest is taken).

@@ -18,6 +18,7 @@ mod bench_floors;
 mod chaos;
 mod cluster;
 mod cluster_fixture;
+mod connected_acks;
 mod contention;
 mod dns;
 mod election;

@@ -1,6 +1,7 @@
-//! Replica acknowledgements: what a manager built with
-//! [`replica_acks`](crate::LockManagerBuilder::replica_acks) asks of its writes, and what the
-//! `WAIT` sent behind a write answered.
+//! Replica acknowledgements: what a manager's writes wait for ([`AckSetting`]: by default
+//! every replica the master has in sync at the moment, or a fixed count with
+//! [`replica_acks`](crate::LockManagerBuilder::replica_acks)), and what the `WAIT` sent behind
+//! a write answered.
 //!
 //! A master hands its writes to its replicas after answering them. Should it die before a
 //! replica got a lock's key, a failover promotes a replica without it, and the lock is free
@@ -21,13 +22,16 @@
 //! the master (when `local`) and of that many replicas. Its shortfall is
 //! [`Error::NotPersisted`]; [`ReplicaAcks::probe`] tells at build whether a server has it.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisError, Value};
 
-use crate::client::topology::pool::Reading;
+use crate::client::topology::pool::{Pool, Reading};
+use crate::client::topology::replicas::InSync;
 use crate::error::{Error, Result};
 use crate::protocol::names;
 
@@ -39,6 +43,63 @@ const GRACE_AFTER_DEADLINE: Duration = Duration::from_millis(1);
 /// in between go to the debug log and are counted into the next warning.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
+/// What a manager's writes wait for: the builder's choice, resolved for each write's master
+/// by [`AckSetting::for_pool`].
+#[derive(Clone, Debug)]
+pub(crate) enum AckSetting {
+    /// As many replicas as [`replica_acks`](crate::LockManagerBuilder::replica_acks) or
+    /// [`aof_acks`](crate::LockManagerBuilder::aof_acks) asked for, whatever the master has.
+    Fixed(ReplicaAcks),
+    /// Every replica the master has in sync at the moment
+    /// ([`connected_replica_acks`](crate::LockManagerBuilder::connected_replica_acks)); none
+    /// when it has none.
+    Connected { timeout: Duration },
+}
+
+impl AckSetting {
+    /// Replicas in sync with the master, waited for within `timeout`.
+    pub(crate) fn connected(timeout: Duration) -> Result<Self> {
+        names::lease_millis("replica ack timeout", timeout)?;
+        Ok(AckSetting::Connected { timeout })
+    }
+
+    /// The acknowledgements a write to the master of `pool` waits for now, if any. In
+    /// connected mode, it may read the master's count of replicas in sync first (at most
+    /// once a second, see `crate::client::topology::replicas`).
+    pub(crate) fn for_pool(&self, pool: &Pool) -> Option<Cow<'_, ReplicaAcks>> {
+        match self {
+            AckSetting::Fixed(acks) => Some(Cow::Borrowed(acks)),
+            AckSetting::Connected { timeout } => {
+                let replicas = pool.replicas_in_sync();
+                if replicas == 0 {
+                    return None;
+                }
+                let acks = ReplicaAcks::new(replicas, *timeout).ok()?;
+                Some(Cow::Owned(ReplicaAcks {
+                    recount: Some(Arc::clone(pool.in_sync())),
+                    ..acks
+                }))
+            }
+        }
+    }
+
+    /// The fixed acknowledgements, the ones a master may have too few replicas for.
+    pub(crate) fn fixed(&self) -> Option<&ReplicaAcks> {
+        match self {
+            AckSetting::Fixed(acks) => Some(acks),
+            AckSetting::Connected { .. } => None,
+        }
+    }
+
+    /// The most a write waits for its acknowledgements.
+    pub(crate) fn timeout(&self) -> Duration {
+        match self {
+            AckSetting::Fixed(acks) => acks.timeout,
+            AckSetting::Connected { timeout } => *timeout,
+        }
+    }
+}
+
 /// How many replicas must acknowledge a write, and how long to wait for them: the
 /// arguments of the `WAIT` (or `WAITAOF`) sent behind it.
 #[derive(Clone, Debug)]
@@ -49,6 +110,9 @@ pub(crate) struct ReplicaAcks {
     aof_local: Option<bool>,
     /// `WAIT replicas timeout-in-ms` or `WAITAOF local replicas timeout-in-ms`, built once.
     wait: Cmd,
+    /// In connected mode, the master's count of replicas in sync that `replicas` was taken
+    /// from: forgotten when `WAIT` answers another count, so that the next write reads it.
+    recount: Option<Arc<InSync>>,
 }
 
 impl ReplicaAcks {
@@ -68,6 +132,7 @@ impl ReplicaAcks {
             timeout,
             aof_local: None,
             wait,
+            recount: None,
         })
     }
 
@@ -89,6 +154,7 @@ impl ReplicaAcks {
             timeout,
             aof_local: Some(local),
             wait,
+            recount: None,
         })
     }
 
@@ -159,6 +225,9 @@ impl ReplicaAcks {
         match answer {
             Ok(answer) => (self.judge(answer), Reading::Complete),
             Err(err) => {
+                if let Some(in_sync) = &self.recount {
+                    in_sync.forget();
+                }
                 let command = self.command_name();
                 log::debug!("no answer to {command} within {budget:?}: {err}");
                 let unanswered = Unreplicated::Unanswered { budget };
@@ -171,6 +240,11 @@ impl ReplicaAcks {
     fn judge(&self, answer: Value) -> Judged {
         if let Some(local) = self.aof_local {
             return self.judge_aof(local, answer);
+        }
+        if let Some(in_sync) = &self.recount {
+            if answer != Value::Int(i64::from(self.replicas)) {
+                in_sync.forget();
+            }
         }
         match answer {
             Value::Int(count) => {
@@ -266,8 +340,9 @@ pub(crate) enum Unreplicated {
 
 impl Unreplicated {
     /// The error of an acquisition of `name` undone for this reason:
-    /// [`Error::NotReplicated`], [`Error::Timeout`] when `WAIT` did not answer, or
-    /// [`Error::Redis`] when the server refused it.
+    /// [`Error::NotReplicated`], [`Error::Timeout`] when `WAIT` did not answer,
+    /// [`Error::PermissionDenied`] when the user may not run it, or [`Error::Redis`] when the
+    /// server refused it otherwise.
     pub(crate) fn into_error(self, name: &str) -> Error {
         match self {
             Unreplicated::Short {
@@ -289,7 +364,7 @@ impl Unreplicated {
                 required,
             },
             Unreplicated::Unanswered { budget } => Error::Timeout(budget),
-            Unreplicated::Refused(err) => Error::Redis(err),
+            Unreplicated::Refused(err) => Error::from_server(err),
         }
     }
 }

@@ -59,6 +59,7 @@ use redis::{
     ServerErrorKind, Value,
 };
 
+use crate::client::topology::replicas::InSync;
 use crate::client::topology::resolve::Resolver;
 use crate::client::topology::sentinel::MasterLocator;
 use crate::error::{Error, Result};
@@ -143,6 +144,8 @@ pub(crate) struct Pool {
     /// How many replies redis-rs waits for while setting up a new connection (at least 1).
     setup_replies: u32,
     on_failure: Option<FailureHook>,
+    /// The replicas its master has in sync, as last read.
+    in_sync: Arc<InSync>,
 }
 
 /// A connection of the pool, the generation of the topology it was made for, and its place
@@ -235,6 +238,7 @@ impl Pool {
             connect_timeout,
             response_timeout,
             on_failure: None,
+            in_sync: Arc::default(),
         }
     }
 
@@ -246,6 +250,23 @@ impl Pool {
 
     pub(crate) fn response_timeout(&self) -> Duration {
         self.response_timeout
+    }
+
+    /// How many replicas the master has in sync, as last read (see [`InSync::count`]).
+    pub(crate) fn replicas_in_sync(&self) -> u32 {
+        self.in_sync.count()
+    }
+
+    /// Reads the count of [`Pool::replicas_in_sync`] again when it is due.
+    pub(crate) fn recount_replicas_if_due(&self) {
+        if self.in_sync.due(self.generation()) {
+            self.in_sync.recount(self);
+        }
+    }
+
+    /// The count of [`Pool::replicas_in_sync`], to forget when a `WAIT` answers another.
+    pub(crate) fn in_sync(&self) -> &Arc<InSync> {
+        &self.in_sync
     }
 
     /// Which server and database this pool talks to, to tell servers apart.

@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::client::call::replication::{ReplicaAcks, ShortfallLog, Unreplicated};
+use crate::client::call::replication::{AckSetting, ShortfallLog, Unreplicated};
 use crate::client::call::route::Router;
 use crate::client::stats::{Histogram, Percentiles};
 use crate::client::watchdog::lease::{LeaseState, LostLock, RevocationNotice, RiskNotice};
@@ -147,7 +147,7 @@ struct Shared {
     interval: Duration,
     callbacks: Callbacks,
     /// What each renewal pipeline waits for at its end, if anything.
-    acks: Option<ReplicaAcks>,
+    acks: Option<AckSetting>,
     unreplicated_log: ShortfallLog,
     /// How long the renewal batches took, from their send to their last answer.
     renewal_times: Histogram,
@@ -246,7 +246,7 @@ impl Watchdog {
     pub(crate) fn start(
         router: Arc<Router>,
         timeout: Duration,
-        acks: Option<ReplicaAcks>,
+        acks: Option<AckSetting>,
         callbacks: Callbacks,
     ) -> Result<Self> {
         let interval = timeout / 3;
@@ -599,7 +599,10 @@ impl Shared {
                     answer_by,
                     acks_by,
                 }) => {
-                    let acks = self.acks.as_ref().map(|acks| AckWait { acks, by: acks_by });
+                    let acks = self.acks.as_ref().map(|setting| AckWait {
+                        setting,
+                        by: acks_by,
+                    });
                     let due = Due {
                         taken_at: sent_at,
                         answer_by,
@@ -717,7 +720,7 @@ impl Shared {
             + self
                 .acks
                 .as_ref()
-                .map_or(Duration::ZERO, ReplicaAcks::timeout);
+                .map_or(Duration::ZERO, AckSetting::timeout);
         let State {
             registry, schedule, ..
         } = state;

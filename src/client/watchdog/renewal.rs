@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use redis::{Cmd, ServerErrorKind, Value};
 
-use crate::client::call::replication::{ReplicaAcks, Unreplicated};
+use crate::client::call::replication::{AckSetting, ReplicaAcks, Unreplicated};
 use crate::client::call::route::{self, Redirect, Router};
 use crate::client::call::runner;
 use crate::client::topology::pool::{Pool, Reading};
@@ -63,11 +63,11 @@ pub(super) enum Outcome {
     Failed(RiskReason),
 }
 
-/// Replica acknowledgements a renewal pipeline waits for: `WAIT` at its end, its answer
-/// read until `by`.
+/// Replica acknowledgements a renewal pipeline waits for: `WAIT` at its end (as `setting`
+/// resolves it for the pipeline's master), its answer read until `by`.
 #[derive(Clone, Copy)]
 pub(super) struct AckWait<'a> {
-    pub(super) acks: &'a ReplicaAcks,
+    pub(super) setting: &'a AckSetting,
     pub(super) by: Instant,
 }
 
@@ -242,8 +242,12 @@ fn renew(
     let pipeline = Pipeline::of(share, lease_ms, router.cluster().is_some());
     let (answer_by, acks) = due.sent_now();
     // Receipt deletions alone need no acknowledgement: a receipt left behind only expires.
-    let acks = acks.filter(|_| !batch.is_empty());
-    let read_by = acks.map_or(answer_by, |wait| wait.by.max(answer_by));
+    let acks = acks
+        .filter(|_| !batch.is_empty())
+        .and_then(|wait| Some((wait.setting.for_pool(pool)?, wait.by)));
+    let read_by = acks
+        .as_ref()
+        .map_or(answer_by, |(_, by)| (*by).max(answer_by));
     let started = Instant::now();
     let mut apply = Some(apply);
     // The renewals go first: their answers matter more.
@@ -253,7 +257,7 @@ fn renew(
             &pipeline.calls,
             &pipeline.deletions,
             answer_by,
-            acks.map(|wait| wait.acks),
+            acks.as_ref().map(|(acks, _)| &**acks),
         )?;
         note_refusals(pool, &renewal_answers, &deletion_answers);
         // The leases count as extended from now: waiting for the replicas must not hold the
@@ -263,8 +267,8 @@ fn renew(
             let unanswered = RiskReason::Unanswered;
             apply(decode(batch, &pipeline.chunks, renewal_answers, unanswered));
         }
-        Ok(match acks {
-            Some(wait) => read_acks(connection, wait, answer_by, started),
+        Ok(match &acks {
+            Some((acks, by)) => read_acks(connection, acks, *by, answer_by, started),
             None => (None, Reading::Complete),
         })
     });
@@ -302,22 +306,22 @@ fn note_refusals(pool: &Pool, renewal_answers: &[Value], deletion_answers: &[Val
     }
 }
 
-/// Reads the answer of the pipeline's `WAIT` (sent at `started`, its calls answered by
-/// `answer_by`): why the renewals are not on enough replicas, if they are not.
+/// Reads the answer of the pipeline's `WAIT` for `acks` (sent at `started`, its calls
+/// answered by `answer_by`, its own due by `by`): why the renewals are not on enough
+/// replicas, if they are not.
 fn read_acks(
     connection: &mut redis::Connection,
-    wait: AckWait<'_>,
+    acks: &ReplicaAcks,
+    by: Instant,
     answer_by: Instant,
     started: Instant,
 ) -> (Option<Unreplicated>, Reading) {
     // Later when the scripts had to be loaded first, behind a `WAIT` that took its time (a
     // master just promoted): `WAIT` answers within its own timeout.
     let response_budget = answer_by.saturating_duration_since(started);
-    let by = wait
-        .by
-        .max(Instant::now() + response_budget + wait.acks.timeout());
+    let by = by.max(Instant::now() + response_budget + acks.timeout());
     let budget = by.saturating_duration_since(started);
-    let (judged, reading) = wait.acks.read_answer(connection, by, budget);
+    let (judged, reading) = acks.read_answer(connection, by, budget);
     (judged.unreplicated, reading)
 }
 

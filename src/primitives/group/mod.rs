@@ -15,8 +15,8 @@
 //! group is lost when fewer than `required` members are still held. Reentrancy is counted
 //! here, per thread, without I/O.
 //!
-//! Replica acknowledgements are each member's own: a member whose manager was built with
-//! [`replica_acks`](crate::LockManagerBuilder::replica_acks) waits for its replicas on its
+//! Replica acknowledgements are each member's own: a member whose manager waits for replicas
+//! (by default, those its master has in sync) waits for them on its
 //! acquisitions, token raises and releases, as a single lock of that manager does (its
 //! renewals are its watchdog's already); the others do not.
 //!

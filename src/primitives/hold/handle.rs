@@ -189,8 +189,8 @@ impl<R: RawAcquire> LockHandle<R> {
     ///
     /// Fails when Redis cannot be reached (past the outage grace) or answers an error, or the
     /// manager is shut down; a group lock also when too few servers answer
-    /// ([`Error::NoQuorum`](crate::Error::NoQuorum)). With
-    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks), also when the lock was taken
+    /// ([`Error::NoQuorum`](crate::Error::NoQuorum)). With replica acknowledgements (by
+    /// default, on a master with replicas in sync), also when the lock was taken
     /// but too few replicas acknowledged it in time
     /// ([`Error::NotReplicated`](crate::Error::NotReplicated): it was given back, and the
     /// wait ends there, as every acquisition of the handle does).

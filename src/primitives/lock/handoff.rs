@@ -163,10 +163,10 @@ impl Drop for LocalPlace<'_> {
 }
 
 impl RawLock {
-    /// Whether this lock's waits accept a grant inside a release: a fair lock, without
-    /// replica acknowledgements (a grant would be an acquisition nobody checked them for).
+    /// Whether this lock's waits accept a grant inside a release: a fair lock whose writes
+    /// wait for no replica now (a grant would be an acquisition nobody checked them for).
     pub(super) fn accepts_grant(&self) -> bool {
-        self.kind.queue_place().is_some() && self.client.replica_acks().is_none()
+        self.kind.queue_place().is_some() && !self.client.waits_for_replicas(self.name())
     }
 
     /// Puts the chain `holder` of a waiting thread in the line of its plain or write lock,
@@ -199,12 +199,12 @@ impl RawLock {
     }
 
     /// Whether releases of this lock hand it to waiting threads of the manager: a plain lock
-    /// or a write lock, without replica acknowledgements (a handed lock would be an
+    /// or a write lock whose writes wait for no replica now (a handed lock would be an
     /// acquisition nobody checked them for).
     fn hands_off(&self) -> bool {
         self.kind.hands_off()
-            && self.client.replica_acks().is_none()
             && self.client.handoffs().limit() > 0
+            && !self.client.waits_for_replicas(self.name())
     }
 
     /// The waiting thread of this manager a release of the lock's last level may hand it to.

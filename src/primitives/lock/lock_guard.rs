@@ -105,18 +105,21 @@ impl Guard<LockHold> {
     /// earlier holder of the lock name; reentrant levels share the token of the first level.
     ///
     /// Across a failover this holds only where the token's increment reached the promoted
-    /// replica: with [`replica_acks`](crate::LockManagerBuilder::replica_acks) on every
-    /// replica (see [`replicas_acknowledged`](Self::replicas_acknowledged), and
+    /// replica: with acknowledgements from every replica (by default, every replica in sync:
+    /// see [`replicas_acknowledged`](Self::replicas_acknowledged), and
     /// [`FencedStore`](crate::FencedStore) for what a repeated token means).
     pub fn fencing_token(&self) -> u64 {
         self.hold().token
     }
 
-    /// How many replicas acknowledged this acquisition (the count `WAIT` answered), with
-    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks); `None` without. When it is
-    /// the master's number of replicas, whichever replica a failover promotes has this hold
-    /// and its fencing token: the token cannot be issued again after the failover. Fewer
-    /// (as many as `replica_acks` asked for, or more) leave that to the choice of replica.
+    /// How many replicas acknowledged this acquisition (the count `WAIT` answered); `None`
+    /// when it waited for none (built
+    /// [`without_replica_acks`](crate::LockManagerBuilder::without_replica_acks), or by
+    /// default on a master without replicas in sync). When it is the master's number of
+    /// replicas, whichever replica a failover promotes has this hold and its fencing token:
+    /// the token cannot be issued again after the failover. Fewer (as many as
+    /// [`replica_acks`](crate::LockManagerBuilder::replica_acks) asked for, or more) leave
+    /// that to the choice of replica.
     ///
     /// `WAIT` answers once enough replicas have acknowledged, so the count may be the number
     /// asked for even when more replicas got the write.
@@ -166,7 +169,7 @@ impl Guard<LockHold> {
     /// - [`Error::GuardedWriteFailed`](crate::Error::GuardedWriteFailed) when Redis refused a
     ///   write (a key of another type, a value that is not an integer): the writes before it
     ///   stand, as Redis does not roll a script back;
-    /// - with [`replica_acks`](crate::LockManagerBuilder::replica_acks) or
+    /// - with replica acknowledgements (by default, on a master with replicas) or
     ///   [`aof_acks`](crate::LockManagerBuilder::aof_acks),
     ///   [`Error::NotReplicated`](crate::Error::NotReplicated) or
     ///   [`Error::NotPersisted`](crate::Error::NotPersisted) when the writes were applied but

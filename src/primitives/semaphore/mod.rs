@@ -118,8 +118,8 @@ impl Semaphore {
     /// Takes `permits`, waiting as long as it takes for that many to be available at once.
     ///
     /// Fails only for zero permits, when Redis cannot be reached or answers an error, or the
-    /// manager is shut down; with [`replica_acks`](crate::LockManagerBuilder::replica_acks),
-    /// also when the permits were taken but too few replicas acknowledged it in time
+    /// manager is shut down; with replica acknowledgements (by default, on a master with
+    /// replicas in sync), also when the permits were taken but too few replicas acknowledged it in time
     /// ([`Error::NotReplicated`]: they were given back). An acquisition whose answer does not
     /// come may have taken the permits nevertheless (as in Redisson): there is no owner to
     /// take them back from.
@@ -181,8 +181,8 @@ impl Semaphore {
     }
 
     /// Gives `permits` back (or adds them: they need not have been taken) and wakes the
-    /// waiters. With [`replica_acks`](crate::LockManagerBuilder::replica_acks), a release
-    /// that too few replicas acknowledged stands, and is counted in
+    /// waiters. With replica acknowledgements (by default, on a master with replicas in
+    /// sync), a release that too few replicas acknowledged stands, and is counted in
     /// [`Stats::releases_unreplicated`](crate::Stats::releases_unreplicated).
     ///
     /// # Errors
