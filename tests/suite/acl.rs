@@ -38,8 +38,10 @@ const COMMANDS: &[&str] = &[
     "+unlink",
     "+subscribe",
     "+unsubscribe",
-    // The server check at build.
+    // The server check at build, and the count of replicas in sync.
     "+info",
+    // The acknowledgements of a master with replicas (by default).
+    "+wait",
     // Run by its scripts.
     "+time",
     "+type",
@@ -753,4 +755,44 @@ fn the_server_check_says_what_the_user_may_not_read() {
         matches!(strict, Err(Error::UnsafeServer { .. })),
         "{strict:?}"
     );
+}
+
+/// On a master with a replica, the guide's user waits for it by default (and a key outside
+/// its keys is refused as typed as without acknowledgements); a user without `WAIT` is told
+/// which command it lacks (and nothing is held), and a user without `INFO` cannot count the
+/// replicas, so its writes wait for none.
+#[test]
+fn on_a_master_with_a_replica_the_user_needs_wait_and_info_for_the_default_acks() {
+    let (master, _replica) =
+        RedisServer::start_with_replica().expect("a redis-server master and replica");
+    let guide = create_user(&master, "guide", |_| true, &[]);
+    let manager = LockManager::builder(guide.as_str()).build().unwrap();
+    let guard = manager.lock("acl:acks").lock().unwrap();
+    assert_eq!(guard.replicas_acknowledged(), Some(1));
+    guard.unlock().unwrap();
+    // A refusal read behind which a WAIT was sent is as typed as one without.
+    match manager.lock("outside:acks").try_lock() {
+        Err(Error::PermissionDenied {
+            permission: Permission::Key(_),
+            ..
+        }) => {}
+        other => panic!("expected the key refused: {other:?}"),
+    }
+
+    let no_wait = create_user(&master, "no-wait", |rule| rule != "+wait", &[]);
+    let manager = LockManager::builder(no_wait.as_str()).build().unwrap();
+    match manager.lock("acl:acks").try_lock() {
+        Err(Error::PermissionDenied {
+            permission: Permission::Command(command),
+            ..
+        }) if command.eq_ignore_ascii_case("wait") => {}
+        other => panic!("expected WAIT refused: {other:?}"),
+    }
+    assert!(!manager.lock("acl:acks").is_locked().unwrap());
+
+    let no_info = create_user(&master, "no-info-acks", |rule| rule != "+info", &[]);
+    let manager = LockManager::builder(no_info.as_str()).build().unwrap();
+    let guard = manager.lock("acl:acks").lock().unwrap();
+    assert_eq!(guard.replicas_acknowledged(), None);
+    guard.unlock().unwrap();
 }

@@ -427,11 +427,12 @@ impl<T> Acked<T> {
 }
 
 impl Acked<Value> {
-    /// The answer read as a `T`: [`Error::Redis`] when the server refused the call, or
-    /// answered something a `T` cannot be read from.
+    /// The answer read as a `T`: the server's refusal of the call, sorted as any other
+    /// ([`Error::PermissionDenied`] for an ACL's, else [`Error::Redis`]), or [`Error::Redis`]
+    /// for an answer a `T` cannot be read from.
     pub(crate) fn read_as<T: FromRedisValue>(self) -> Result<Acked<T>> {
         let answer = match self.answer {
-            Value::ServerError(err) => return Err(Error::Redis(err.into())),
+            Value::ServerError(err) => return Err(Error::from_server(err.into())),
             answer => T::from_redis_value(answer).map_err(|err| Error::Redis(err.into()))?,
         };
         Ok(Acked {
