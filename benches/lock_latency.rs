@@ -14,8 +14,10 @@
 //! measured on the first of them in the same run, and how many acquisitions four contending
 //! threads make with every master answering, and with one or two of them frozen (SIGSTOP).
 //! Last, on a throwaway master with one replica, the lock+unlock pair with every write
-//! acknowledged by the replica (`replica_acks(1, ...)`) against the same pair without, both
-//! as ratios to the PING round trip to that master measured in the same run.
+//! acknowledged by the replica, with a fixed count (`replica_acks(1, ...)`) and by default
+//! (the replicas in sync), against the same pair without (`without_replica_acks`), each as
+//! a ratio to the PING round trip to that master measured in the same run (alone with
+//! `-- --acks-only`).
 //!
 //! Cluster (after the replica acknowledgements, or alone with `-- --cluster-only`): on a
 //! throwaway cluster of three masters, the lock+unlock pair against the PING round trip to
@@ -59,6 +61,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if std::env::args().any(|arg| arg == "--cluster-only") {
         return measure_cluster();
+    }
+    if std::env::args().any(|arg| arg == "--acks-only") {
+        return measure_replica_acks();
     }
     let url_argument = std::env::args()
         .skip(1)
@@ -265,17 +270,25 @@ fn evalsha_calls(server: &RedisServer) -> std::io::Result<u64> {
 // ---------------------------------------------------------------------------------------
 
 /// On a master with one replica: the lock+unlock pair whose acquisition and release each
-/// wait for the replica's acknowledgement (`WAIT 1` in the same round trip) against the same
-/// pair without, both against the PING round trip to the master, all in the same run.
+/// wait for the replica's acknowledgement (`WAIT 1` in the same round trip), with a fixed
+/// count and with the default (the replicas in sync), against the same pair without, all
+/// against the PING round trip to the master, in the same run.
 fn measure_replica_acks() -> Result<(), Box<dyn std::error::Error>> {
     let (master, _replica) = RedisServer::start_with_replica()?;
-    let plain = LockManager::builder(master.url()).build()?;
+    let plain = LockManager::builder(master.url())
+        .without_replica_acks()
+        .build()?;
     let acknowledged = LockManager::builder(master.url())
         .replica_acks(1, ACK_TIMEOUT)
         .build()?;
+    let connected = LockManager::builder(master.url())
+        .connected_replica_acks(ACK_TIMEOUT)
+        .build()?;
     let round_trip = Samples::new(measure_round_trips(&master.url())?);
     let without = Samples::new(measure_pairs(&plain)?);
+    let by_default = Samples::new(measure_pairs(&connected)?);
     let with = Samples::new(measure_pairs(&acknowledged)?);
+
     let unreplicated = acknowledged.stats().releases_unreplicated;
     println!(
         "{:<36} {}",
@@ -297,6 +310,17 @@ fn measure_replica_acks() -> Result<(), Box<dyn std::error::Error>> {
         "replica_acks(1) / no acks",
         with.percentile(50).as_secs_f64() / without.percentile(50).as_secs_f64(),
         with.percentile(99).as_secs_f64() / without.percentile(99).as_secs_f64()
+    );
+    println!(
+        "{:<36} {}",
+        "lock+unlock pair, connected (default)",
+        by_default.describe(Some(&round_trip))
+    );
+    println!(
+        "{:<36} p50 {:.2} x, p99 {:.2} x the pair without",
+        "connected (default) / no acks",
+        by_default.percentile(50).as_secs_f64() / without.percentile(50).as_secs_f64(),
+        by_default.percentile(99).as_secs_f64() / without.percentile(99).as_secs_f64()
     );
     Ok(())
 }
