@@ -860,7 +860,8 @@ impl LockManagerBuilder {
     /// acquisition may promote a replica without the lock's key, and a second holder may
     /// take it while the first still believes it holds it. For masters whose replicas are
     /// far (each write would wait a round trip to them), or locks that a failover may break
-    /// (a fencing token, [`Guard::token`](crate::Guard::token), still tells the resource).
+    /// (a fencing token, [`LockGuard::fencing_token`](crate::LockGuard::fencing_token), still
+    /// tells the resource).
     pub fn without_replica_acks(mut self) -> Self {
         self.acks.push(AckChoice::Off);
         self
