@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, FromRedisValue, RedisError, RedisResult};
+use redis::{Connection, FromRedisValue, RedisError, RedisResult, Value};
 
 use crate::client::call::replication::{
     AckSetting, Acked, ReplicaAcks, ShortfallLog, Unreplicated,
@@ -221,7 +221,12 @@ impl Client {
                 on_timeout(connection);
             }
             let (acked, reading) = outcome?;
-            Ok(match Redirect::of_value(&acked.answer) {
+            let redirect = Redirect::of_value(&acked.answer);
+            if let (None, Value::ServerError(refused)) = (&redirect, &acked.answer) {
+                // As a refusal read alone is: a demoted master has the sentinels asked again.
+                pool.failed(&refused.clone().into());
+            }
+            Ok(match redirect {
                 Some(redirect) => (Routed::Redirected(redirect), reading),
                 None => (Routed::Done(acked), reading),
             })

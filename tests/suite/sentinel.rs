@@ -324,3 +324,85 @@ fn a_release_during_a_failover_is_answered_by_the_new_master() {
         .expect("try_lock");
     assert!(taken.is_some(), "the released lock is free");
 }
+
+/// A master demoted by hand (no `+switch-master`, no connection killed, as Sentinel's own
+/// failover kills them) refuses writes as a replica on the connections it keeps; once the
+/// sentinels name another master, that refusal has the manager ask them again, also when it
+/// is read behind the `WAIT` of a replica acknowledgement.
+#[test]
+fn a_refusal_as_a_replica_behind_a_wait_has_the_sentinels_asked_again() {
+    let deployment = Deployment::start(2);
+    let manager = LockManager::builder_sentinel(deployment.sentinel_urls(), MASTER_NAME)
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .replica_acks(1, Duration::from_millis(500))
+        .outage_grace(Duration::from_secs(60))
+        .build()
+        .expect("manager in sentinel mode");
+    // An idle connection to the master, which the next acquisition takes.
+    let lock = manager.lock("demoted-under-a-wait");
+    lock.lock().unwrap().unlock().unwrap();
+
+    let old_master = deployment.master();
+    let new_master = deployment
+        .servers
+        .iter()
+        .find(|server| server.port() != old_master.port())
+        .expect("a replica");
+    let new_port = new_master.port().to_string();
+    assert!(new_master
+        .command(&["REPLICAOF", "NO", "ONE"])
+        .unwrap()
+        .starts_with("+OK"));
+    assert!(old_master
+        .command(&["REPLICAOF", "127.0.0.1", &new_port])
+        .unwrap()
+        .starts_with("+OK"));
+    for sentinel in &deployment.sentinels {
+        let ask = |words: &[&str]| {
+            let mut connection = redis::Client::open(sentinel.url())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let mut command = redis::cmd(words[0]);
+            command.arg(&words[1..]);
+            command.query::<()>(&mut connection).expect("SENTINEL");
+        };
+        ask(&["SENTINEL", "REMOVE", MASTER_NAME]);
+        ask(&[
+            "SENTINEL",
+            "MONITOR",
+            MASTER_NAME,
+            "127.0.0.1",
+            &new_port,
+            "2",
+        ]);
+    }
+    assert!(eventually(Duration::from_secs(10), || deployment
+        .sentinels
+        .iter()
+        .all(
+            |sentinel| sentinel.master_port() == Some(new_master.port())
+        )));
+    assert!(
+        eventually(Duration::from_secs(30), || new_master
+            .command(&["INFO", "replication"])
+            .is_ok_and(|info| info.contains("state=online"))),
+        "the demoted master never followed the new one"
+    );
+    let started = Instant::now();
+    let guard = lock
+        .try_lock_for(Duration::from_secs(10))
+        .expect("no error")
+        .expect("granted by the new master");
+    println!("granted {:?} after the demotion", started.elapsed());
+    assert!(old_master
+        .command(&["INFO", "errorstats"])
+        .unwrap()
+        .contains("errorstat_READONLY"));
+    assert!(new_master
+        .command(&["EXISTS", "demoted-under-a-wait"])
+        .unwrap()
+        .starts_with(":1"));
+    guard.unlock().unwrap();
+}
