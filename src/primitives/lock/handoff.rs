@@ -103,9 +103,13 @@ impl<'a> Handoffs<'a> {
 
     /// The grant a fair lock's release made to `holder`, from the message kept in the
     /// letterbox, if it came after the last try that found the lock held and gave the whole
-    /// `lease` asked for (else the next try confirms it, and gives it that lease).
+    /// `lease` asked for, and the lock's writes wait for no replica now (else the next try
+    /// confirms it, and gives it that lease, behind its `WAIT`).
     fn letter(&self, lock: &RawLock, holder: &str, lease: Lease) -> Option<Granted> {
         let message = self.letters.take()?;
+        if lock.client.waits_for_replicas(lock.name()) {
+            return None;
+        }
         let (token, lease_ms) = protocol::grant_of(&message, holder)?;
         let (held_at, counter) = self.held.get()?;
         if counter.is_none_or(|counter| token <= counter)

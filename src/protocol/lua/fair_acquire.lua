@@ -58,9 +58,11 @@ local function wait_hint()
 end
 
 -- A waiter that accepts grants says so with every try, for as long as its place lasts (the
--- hash outlives every place it lists, up to 2^40 ms: a place set by hand may be endless).
+-- hash outlives every place it lists, up to 2^40 ms: a place set by hand may be endless). One
+-- that no longer does (its writes wait for replicas now) is taken off.
 local function accept_grants(expiry)
   if ARGV[5] ~= '1' then
+    redis.call('hdel', KEYS[5], ARGV[2])
     return
   end
   redis.call('hset', KEYS[5], ARGV[2], ARGV[1])
