@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::Mutex;
 
 use crate::client::call::route::Router;
@@ -57,7 +57,8 @@ impl Drop for Recount {
     }
 }
 
-/// The thread: every [`LOOK_EVERY`], reads the counts due; ends when `stop` disconnects.
+/// The thread: every [`LOOK_EVERY`], reads the counts due, one master after another; ends
+/// when `stop` disconnects (between two reads, so that a shutdown waits for one at most).
 fn run(router: &Router, stop: &Receiver<()>) {
     loop {
         match stop.recv_timeout(LOOK_EVERY) {
@@ -65,6 +66,9 @@ fn run(router: &Router, stop: &Receiver<()>) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
         for pool in router.master_pools() {
+            if matches!(stop.try_recv(), Err(TryRecvError::Disconnected)) {
+                return;
+            }
             pool.recount_replicas_if_due();
         }
     }

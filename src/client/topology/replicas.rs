@@ -129,6 +129,12 @@ impl InSync {
     /// second later.
     pub(crate) fn recount(&self, pool: &Pool) {
         let generation = pool.generation();
+        {
+            // Cleared before the read: a `WAIT` judged during it has the count read again.
+            let mut state = self.state.lock();
+            state.used = false;
+            state.forgotten = false;
+        }
         let read = read(pool);
         let mut state = self.state.lock();
         let before = state.counted;
@@ -141,8 +147,6 @@ impl InSync {
             read_at: Instant::now(),
             replicas,
         });
-        state.used = false;
-        state.forgotten = false;
         let newly_unreadable = read.is_err() && !state.unreadable;
         state.unreadable = read.is_err();
         drop(state);
