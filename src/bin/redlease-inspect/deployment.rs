@@ -127,9 +127,11 @@ impl Deployment {
         }
     }
 
-    /// A manager on the same deployment, with the same TLS options and timeouts.
+    /// A manager on the same deployment, with the same TLS options and timeouts. Its writes
+    /// (a lock freed by force) wait for no replica: a failover that undoes one leaves the lock
+    /// held, as before, and the tool's user needs neither `WAIT` nor a thread counting them.
     pub fn manager(&self) -> Result<LockManager, Failure> {
-        Ok(self.builder().build()?)
+        Ok(self.builder().without_replica_acks().build()?)
     }
 
     /// The builder of a manager on the deployment, with the tool's timeouts and TLS files.

@@ -37,9 +37,10 @@ pub fn doctor(deployment: &Deployment, replicas: Option<u32>) -> Result<Checkup,
         .builder()
         .server_check(ServerCheck::Off)
         .without_pubsub();
-    if let Some(replicas) = replicas {
-        builder = builder.replica_acks(replicas, ACK_TIMEOUT);
-    }
+    builder = match replicas {
+        Some(replicas) => builder.replica_acks(replicas, ACK_TIMEOUT),
+        None => builder.without_replica_acks(),
+    };
     let manager = builder.build()?;
     let findings = manager.check_server()?;
     Ok(Checkup {
