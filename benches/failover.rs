@@ -38,7 +38,8 @@ const NAMES: usize = 8;
 const WARM_UP: Duration = Duration::from_secs(3);
 const STOP: Duration = Duration::from_secs(3);
 const AFTER: Duration = Duration::from_secs(20);
-const ACK_TIMEOUT: Duration = Duration::from_millis(500);
+/// The default acknowledgements' timeout, for the fixed count too.
+const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// A gap longer than this counts as the locks not being steadily available.
 const STEADY_GAP: Duration = Duration::from_millis(500);
 

@@ -42,12 +42,12 @@
 //!   ([`Lock::delayed_after_loss`]) keeps a holder's lock from others for a while after the
 //!   holder was lost without a release.
 //! - **Replica acknowledgements.** By default every acquisition waits (`WAIT`, in the same
-//!   round trip) until the replicas its master has in sync at that moment have it
+//!   round trip) until the replicas its master has in sync (as last counted) have it
 //!   ([`connected_replica_acks`](LockManagerBuilder::connected_replica_acks), as Redisson
 //!   does; nothing to wait for on a master without replicas), or a fixed number of them
 //!   ([`replica_acks`](LockManagerBuilder::replica_acks)); one they did not acknowledge in
-//!   time is given back and reported ([`Error::NotReplicated`]), so a failover cannot silently
-//!   hand a held lock to a second holder.
+//!   time is given back and reported ([`Error::NotReplicated`]), so that a failover to a
+//!   replica that was in sync does not hand a held lock to a second holder.
 //! - **Several servers.** [`RedLock`] takes a lock on a majority of independent masters (the
 //!   Redlock algorithm, in one round trip to all of them) and [`MultiLock`] takes several
 //!   locks all or nothing, both with a [`GroupGuard`] like a single lock's.

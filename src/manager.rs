@@ -807,21 +807,24 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Every write waits for the replicas its master has in sync at that moment, within
-    /// `timeout`. This is the default, with a `timeout` of 1 s (or half the watchdog's
-    /// renewal interval, when that is shorter), as Redisson's `checkLockSyncedSlaves` with
-    /// its `slavesSyncTimeout`; on a master without replicas it costs nothing.
+    /// Every write waits for the replicas its master has in sync at the moment (as last counted, at
+    /// most about a second before), within `timeout`. This is the default, with a `timeout` of 1 s
+    /// (or half the watchdog's renewal interval, when that is shorter), as Redisson's
+    /// `checkLockSyncedSlaves` with its `slavesSyncTimeout`; on a master without replicas it costs
+    /// nothing.
     ///
     /// It is [`replica_acks`](LockManagerBuilder::replica_acks) with the count taken from the
     /// master instead of fixed: the replicas `INFO replication` lists `state=online` whose
-    /// last acknowledgement is at most a second old. The count is read at `build`, then again
-    /// by a write at most once a second (one `INFO replication` round trip), and at once
-    /// after a `WAIT` answered another count. A shortfall is treated as with `replica_acks`:
+    /// last acknowledgement is at most a second old. A thread of the manager
+    /// (`redlease-replicas`) reads it from each master at `build`, again every second while
+    /// writes use it, and within 0.1 s after a `WAIT` answered another count; a write takes
+    /// the count last read and never waits for the read. A shortfall is treated as with
+    /// `replica_acks`:
     /// an acquisition is given back and fails with [`Error::NotReplicated`] (transient: a
     /// blocking call tries again), a renewal or a release stands and is counted.
     ///
-    /// What it promises at a failover: a lock was granted only once every replica in sync
-    /// had its key, so a promoted replica that was in sync has it. What it does not: a
+    /// What it promises at a failover: a lock was granted only once every replica counted in
+    /// sync had its key, so a promoted replica that was in sync has it. What it does not: a
     /// master with no replica in sync (they are down, or still loading a full copy after a
     /// failover) sends no `WAIT`, and grants locks a failover then may lose; a fixed count
     /// refuses them instead, and with it every lock until the replicas are back. The
@@ -829,7 +832,7 @@ impl LockManagerBuilder {
     /// three settings at a failover, with how long each left the locks unavailable.
     ///
     /// A replica that stalls (paused, cut off) still counts until its acknowledgement is over
-    /// a second old: for about two seconds, acquisitions wait `timeout` and fail with
+    /// a second old: for two to three seconds, acquisitions wait `timeout` and fail with
     /// [`Error::NotReplicated`]. An ACL user needs `WAIT` and `INFO`; where `INFO` is refused,
     /// the count is 0 (warned of in the log) and writes wait for nothing.
     ///
@@ -1104,7 +1107,7 @@ impl LockManagerBuilder {
     pub fn build(self) -> Result<LockManager> {
         let server_check = self.server_check;
         let fair_place_ms = self.checked_limits()?;
-        let replica_acks = self.checked_acks()?;
+        let ack_setting = self.checked_acks()?;
         let info = self.info.map_err(|err| {
             // redis-rs refuses `rediss://` when built without TLS; say which feature that is.
             if !cfg!(feature = "tls") && err.contains("can't connect with TLS") {
@@ -1141,7 +1144,7 @@ impl LockManagerBuilder {
                 max_open: self.max_connections,
             },
             callbacks: self.callbacks,
-            replica_acks,
+            ack_setting,
             tls: self.tls,
             local_handoffs: self.local_handoffs,
             pubsub: self.pubsub,

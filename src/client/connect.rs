@@ -78,7 +78,7 @@ impl Client {
             watchdog_timeout,
             pool_sizes,
             callbacks,
-            replica_acks,
+            ack_setting,
             tls,
             local_handoffs,
             pubsub,
@@ -88,13 +88,13 @@ impl Client {
             response: response_timeout,
         };
         let mut reached = Reached::reach(info, sentinel, cluster_seeds, tls, timeouts, pool_sizes)?;
-        reached.probe_acks(replica_acks.as_ref())?;
+        reached.prepare_acks(ack_setting.as_ref())?;
         let router = Arc::clone(&reached.router);
         let mut starting = Starting::default();
         let watchdog = Watchdog::start(
             Arc::clone(&router),
             watchdog_timeout,
-            replica_acks.clone(),
+            ack_setting.clone(),
             callbacks,
         )?;
         let notices = holder_notices(starting.watchdog.insert(watchdog));
@@ -102,7 +102,7 @@ impl Client {
         let pubsub = starting.pubsub.insert(pubsub);
         starting.switch_watcher = watch_switches(reached.locator, &router, pubsub)?;
         let cleanup = Cleanup::start(Arc::clone(&router))?;
-        let recount = match replica_acks {
+        let recount = match ack_setting {
             Some(AckSetting::Connected { .. }) => Some(Recount::start(Arc::clone(&router))?),
             _ => None,
         };
@@ -122,7 +122,7 @@ impl Client {
             shut_down: AtomicBool::new(false),
             waits: WaitRecorder::new(),
             handoffs: Lines::new(local_handoffs),
-            acks: replica_acks,
+            acks: ack_setting,
             releases_unreplicated: AtomicU64::new(0),
             handoffs_taken: AtomicU64::new(0),
             unreplicated_releases_log: ShortfallLog::new(),
@@ -198,9 +198,9 @@ impl Reached {
         })
     }
 
-    /// Asks every master whether it can answer the fixed acknowledgements `acks` asks for;
-    /// in connected mode, reads each master's count of replicas in sync.
-    fn probe_acks(&self, acks: Option<&AckSetting>) -> Result<()> {
+    /// Prepares the masters for the acknowledgements `acks`: asks each whether it can answer
+    /// a fixed count's command; in connected mode, reads each one's count of replicas in sync.
+    fn prepare_acks(&self, acks: Option<&AckSetting>) -> Result<()> {
         match acks {
             Some(AckSetting::Fixed(acks)) => {
                 for pool in self.router.master_pools() {

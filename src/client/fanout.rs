@@ -16,13 +16,11 @@
 //! TLS where they do (a new TLS connection's handshake, made with the pool's `PING` within
 //! its connect budget, runs before its request is written).
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, RedisResult, ServerErrorKind, Value};
-
-use std::sync::Arc;
-
-use std::borrow::Cow;
 
 use crate::client::call::replication::{Acked, ReplicaAcks};
 use crate::client::call::runner;
@@ -52,7 +50,7 @@ impl<'a> Request<'a> {
         let key = String::from_utf8_lossy(call.keys().next().unwrap_or_default()).into_owned();
         let pool = client.pool_for(&key);
         let acks = client
-            .replica_acks()
+            .ack_setting()
             .and_then(|setting| setting.for_pool(&pool));
         Request { pool, call, acks }
     }

@@ -78,7 +78,7 @@ pub(crate) struct Settings {
     /// `rediss://` settings.
     pub(crate) tls: TlsOptions,
     /// What acquisitions, renewals, releases and fenced writes wait for, if anything.
-    pub(crate) replica_acks: Option<AckSetting>,
+    pub(crate) ack_setting: Option<AckSetting>,
     /// How many times in a row a release may hand a plain or write lock to another thread of
     /// the process (0: never).
     pub(crate) local_handoffs: u32,
@@ -146,7 +146,7 @@ pub(crate) struct Client {
 
 impl Client {
     /// The replica acknowledgements this client's writes wait for, if any.
-    pub(crate) fn replica_acks(&self) -> Option<&AckSetting> {
+    pub(crate) fn ack_setting(&self) -> Option<&AckSetting> {
         self.acks.as_ref()
     }
 

@@ -6,15 +6,14 @@
 //! records, on the host's monotonic clock, each hold of a lock (holder id, fencing token,
 //! when it began and ended, whether the guard said it was lost) and every lost-lock report.
 //!
-//! The checks: with replica acknowledgements from every replica (a fixed count), or from
-//! every replica in sync at the moment (`connected_replica_acks`, the default), no two holds
-//! of one name ever overlap; without them (a grant that never reached the promoted replica), every overlap is
-//! explained by a loss told to one of the two holders (its guard, its release answered
-//! `NotHeld`, or a lost-lock report) within one renewal interval (and a second of slack)
-//! after the failover that caused it. A master that was stopped and woke to find itself demoted
-//! served no call between its waking and its demotion (its `EVALSHA` count did not move).
-//! The run prints its figures: holds, overlaps, the longest time a name could not be taken
-//! after each fault, errors by kind.
+//! The checks: with replica acknowledgements from every replica (a fixed count), or from every
+//! replica in sync at the moment (`connected_replica_acks`, the default), no two holds of one name
+//! ever overlap; without them (a grant that never reached the promoted replica), every overlap is
+//! explained by a loss told to one of the two holders (its guard, its release answered `NotHeld`,
+//! or a lost-lock report) within one renewal interval (and a second of slack) after the failover
+//! that caused it. A master that was stopped and woke to find itself demoted served no call between
+//! its waking and its demotion (its `EVALSHA` count did not move). The run prints its figures:
+//! holds, overlaps, the longest time a name could not be taken after each fault, errors by kind.
 //!
 //! The suite runs the acknowledged runs for 20 s each (in cluster mode, the fixed count only).
 //! The others, and longer runs, by hand:

@@ -1,8 +1,8 @@
 //! Replica acknowledgements (`LockManagerBuilder::replica_acks`) against a real master and a
 //! replica started with `--replicaof`: acknowledged acquisitions are on the replica; with the
 //! replica paused (SIGSTOP), acquisitions are undone and fail with `NotReplicated`, leaving
-//! nothing on the master, while renewals and releases stand and are counted; without the
-//! setting, no `WAIT` is sent at all.
+//! nothing on the master, while renewals and releases stand and are counted; built
+//! `without_replica_acks`, no `WAIT` is sent at all, replica or not.
 
 use crate::common;
 
@@ -146,8 +146,13 @@ fn acknowledged_acquisitions_are_on_the_replica() {
 
 #[test]
 fn without_replica_acks_no_wait_is_sent() {
-    let redis = common::server();
-    let manager = common::manager(&redis, Duration::from_secs(30));
+    let (redis, _replica) = pair();
+    let manager = LockManager::builder(redis.url())
+        .without_replica_acks()
+        .build()
+        .expect("build manager");
+    // The fixture's own `WAIT`s (it waited for the replica) forgotten.
+    ask(&redis, &["CONFIG", "RESETSTAT"]);
     let guard = manager.lock("plain").lock().unwrap();
     // Nothing was asked of replicas: the guard cannot say its token survives a failover.
     assert_eq!(guard.replicas_acknowledged(), None);

@@ -63,9 +63,9 @@ impl AckSetting {
         Ok(AckSetting::Connected { timeout })
     }
 
-    /// The acknowledgements a write to the master of `pool` waits for now, if any. In
-    /// connected mode, it may read the master's count of replicas in sync first (at most
-    /// once a second, see `crate::client::topology::replicas`).
+    /// The acknowledgements a write to the master of `pool` waits for now, if any: in
+    /// connected mode, as many as the master's count of replicas in sync last read (see
+    /// `crate::client::topology::replicas`), never waiting for a read.
     pub(crate) fn for_pool(&self, pool: &Pool) -> Option<Cow<'_, ReplicaAcks>> {
         match self {
             AckSetting::Fixed(acks) => Some(Cow::Borrowed(acks)),
@@ -76,7 +76,7 @@ impl AckSetting {
                 }
                 let acks = ReplicaAcks::new(replicas, *timeout).ok()?;
                 Some(Cow::Owned(ReplicaAcks {
-                    recount: Some(Arc::clone(pool.in_sync())),
+                    in_sync: Some(Arc::clone(pool.in_sync())),
                     ..acks
                 }))
             }
@@ -111,8 +111,8 @@ pub(crate) struct ReplicaAcks {
     /// `WAIT replicas timeout-in-ms` or `WAITAOF local replicas timeout-in-ms`, built once.
     wait: Cmd,
     /// In connected mode, the master's count of replicas in sync that `replicas` was taken
-    /// from: forgotten when `WAIT` answers another count, so that the next write reads it.
-    recount: Option<Arc<InSync>>,
+    /// from: forgotten when `WAIT` answers another count, so that it is read again at once.
+    in_sync: Option<Arc<InSync>>,
 }
 
 impl ReplicaAcks {
@@ -132,7 +132,7 @@ impl ReplicaAcks {
             timeout,
             aof_local: None,
             wait,
-            recount: None,
+            in_sync: None,
         })
     }
 
@@ -154,7 +154,7 @@ impl ReplicaAcks {
             timeout,
             aof_local: Some(local),
             wait,
-            recount: None,
+            in_sync: None,
         })
     }
 
@@ -225,7 +225,7 @@ impl ReplicaAcks {
         match answer {
             Ok(answer) => (self.judge(answer), Reading::Complete),
             Err(err) => {
-                if let Some(in_sync) = &self.recount {
+                if let Some(in_sync) = &self.in_sync {
                     in_sync.forget();
                 }
                 let command = self.command_name();
@@ -241,7 +241,7 @@ impl ReplicaAcks {
         if let Some(local) = self.aof_local {
             return self.judge_aof(local, answer);
         }
-        if let Some(in_sync) = &self.recount {
+        if let Some(in_sync) = &self.in_sync {
             if answer != Value::Int(i64::from(self.replicas)) {
                 in_sync.forget();
             }

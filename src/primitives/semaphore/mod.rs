@@ -118,11 +118,11 @@ impl Semaphore {
     /// Takes `permits`, waiting as long as it takes for that many to be available at once.
     ///
     /// Fails only for zero permits, when Redis cannot be reached or answers an error, or the
-    /// manager is shut down; with replica acknowledgements (by default, on a master with
-    /// replicas in sync), also when the permits were taken but too few replicas acknowledged it in time
-    /// ([`Error::NotReplicated`]: they were given back). An acquisition whose answer does not
-    /// come may have taken the permits nevertheless (as in Redisson): there is no owner to
-    /// take them back from.
+    /// manager is shut down; with replica acknowledgements (by default, on a master with replicas
+    /// in sync), also when the permits were taken but too few replicas acknowledged it in time
+    /// ([`Error::NotReplicated`]: they were given back). An acquisition whose answer does not come
+    /// may have taken the permits nevertheless (as in Redisson): there is no owner to take them
+    /// back from.
     pub fn acquire(&self, permits: u32) -> Result<()> {
         wait::without_deadline(|| self.acquire_until(permits, None))
     }
