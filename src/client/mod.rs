@@ -221,16 +221,20 @@ impl Client {
                 on_timeout(connection);
             }
             let (acked, reading) = outcome?;
-            let redirect = Redirect::of_value(&acked.answer);
-            if let (None, Value::ServerError(refused)) = (&redirect, &acked.answer) {
-                // As a refusal read alone is: a demoted master has the sentinels asked again.
-                pool.failed(&refused.clone().into());
-            }
-            Ok(match redirect {
+            Ok(match Redirect::of_value(&acked.answer) {
                 Some(redirect) => (Routed::Redirected(redirect), reading),
                 None => (Routed::Done(acked), reading),
             })
         })?;
+        // As a refusal read alone is, once the connection is back (the sentinels asked again
+        // for a demoted master, the cluster's map read again).
+        if let Routed::Done(Acked {
+            answer: Value::ServerError(refused),
+            ..
+        }) = &routed
+        {
+            pool.failed(&refused.clone().into());
+        }
         Ok(match routed {
             Routed::Done(acked) => Routed::Done(acked.read_as()?),
             Routed::Redirected(redirect) => Routed::Redirected(redirect),
