@@ -17,10 +17,15 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::client::topology::pool::Pool;
+use crate::client::topology::pool::{Pool, Reading};
 
-/// How long a count that writes use is used before it is read again.
+/// How long a count that writes use is used before it is read again; also how long a master
+/// whose count could not be read is left alone.
 pub(crate) const RECOUNT_EVERY: Duration = Duration::from_secs(1);
+
+/// The most one read of a count takes (a new connection included), so that a master that
+/// does not answer holds up the others' counts no longer.
+const READ_WITHIN: Duration = Duration::from_millis(500);
 
 /// The most seconds since a replica's last acknowledgement for it to count as in sync. A
 /// replica acknowledges every second, and at once when a `WAIT` asks.
@@ -111,22 +116,24 @@ impl InSync {
 
     /// Whether the count should be read again for a pool of `generation`: never read, read
     /// from another master, forgotten, or older than [`RECOUNT_EVERY`] with a write that took
-    /// it since.
+    /// it since; but not within [`RECOUNT_EVERY`] of a read that failed.
     pub(crate) fn due(&self, generation: u64) -> bool {
         let state = self.state.lock();
         match state.counted {
             None => true,
             Some(counted) => {
-                counted.generation != generation
-                    || state.forgotten
-                    || (state.used && counted.read_at.elapsed() >= RECOUNT_EVERY)
+                let old = counted.read_at.elapsed() >= RECOUNT_EVERY;
+                if state.unreadable {
+                    return old;
+                }
+                counted.generation != generation || state.forgotten || (state.used && old)
             }
         }
     }
 
     /// Reads the count of the master of `pool` now (one `INFO replication`, within the pool's
-    /// response timeout). A count that could not be read leaves the last one, read again a
-    /// second later.
+    /// response timeout or [`READ_WITHIN`], the shorter). A count that could not be read
+    /// leaves the last one, read again a second later.
     pub(crate) fn recount(&self, pool: &Pool) {
         let generation = pool.generation();
         {
@@ -175,10 +182,12 @@ impl InSync {
 
 /// Reads the count of replicas in sync with the master of `pool`.
 fn read(pool: &Pool) -> crate::error::Result<u32> {
-    let info = pool.run(|connection| {
-        redis::cmd("INFO")
+    let deadline = Instant::now() + pool.response_timeout().min(READ_WITHIN);
+    let info = pool.run_before(deadline, |connection| {
+        let info = redis::cmd("INFO")
             .arg("replication")
-            .query::<String>(connection)
+            .query::<String>(connection)?;
+        Ok((info, Reading::Complete))
     })?;
     Ok(listed(&info).into_iter().filter(|r| r.in_sync()).count() as u32)
 }
