@@ -658,6 +658,11 @@ impl LockManagerBuilder {
     /// process from keeping the lock from the others: after this many handoffs in a row, a
     /// release frees the lock for everyone, which wakes the waiters of every process. See
     /// [the performance guide](crate::guide::performance) for what it costs and saves.
+    ///
+    /// No release hands a lock on while writes wait for replicas (by default, while the
+    /// master has replicas in sync; always with
+    /// [`replica_acks`](LockManagerBuilder::replica_acks)): a handed lock would be an
+    /// acquisition no replica acknowledged.
     pub fn local_handoffs(mut self, in_a_row: u32) -> Self {
         self.local_handoffs = in_a_row;
         self
@@ -817,8 +822,9 @@ impl LockManagerBuilder {
     /// master instead of fixed: the replicas `INFO replication` lists `state=online` whose
     /// last acknowledgement is at most a second old. A thread of the manager
     /// (`redlease-replicas`) reads it from each master at `build`, again every second while
-    /// writes use it, and within 0.1 s after a `WAIT` answered another count; a write takes
-    /// the count last read and never waits for the read. A shortfall is treated as with
+    /// writes use it, and within 0.1 s after a `WAIT` answered another count (up to half a
+    /// second more while another master does not answer); a write takes the count last read
+    /// and never waits for the read. A shortfall is treated as with
     /// `replica_acks`:
     /// an acquisition is given back and fails with [`Error::NotReplicated`] (transient: a
     /// blocking call tries again), a renewal or a release stands and is counted.
