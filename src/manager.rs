@@ -819,15 +819,14 @@ impl LockManagerBuilder {
     /// nothing.
     ///
     /// It is [`replica_acks`](LockManagerBuilder::replica_acks) with the count taken from the
-    /// master instead of fixed: the replicas `INFO replication` lists `state=online` whose
-    /// last acknowledgement is at most a second old. A thread of the manager
-    /// (`redlease-replicas`) reads it from each master at `build`, again every second while
-    /// writes use it, and within 0.1 s after a `WAIT` answered another count (up to half a
-    /// second more while another master does not answer); a write takes the count last read
-    /// and never waits for the read. A shortfall is treated as with
-    /// `replica_acks`:
-    /// an acquisition is given back and fails with [`Error::NotReplicated`] (transient: a
-    /// blocking call tries again), a renewal or a release stands and is counted.
+    /// master instead of fixed: the replicas `INFO replication` lists `state=online` whose last
+    /// acknowledgement is at most a second old. A thread of the manager (`redlease-replicas`) reads
+    /// it from each master at `build`, again every second while writes use it, and within 0.1 s
+    /// after a `WAIT` answered another count (up to half a second more while another master does
+    /// not answer); a write takes the count last read and never waits for the read. A shortfall is
+    /// treated as with `replica_acks`: an acquisition is given back and fails with
+    /// [`Error::NotReplicated`] (transient: a blocking call tries again), a renewal or a release
+    /// stands and is counted.
     ///
     /// What it promises at a failover: a lock was granted only once every replica counted in
     /// sync had its key, so a promoted replica that was in sync has it. What it does not: a

@@ -14,6 +14,7 @@
 use crate::client::call::replication::ReplicaAcks;
 use crate::client::call::route::Router;
 use crate::client::topology::pool::Pool;
+use crate::client::topology::replicas;
 use crate::error::Finding;
 
 /// What `build` does with the server check ([`LockManagerBuilder::server_check`]).
@@ -78,9 +79,9 @@ fn replicas(pool: &Pool, server: &str, required: u32) -> Option<Finding> {
         Ok(info) => info,
         Err(unreadable) => return Some(unreadable),
     };
-    let online = info
-        .lines()
-        .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+    let online = replicas::listed(&info)
+        .into_iter()
+        .filter(|replica| replica.online)
         .count() as u32;
     (online < required).then(|| Finding::TooFewReplicas {
         server: server.to_owned(),

@@ -1,7 +1,7 @@
 //! How many replicas a master has in sync now: read from its `INFO replication` by the
-//! manager's recount thread, again a second later while writes use it, and at once when a
+//! manager's recount thread, again a second later while writes use it, and within 0.1 s when a
 //! `WAIT` answered another count; a write only takes the count last read, and never waits for
-//! it. A manager built with
+//! it. The server check reads the same lines ([`listed`]) for the replicas online. A manager built with
 //! [`connected_replica_acks`](crate::LockManagerBuilder::connected_replica_acks) (the default)
 //! has each write wait for that many acknowledgements.
 //!
