@@ -102,10 +102,7 @@ impl Client {
         let pubsub = starting.pubsub.insert(pubsub);
         starting.switch_watcher = watch_switches(reached.locator, &router, pubsub)?;
         let cleanup = Cleanup::start(Arc::clone(&router))?;
-        let recount = match ack_setting {
-            Some(AckSetting::Connected { .. }) => Some(Recount::start(Arc::clone(&router))?),
-            _ => None,
-        };
+        let recount = Recount::start_for(ack_setting.as_ref(), &router)?;
         let (watchdog, pubsub, switch_watcher) = starting.finish();
         Ok(Arc::new(Client {
             id: uuid::Uuid::new_v4().to_string(),

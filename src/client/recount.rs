@@ -15,6 +15,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::Mutex;
 
+use crate::client::call::replication::AckSetting;
 use crate::client::call::route::Router;
 use crate::error::{Error, Result};
 
@@ -29,6 +30,17 @@ pub(crate) struct Recount {
 }
 
 impl Recount {
+    /// Starts the thread when writes wait for the replicas connected now (`setting`).
+    pub(crate) fn start_for(
+        setting: Option<&AckSetting>,
+        router: &Arc<Router>,
+    ) -> Result<Option<Recount>> {
+        match setting {
+            Some(AckSetting::Connected { .. }) => Recount::start(Arc::clone(router)).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// Starts the thread, which reads through `router`'s master pools.
     pub(crate) fn start(router: Arc<Router>) -> Result<Recount> {
         let (sender, receiver) = crossbeam_channel::bounded(0);

@@ -20,6 +20,7 @@
 //! [`Router`] and its pools. It reads no entry: what it needs is copied into the
 //! [`Renewal`]s.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -69,6 +70,18 @@ pub(super) enum Outcome {
 pub(super) struct AckWait<'a> {
     pub(super) setting: &'a AckSetting,
     pub(super) by: Instant,
+}
+
+impl<'a> AckWait<'a> {
+    /// The `WAIT` a pipeline to `pool` renewing `batch` ends with, and when its answer is due:
+    /// none when the master has no replica to wait for, or the pipeline renews nothing
+    /// (receipt deletions alone need no acknowledgement: a receipt left behind only expires).
+    fn for_share(self, pool: &Pool, batch: &[Renewal]) -> Option<(Cow<'a, ReplicaAcks>, Instant)> {
+        if batch.is_empty() {
+            return None;
+        }
+        Some((self.setting.for_pool(pool)?, self.by))
+    }
 }
 
 /// When the answers of a batch taken at `taken_at` are due: `answer_by`, and the `WAIT`'s
@@ -241,10 +254,7 @@ fn renew(
     } = share;
     let pipeline = Pipeline::of(share, lease_ms, router.cluster().is_some());
     let (answer_by, acks) = due.sent_now();
-    // Receipt deletions alone need no acknowledgement: a receipt left behind only expires.
-    let acks = acks
-        .filter(|_| !batch.is_empty())
-        .and_then(|wait| Some((wait.setting.for_pool(pool)?, wait.by)));
+    let acks = acks.and_then(|wait| wait.for_share(pool, batch));
     let read_by = acks
         .as_ref()
         .map_or(answer_by, |(_, by)| (*by).max(answer_by));
