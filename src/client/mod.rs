@@ -155,7 +155,7 @@ impl Client {
     pub(crate) fn waits_for_replicas(&self, key: &str) -> bool {
         self.acks
             .as_ref()
-            .is_some_and(|setting| setting.for_pool(&self.pool_for(key)).is_some())
+            .is_some_and(|setting| setting.waits_at(&self.pool_for(key)))
     }
 
     /// What the masters' settings put at risk (see [`server_check`]).

@@ -83,6 +83,15 @@ impl AckSetting {
         }
     }
 
+    /// Whether a write to the master of `pool` waits for replicas now (what
+    /// [`AckSetting::for_pool`] answers `Some` for, without building its `WAIT`).
+    pub(crate) fn waits_at(&self, pool: &Pool) -> bool {
+        match self {
+            AckSetting::Fixed(_) => true,
+            AckSetting::Connected { .. } => pool.replicas_in_sync() > 0,
+        }
+    }
+
     /// The fixed acknowledgements, the ones a master may have too few replicas for.
     pub(crate) fn fixed(&self) -> Option<&ReplicaAcks> {
         match self {
