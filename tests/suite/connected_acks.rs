@@ -67,6 +67,23 @@ fn acknowledged(manager: &LockManager, name: &str) -> Result<Option<u32>, String
     Ok(acknowledged)
 }
 
+/// Waits for `lock` in a thread of its own (up to `within`), and answers how many replicas
+/// acknowledged the acquisition once the thread has let it go.
+fn wait_in_a_thread(
+    lock: redlease::Lock,
+    within: Duration,
+) -> std::thread::JoinHandle<Option<u32>> {
+    std::thread::spawn(move || {
+        let guard = lock
+            .try_lock_for(within)
+            .unwrap()
+            .expect("granted after the release");
+        let acknowledged = guard.replicas_acknowledged();
+        guard.unlock().unwrap();
+        acknowledged
+    })
+}
+
 /// Resumes a paused server when dropped, so that a failed test leaves no stopped process.
 struct ResumeOnDrop<'a>(&'a RedisServer);
 
@@ -287,19 +304,7 @@ fn a_fair_waiter_takes_no_unacknowledged_grant_once_the_master_has_a_replica() {
     let holder = manager(&master);
     let waiter = manager(&master);
     let guard = holder.fair_lock("connected:fair").lock().unwrap();
-    let waiting = std::thread::spawn({
-        let waiter = waiter.clone();
-        move || {
-            let guard = waiter
-                .fair_lock("connected:fair")
-                .try_lock_for(Duration::from_secs(60))
-                .unwrap()
-                .expect("granted after the release");
-            let acknowledged = guard.replicas_acknowledged();
-            guard.unlock().unwrap();
-            acknowledged
-        }
-    });
+    let waiting = wait_in_a_thread(waiter.fair_lock("connected:fair"), Duration::from_secs(60));
     assert!(
         eventually(Duration::from_secs(10), || master
             .command(&["HLEN", "redlease_lock_grants:{connected:fair}"])
@@ -337,19 +342,7 @@ fn a_release_hands_the_lock_on_only_while_the_master_has_no_replica() {
         let manager = manager(server);
         let lock = manager.lock("connected:handoff");
         let guard = lock.lock().unwrap();
-        let waiting = std::thread::spawn({
-            let manager = manager.clone();
-            move || {
-                let guard = manager
-                    .lock("connected:handoff")
-                    .try_lock_for(Duration::from_secs(30))
-                    .unwrap()
-                    .expect("granted after the release");
-                let acknowledged = guard.replicas_acknowledged();
-                guard.unlock().unwrap();
-                acknowledged
-            }
-        });
+        let waiting = wait_in_a_thread(manager.lock("connected:handoff"), Duration::from_secs(30));
         assert!(eventually(Duration::from_secs(10), || manager
             .stats()
             .waiting
