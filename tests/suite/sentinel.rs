@@ -34,6 +34,10 @@ fn sentinel_manager(deployment: &Deployment, watchdog: Duration) -> LockManager 
         .expect("manager in sentinel mode")
 }
 
+/// How much later than any renewal before the kill could have set it a lease must end, to be
+/// one renewed after it.
+const MARGIN: Duration = Duration::from_millis(500);
+
 #[test]
 fn a_failover_moves_locks_waiters_and_renewals_to_the_new_master() {
     let mut deployment = Deployment::start(2);
@@ -88,24 +92,26 @@ fn a_failover_moves_locks_waiters_and_renewals_to_the_new_master() {
         started.elapsed()
     );
     other.unlock().expect("unlock on the new master");
-    let new_master = deployment.server_on(new_port);
 
     // The held lock is renewed on the new master (its key reached the promoted replica) or
-    // reported lost: never held by two.
-    let renewals_before = holder.stats().renewals_sent;
+    // reported lost: never held by two. Renewed after the kill is a TTL ending later than a
+    // renewal before it could have set (by a margin). Judged on the master the sentinels name
+    // at each look (a loaded machine may see a second failover), and by the key itself: a
+    // renewal sent may have failed and been tried again.
+    let renewed = |deployment: &Deployment| {
+        let pttl = pttl_on(deployment.master(), "job");
+        pttl > 0 && killed_at.elapsed() + Duration::from_millis(pttl as u64) > watchdog + MARGIN
+    };
     assert!(
         eventually(Duration::from_secs(15), || guard.is_lost()
-            || holder.stats().renewals_sent >= renewals_before + 2),
-        "the held lock was neither renewed nor reported lost"
+            || renewed(&deployment)),
+        "the held lock was neither renewed on the new master nor reported lost: PTTL {} on {}",
+        pttl_on(deployment.master(), "job"),
+        deployment.master().port()
     );
     if guard.is_lost() {
         println!("the held lock was reported lost: {:?}", guard.check());
     } else {
-        let pttl = pttl_on(new_master, "job");
-        assert!(
-            pttl > watchdog.as_millis() as i64 / 2,
-            "the held lock is kept but not renewed on the new master: PTTL {pttl}"
-        );
         assert!(
             woken.try_recv().is_err(),
             "the waiter took a lock that is still held"
