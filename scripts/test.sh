@@ -41,4 +41,11 @@ echo "== against $("$valkey_server" --version)"
 valkey_status=0
 wait "$valkey_pass" || valkey_status=$?
 cat "$valkey_log"
-exit "$valkey_status"
+if [ "$valkey_status" -ne 0 ]; then
+  exit "$valkey_status"
+fi
+# The protocol's model (the workspace's `redlease-model`, see its lib.rs): the checker's
+# searches to the budgets model/tests/check.rs states, and the differential test of the
+# model's server against redis-server, then against valkey-server.
+cargo test -p redlease-model
+REDLEASE_REDIS_SERVER="$valkey_server" cargo test -p redlease-model --test differential

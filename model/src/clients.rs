@@ -1,0 +1,525 @@
+//! The clients: what the crate decides at each point of a call, reduced to the decisions
+//! that change what reaches the server. A client takes a lock (a try with a deadline; on an
+//! unknown outcome an undo that its cleanup sends until answered, and a new chain for the
+//! next try), renews and releases it; counts a latch down (a request sent again with the
+//! same id until its deadline); or campaigns in an election (the lock's try, then the
+//! announcement once its guard exists, then the resignation).
+
+use crate::keyspace::Reply;
+use crate::world::{Body, Call, Message, World};
+
+/// The lease the clients ask for, in ms.
+pub const LEASE_MS: u64 = 3000;
+/// How long after its first send a call's copies may still be sent: its deadline, in ms.
+pub const SEND_FOR_MS: u64 = 2000;
+/// How long after its deadline a request's answer is kept, in ms.
+pub const KEEP_AFTER_MS: u64 = 1000;
+/// How many times a client sends one request at most (its first send included). A try is
+/// sent once: the crate gives it up and undoes it when its answer does not come.
+const MAX_SENDS: u8 = 2;
+/// How many times the cleanup sends an undo at most.
+const MAX_UNDO_SENDS: u8 = 2;
+/// How many renewals a client sends in one hold at most.
+const MAX_RENEWALS: u8 = 1;
+/// A latch's count at the start.
+pub const LATCH_COUNT: u8 = 2;
+
+/// What the clients do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Each client takes the lock once, may renew it, and releases it.
+    Lock,
+    /// Each client counts the latch down once.
+    Latch,
+    /// Each client campaigns once, announces itself if it wins, and resigns.
+    Election,
+}
+
+/// The keys of the lock (or the election's lock) the clients share.
+pub struct Names {
+    pub lock: &'static str,
+    pub token: &'static str,
+    pub channel: &'static str,
+    pub record: &'static str,
+    pub log: &'static str,
+    pub election_channel: &'static str,
+}
+
+impl Scenario {
+    pub fn names(self) -> Names {
+        match self {
+            Scenario::Election => Names {
+                lock: "leader",
+                token: "{leader}:token",
+                channel: "redisson_lock__channel:{leader}",
+                record: "{leader}:record",
+                log: "{leader}:log",
+                election_channel: "{leader}:election",
+            },
+            _ => Names {
+                lock: "res",
+                token: "{res}:token",
+                channel: "redisson_lock__channel:{res}",
+                record: "",
+                log: "",
+                election_channel: "",
+            },
+        }
+    }
+}
+
+/// The latch's key, and its channel.
+pub const LATCH: &str = "latch";
+pub const LATCH_CHANNEL: &str = "redisson_countdownlatch__channel:{latch}";
+
+/// A call the client waits for the answer of: its number, when it was first sent, its
+/// deadline, and how many times it was sent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Waiting {
+    pub seq: u16,
+    pub call: Call,
+    pub sent_at: u64,
+    pub deadline: u64,
+    pub sends: u8,
+}
+
+/// Where a client is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    Idle,
+    /// A try of the lock (or a campaign) is out.
+    Trying(Waiting),
+    /// The lock is held by its guard, valid until `valid_until` by the client's clock: the
+    /// leader too, once announced. A renewal may be out.
+    Holding {
+        token: u64,
+        valid_until: u64,
+        renewal: Option<Waiting>,
+    },
+    /// The election's candidate holds the lock and announces itself.
+    Announcing {
+        token: u64,
+        valid_until: u64,
+        call: Waiting,
+    },
+    /// A release (or resignation), or a count-down, is out: a request.
+    Requesting(Waiting),
+    Done,
+}
+
+/// The undo of a try whose answer never came, sent until answered (the cleanup thread).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Undo {
+    pub call: Waiting,
+    pub out: bool,
+    /// Not sent again before then: a copy of the try may come until its deadline.
+    pub not_before: u64,
+}
+
+/// One client.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Client {
+    pub id: u8,
+    pub step: Step,
+    /// The number of its last call.
+    pub seq: u16,
+    /// Its acquisition chain: a new one after a try whose outcome is unknown.
+    pub chain: u8,
+    /// Whether it started its one round.
+    pub started: bool,
+    /// Renewals sent (one at most).
+    pub renewals: u8,
+    pub undo: Option<Undo>,
+}
+
+/// What a client may do on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Choice {
+    Start,
+    Renew,
+    Release,
+    /// Stop waiting for the answer it waits for (a response timeout).
+    TimeOut,
+    /// Send the undo again: unanswered (its response timeout), or answered that a copy of
+    /// the try may still come, once the try's deadline has passed.
+    SendUndo,
+}
+
+impl Client {
+    pub fn new(id: u8) -> Self {
+        Client {
+            id,
+            step: Step::Idle,
+            seq: 0,
+            chain: 0,
+            started: false,
+            renewals: 0,
+            undo: None,
+        }
+    }
+
+    /// The holder id of its current chain.
+    pub fn holder(&self) -> String {
+        holder_id(self.id, self.chain)
+    }
+
+    /// Whether it holds the lock by its own clock at `now`.
+    pub fn holds_at(&self, now: u64) -> bool {
+        match &self.step {
+            Step::Holding { valid_until, .. } | Step::Announcing { valid_until, .. } => {
+                now < *valid_until
+            }
+            _ => false,
+        }
+    }
+
+    /// What it may do now, on its own, in `scenario` (a leader renews no lease: the lock's
+    /// scenario checks renewals).
+    pub fn choices(&self, now: u64, scenario: Scenario, out: &mut Vec<Choice>) {
+        let max_renewals = match scenario {
+            Scenario::Lock => MAX_RENEWALS,
+            _ => 0,
+        };
+        match &self.step {
+            Step::Idle if !self.started => out.push(Choice::Start),
+            Step::Holding { renewal, .. } if self.holds_at(now) => {
+                out.push(Choice::Release);
+                if renewal.is_none() && self.renewals < max_renewals {
+                    out.push(Choice::Renew);
+                }
+            }
+            Step::Trying(_) | Step::Announcing { .. } | Step::Requesting(_) => {
+                out.push(Choice::TimeOut)
+            }
+            _ => {}
+        }
+        if let Some(undo) = &self.undo {
+            if undo.call.sends < MAX_UNDO_SENDS && (undo.out || now > undo.not_before) {
+                out.push(Choice::SendUndo);
+            }
+        }
+    }
+}
+
+pub fn holder_id(client: u8, chain: u8) -> String {
+    format!("c{client}:{chain}")
+}
+
+/// The key a request of `client` keeps its answer under.
+pub fn request_key(client: u8) -> String {
+    format!("{{{LATCH}}}:request:c{client}")
+}
+
+/// The key a release of `holder` keeps its answer under.
+fn receipt_key(lock: &str, holder: &str) -> String {
+    format!("{{{lock}}}:release:{holder}")
+}
+
+/// A request's deadline and until when its answer is kept, for a request made at `now`:
+/// `SEND_FOR_MS` and `KEEP_AFTER_MS` after. With the old behaviour, no deadline (one far
+/// off), and the answer kept as long from the send.
+fn request_window(world: &World, now: u64) -> (u64, u64) {
+    let deadline = now + SEND_FOR_MS;
+    let keep_until = deadline + KEEP_AFTER_MS;
+    match world.config.old.no_request_deadlines {
+        true => (u64::MAX / 4, keep_until),
+        false => (deadline, keep_until),
+    }
+}
+
+impl World {
+    /// Client `c` does `choice`.
+    pub fn act(&mut self, c: u8, choice: Choice) {
+        let scenario = self.config.scenario;
+        match choice {
+            Choice::Start => self.start(c, scenario),
+            Choice::Renew => self.renew(c),
+            Choice::Release => self.release(c, scenario),
+            Choice::TimeOut => self.time_out(c),
+            Choice::SendUndo => {
+                let client = &mut self.clients[c as usize];
+                let Some(undo) = &mut client.undo else { return };
+                undo.out = true;
+                undo.call.sends += 1;
+                let message = message(c, undo.call.seq, &undo.call.call);
+                self.send(message);
+            }
+        }
+    }
+
+    /// Sends `call` from client `c` as a new call; answers what it waits for.
+    fn call(&mut self, c: u8, call: Call, deadline: u64) -> Waiting {
+        let now = self.now();
+        let client = &mut self.clients[c as usize];
+        client.seq += 1;
+        let waiting = Waiting {
+            seq: client.seq,
+            call,
+            sent_at: now,
+            deadline,
+            sends: 1,
+        };
+        self.send(message(c, waiting.seq, &waiting.call));
+        waiting
+    }
+
+    fn start(&mut self, c: u8, scenario: Scenario) {
+        self.clients[c as usize].started = true;
+        let now = self.now();
+        match scenario {
+            Scenario::Latch => {
+                let (deadline, keep_until) = request_window(self, now);
+                let call = Call::new(
+                    "latch::COUNT_DOWN",
+                    &[LATCH, LATCH_CHANNEL, &request_key(c)],
+                )
+                .arg("0")
+                .arg(deadline)
+                .arg(keep_until);
+                let waiting = self.call(c, call, deadline);
+                self.clients[c as usize].step = Step::Requesting(waiting);
+            }
+            Scenario::Lock | Scenario::Election => self.try_lock(c, scenario),
+        }
+    }
+
+    /// One try of the lock, by the client's current chain.
+    fn try_lock(&mut self, c: u8, scenario: Scenario) {
+        let names = scenario.names();
+        let deadline = self.now() + SEND_FOR_MS;
+        let call = Call::new("plain::ACQUIRE", &[names.lock, names.token])
+            .arg(LEASE_MS)
+            .arg(self.clients[c as usize].holder())
+            .arg(0)
+            .arg(deadline);
+        let waiting = self.call(c, call, deadline);
+        self.clients[c as usize].step = Step::Trying(waiting);
+    }
+
+    fn renew(&mut self, c: u8) {
+        let lock = self.config.scenario.names().lock;
+        let call = Call::new("renew::RENEW", &[lock])
+            .arg(LEASE_MS)
+            .arg("field")
+            .arg(self.clients[c as usize].holder())
+            .arg("");
+        let now = self.now();
+        let waiting = self.call(c, call, now + SEND_FOR_MS);
+        self.clients[c as usize].renewals += 1;
+        if let Step::Holding { renewal, .. } = &mut self.clients[c as usize].step {
+            *renewal = Some(waiting);
+        }
+    }
+
+    fn release(&mut self, c: u8, scenario: Scenario) {
+        let names = scenario.names();
+        let holder = self.clients[c as usize].holder();
+        let receipt = receipt_key(names.lock, &holder);
+        let (deadline, keep_until) = request_window(self, self.now());
+        let call = match scenario {
+            Scenario::Election => Call::new(
+                "election::RESIGN",
+                &[
+                    names.lock,
+                    names.channel,
+                    &receipt,
+                    names.record,
+                    names.log,
+                    names.election_channel,
+                ],
+            )
+            .arg(&holder)
+            .arg(LEASE_MS)
+            .arg(keep_until)
+            .arg("0")
+            .arg(0)
+            .arg(1000),
+            _ => Call::new(
+                "plain::RELEASE",
+                &[names.lock, names.channel, &receipt, names.token],
+            )
+            .arg(&holder)
+            .arg(LEASE_MS)
+            .arg(keep_until)
+            .arg("0")
+            .arg(0)
+            .arg("")
+            .arg(0),
+        }
+        .arg(deadline);
+        let waiting = self.call(c, call, deadline);
+        self.clients[c as usize].step = Step::Requesting(waiting);
+    }
+
+    /// The client stops waiting for its answer: a request is sent again while its deadline
+    /// has not passed; a try is given up (undone, and the next try is a new chain's); an
+    /// announcement is sent again while the lease lasts.
+    fn time_out(&mut self, c: u8) {
+        let now = self.now();
+        let client = &mut self.clients[c as usize];
+        let (waiting, resent) = match &mut client.step {
+            Step::Trying(waiting) => (waiting, false),
+            Step::Requesting(waiting) => (waiting, true),
+            Step::Announcing { call, .. } => (call, true),
+            _ => return,
+        };
+        if resent && waiting.sends < MAX_SENDS && now < waiting.deadline {
+            waiting.sends += 1;
+            let message = message(c, waiting.seq, &waiting.call);
+            self.send(message);
+            return;
+        }
+        match std::mem::replace(&mut client.step, Step::Done) {
+            Step::Trying(waiting) => self.give_up_try(c, waiting),
+            Step::Requesting(_) | Step::Announcing { .. } => {}
+            _ => unreachable!("a step that waits"),
+        }
+    }
+
+    /// A try whose answer did not come: its undo is queued (sent behind it now, and by the
+    /// cleanup until answered), and the client is done with the chain.
+    fn give_up_try(&mut self, c: u8, tried: Waiting) {
+        let holder = self.clients[c as usize].holder();
+        let lock = &tried.call.keys[0];
+        let channel = format!("redisson_lock__channel:{{{lock}}}");
+        let call = Call::new("plain::UNDO", &[lock, &channel])
+            .arg(&holder)
+            .arg(0)
+            .arg("0")
+            .arg(tried.deadline);
+        let undo = self.call(c, call, tried.deadline);
+        self.ghost.abandoned.push(holder);
+        self.ghost.abandoned.sort();
+        let client = &mut self.clients[c as usize];
+        client.undo = Some(Undo {
+            call: undo,
+            out: true,
+            not_before: tried.deadline,
+        });
+        client.chain += 1;
+    }
+
+    /// The answer to client `c`'s call `seq` arrives; an answer to a call it no longer waits
+    /// for is dropped.
+    pub fn receive(&mut self, c: u8, seq: u16, reply: Reply) {
+        let client = &mut self.clients[c as usize];
+        if let Some(undo) = &mut client.undo {
+            if undo.call.seq == seq {
+                match reply.as_pair() {
+                    Some((-1, _)) => undo.out = false,
+                    _ => client.undo = None,
+                }
+                return;
+            }
+        }
+        let next = match &mut client.step {
+            Step::Trying(waiting) if waiting.seq == seq => {
+                let sent_at = waiting.sent_at;
+                return self.tried(c, reply, sent_at);
+            }
+            Step::Holding {
+                renewal: Some(renewal),
+                valid_until,
+                token,
+            } if renewal.seq == seq => match reply {
+                Reply::Array(items) if items.first() == Some(&Reply::Int(1)) => Step::Holding {
+                    token: *token,
+                    valid_until: (*valid_until).max(renewal.sent_at + LEASE_MS),
+                    renewal: None,
+                },
+                _ => Step::Done,
+            },
+            Step::Announcing {
+                call,
+                token,
+                valid_until,
+            } if call.seq == seq => match reply {
+                Reply::Int(1) => Step::Holding {
+                    token: *token,
+                    valid_until: *valid_until,
+                    renewal: None,
+                },
+                _ => Step::Done,
+            },
+            Step::Requesting(waiting) if waiting.seq == seq => Step::Done,
+            _ => return,
+        };
+        client.step = next;
+    }
+
+    /// A try's answer: the lock taken (the client holds it from the try's send on; an
+    /// election's candidate announces itself first), or not (the client is done).
+    fn tried(&mut self, c: u8, reply: Reply, sent_at: u64) {
+        let scenario = self.config.scenario;
+        let Some((1, token)) = reply.as_pair() else {
+            self.clients[c as usize].step = Step::Done;
+            return;
+        };
+        let token = token as u64;
+        self.ghost.note_token(token);
+        let valid_until = sent_at + LEASE_MS;
+        if scenario != Scenario::Election || self.config.old.announce_in_acquisition {
+            self.clients[c as usize].step = Step::Holding {
+                token,
+                valid_until,
+                renewal: None,
+            };
+            return;
+        }
+        let names = scenario.names();
+        let holder = self.clients[c as usize].holder();
+        let call = Call::new(
+            "election::ANNOUNCE",
+            &[names.lock, names.record, names.log, names.election_channel],
+        )
+        .arg(holder)
+        .arg(format!("value-{c}"))
+        .arg(token)
+        .arg(1000);
+        let waiting = self.call(c, call, valid_until);
+        self.clients[c as usize].step = Step::Announcing {
+            token,
+            valid_until,
+            call: waiting,
+        };
+    }
+}
+
+fn message(client: u8, seq: u16, call: &Call) -> Message {
+    Message {
+        client,
+        seq,
+        body: Body::Call(call.clone()),
+    }
+}
+
+impl Client {
+    /// Whether it waits for the answer to its call `seq`.
+    pub fn awaits(&self, seq: u16) -> bool {
+        let step = match &self.step {
+            Step::Trying(waiting) | Step::Requesting(waiting) => Some(waiting.seq),
+            Step::Announcing { call, .. } => Some(call.seq),
+            Step::Holding { renewal, .. } => renewal.as_ref().map(|renewal| renewal.seq),
+            Step::Idle | Step::Done => None,
+        };
+        let undo = self
+            .undo
+            .as_ref()
+            .filter(|undo| undo.out)
+            .map(|undo| undo.call.seq);
+        step == Some(seq) || undo == Some(seq)
+    }
+}
+
+impl Reply {
+    /// An answer `{a, b}` of two integers.
+    pub fn as_pair(&self) -> Option<(i64, i64)> {
+        match self {
+            Reply::Array(items) => match items.as_slice() {
+                [Reply::Int(a), Reply::Int(b)] => Some((*a, *b)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}

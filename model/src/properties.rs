@@ -1,0 +1,113 @@
+//! What is checked in every state the search reaches (`always`), and what some state must
+//! show (`sometimes`: the model is not vacuous, each scenario gets where it should).
+
+use stateright::Property;
+
+use crate::clients::{Scenario, LATCH_COUNT};
+use crate::model::ProtocolModel;
+use crate::world::World;
+
+type Check = fn(&ProtocolModel, &World) -> bool;
+
+/// The properties of `scenario`.
+pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
+    let mut all = vec![
+        Property::always("fencing tokens rise", tokens_rise as Check),
+        Property::always("no request runs twice", no_request_runs_twice as Check),
+    ];
+    match scenario {
+        Scenario::Lock | Scenario::Election => {
+            all.push(Property::always(
+                "one valid holder",
+                one_valid_holder as Check,
+            ));
+            all.push(Property::always(
+                "a valid holder is the one Redis has",
+                holders_on_record as Check,
+            ));
+            all.push(Property::sometimes(
+                "a client holds the lock",
+                someone_holds as Check,
+            ));
+        }
+        Scenario::Latch => {
+            all.push(Property::always(
+                "the latch opens at zero",
+                latch_opens_at_zero as Check,
+            ));
+            all.push(Property::sometimes(
+                "the latch opens",
+                latch_opened as Check,
+            ));
+        }
+    }
+    if scenario == Scenario::Election {
+        all.push(Property::always(
+            "no phantom leader",
+            no_phantom_leader as Check,
+        ));
+        all.push(Property::sometimes(
+            "a leader is announced",
+            announced as Check,
+        ));
+    }
+    all
+}
+
+/// At most one client holds the lock by its own clock.
+fn one_valid_holder(_: &ProtocolModel, world: &World) -> bool {
+    let now = world.now();
+    world
+        .clients
+        .iter()
+        .filter(|client| client.holds_at(now))
+        .count()
+        <= 1
+}
+
+/// A client that holds the lock by its own clock is on record as its holder in Redis.
+fn holders_on_record(model: &ProtocolModel, world: &World) -> bool {
+    let lock = model.config.scenario.names().lock;
+    let now = world.now();
+    world.clients.iter().filter(|client| client.holds_at(now)).all(|client| {
+        matches!(
+            world.server.get(lock).map(|entry| &entry.value),
+            Some(crate::keyspace::Value::Hash(hash)) if hash.contains_key(client.holder().as_bytes())
+        )
+    })
+}
+
+fn someone_holds(_: &ProtocolModel, world: &World) -> bool {
+    let now = world.now();
+    world.clients.iter().any(|client| client.holds_at(now))
+}
+
+fn tokens_rise(_: &ProtocolModel, world: &World) -> bool {
+    !world.ghost.token_fell
+}
+
+fn no_request_runs_twice(_: &ProtocolModel, world: &World) -> bool {
+    world.ghost.applied.iter().all(|(_, count)| *count <= 1)
+}
+
+/// The latch opens only once as many different count-downs as its count ran.
+fn latch_opens_at_zero(_: &ProtocolModel, world: &World) -> bool {
+    !world.ghost.latch_opened || world.ghost.applied.len() >= LATCH_COUNT as usize
+}
+
+/// No leader is announced that gave its campaign up without knowing it had won.
+fn no_phantom_leader(_: &ProtocolModel, world: &World) -> bool {
+    world
+        .ghost
+        .announced
+        .iter()
+        .all(|(holder, _)| !world.ghost.abandoned.contains(holder))
+}
+
+fn latch_opened(_: &ProtocolModel, world: &World) -> bool {
+    world.ghost.latch_opened
+}
+
+fn announced(_: &ProtocolModel, world: &World) -> bool {
+    !world.ghost.announced.is_empty()
+}

@@ -1,0 +1,171 @@
+//! The checked system: one server running the crate's scripts on its keyspace, clients that
+//! make the crate's calls, and the network between them, which delivers the messages in any
+//! order, drops and duplicates them, and the server's clock, which moves on. A state of
+//! [`World`] is everything at one moment; an [`Action`] is one step any of them may take.
+//! What the clients decide lives in `crate::clients`, what is checked in `crate::properties`.
+
+use std::fmt;
+
+use crate::clients::{Choice, Client, Scenario};
+use crate::keyspace::{Bytes, Keyspace, Reply};
+
+/// The server's clock at the start, in ms since the epoch.
+pub const START_MS: u64 = 1_700_000_000_000;
+/// How far one step of the clock moves it, in ms.
+pub const TICK_MS: u64 = 1000;
+
+/// What the behaviour switched back to an older one's does, to show what the model finds in
+/// it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Old {
+    /// Requests carry no deadline (as before `REDLEASE_LATE`): a copy held up past its
+    /// kept answer runs again.
+    pub no_request_deadlines: bool,
+    /// A campaign is announced by the acquisition that wins it (as before `announce.lua`),
+    /// before its candidate knows it won.
+    pub announce_in_acquisition: bool,
+}
+
+/// How much may go wrong, and how far the clock may move, in one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// Messages the network may lose (a lost answer is a broken connection).
+    pub drops: u8,
+    /// Messages the network may deliver twice.
+    pub duplicates: u8,
+    /// Steps of the server's clock.
+    pub ticks: u8,
+}
+
+/// One run's set-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    pub scenario: Scenario,
+    pub clients: u8,
+    pub faults: Faults,
+    pub old: Old,
+}
+
+/// One call of a script, as it travels: the script's name in the crate, keys, arguments.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Call {
+    pub script: &'static str,
+    pub keys: Vec<String>,
+    pub args: Vec<Bytes>,
+}
+
+impl Call {
+    pub fn new(script: &'static str, keys: &[&str]) -> Self {
+        Call {
+            script,
+            keys: keys.iter().map(|key| (*key).to_owned()).collect(),
+            args: Vec::new(),
+        }
+    }
+
+    pub fn arg(mut self, arg: impl ToString) -> Self {
+        self.args.push(arg.to_string().into_bytes());
+        self
+    }
+}
+
+/// What a message carries.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Body {
+    /// A call, to the server.
+    Call(Call),
+    /// The server's answer to a call, to its client.
+    Answer(Reply),
+}
+
+/// A message in flight between the server and client `client`; `seq` is the number of the
+/// client's call it is (or answers).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Message {
+    pub client: u8,
+    pub seq: u16,
+    pub body: Body,
+}
+
+/// What the checker records beside the system, for the properties: what happened, not what
+/// any part of the system knows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ghost {
+    /// How many times each request's body ran, by the request's key.
+    pub applied: Vec<(String, u8)>,
+    /// The highest fencing token granted so far, and whether one ever came lower.
+    pub last_token: u64,
+    pub token_fell: bool,
+    /// The leaders announced on an election's channel: holder id, term.
+    pub announced: Vec<(String, u64)>,
+    /// Candidates that gave their campaign up without knowing they won it.
+    pub abandoned: Vec<String>,
+    /// The latch opened (its count-down to zero announced it).
+    pub latch_opened: bool,
+}
+
+impl Ghost {
+    pub fn note_applied(&mut self, request: &str) {
+        match self.applied.iter_mut().find(|(key, _)| key == request) {
+            Some((_, count)) => *count += 1,
+            None => {
+                self.applied.push((request.to_owned(), 1));
+                self.applied.sort();
+            }
+        }
+    }
+
+    pub fn note_token(&mut self, token: u64) {
+        self.token_fell |= token <= self.last_token;
+        self.last_token = self.last_token.max(token);
+    }
+}
+
+/// Everything at one moment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    pub config: Config,
+    pub server: Keyspace,
+    pub clients: Vec<Client>,
+    /// In flight, sorted: the network keeps no order.
+    pub network: Vec<Message>,
+    pub drops_left: u8,
+    pub duplicates_left: u8,
+    pub ticks_left: u8,
+    pub ghost: Ghost,
+}
+
+impl World {
+    pub fn now(&self) -> u64 {
+        self.server.now_ms
+    }
+
+    /// Puts `message` in flight.
+    pub fn send(&mut self, message: Message) {
+        let at = self.network.partition_point(|each| each < &message);
+        self.network.insert(at, message);
+    }
+}
+
+/// One step.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The network delivers the message at this index: a call runs on the server, an answer
+    /// reaches its client.
+    Deliver(usize),
+    /// The network loses it.
+    Drop(usize),
+    /// The network delivers a copy of it later too.
+    Duplicate(usize),
+    /// The server's clock moves on a step; keys expire.
+    Tick,
+    /// A client does something on its own: starts, renews, releases, stops waiting for an
+    /// answer (its response timeout), sends an undo again.
+    Act(u8, Choice),
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}

@@ -1,0 +1,166 @@
+//! The model checked: every scenario keeps its properties in every state within its budget,
+//! with the crate's behaviour; with an older behaviour switched back on, the search finds the
+//! defect it had, as a path of steps.
+//!
+//! The budgets (the clients, the faults and the clock's steps of each scenario) are what CI
+//! runs; `REDLEASE_MODEL_TICKS`, `REDLEASE_MODEL_DROPS` and `REDLEASE_MODEL_DUPLICATES`
+//! raise them for a longer run by hand.
+
+use std::time::Instant;
+
+use redlease_model::{Config, Faults, Old, ProtocolModel, Scenario};
+use stateright::{Checker, HasDiscoveries, Model};
+
+/// What one search found.
+struct Searched {
+    states: usize,
+    /// The properties a path was found for: a counterexample of an `always`, an example of a
+    /// `sometimes`.
+    discovered: Vec<&'static str>,
+}
+
+fn search(config: Config, stop_at_first_failure: bool) -> Searched {
+    let started = Instant::now();
+    let mut builder = ProtocolModel { config }.checker().threads(2);
+    if stop_at_first_failure {
+        builder = builder.finish_when(HasDiscoveries::AnyFailures);
+    }
+    let checker = builder.spawn_bfs().join();
+    let states = checker.unique_state_count();
+    println!(
+        "{:?} with {:?}, old behaviour {:?}: {states} states, depth {}, in {:.1?}",
+        config.scenario,
+        config.faults,
+        config.old,
+        checker.max_depth(),
+        started.elapsed()
+    );
+    let mut discovered = Vec::new();
+    for (name, path) in checker.discoveries() {
+        if stop_at_first_failure {
+            println!("{name}: found by the steps {:?}", path.into_actions());
+        }
+        discovered.push(name);
+    }
+    Searched { states, discovered }
+}
+
+fn from_env(name: &str, default: u8) -> u8 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Two clients, with `faults` raised by the environment.
+fn config(scenario: Scenario, faults: Faults, old: Old) -> Config {
+    Config {
+        scenario,
+        clients: 2,
+        faults: Faults {
+            drops: from_env("REDLEASE_MODEL_DROPS", faults.drops),
+            duplicates: from_env("REDLEASE_MODEL_DUPLICATES", faults.duplicates),
+            ticks: from_env("REDLEASE_MODEL_TICKS", faults.ticks),
+        },
+        old,
+    }
+}
+
+/// Searches `scenario` within `faults` with the crate's behaviour: no property broken,
+/// every `sometimes` reached.
+fn holds(scenario: Scenario, faults: Faults) {
+    let config = config(scenario, faults, Old::default());
+    let searched = search(config, false);
+    let model = ProtocolModel { config };
+    for property in model.properties() {
+        let found = searched.discovered.contains(&property.name);
+        match property.expectation {
+            stateright::Expectation::Sometimes => {
+                assert!(found, "{scenario:?}: no state where {}", property.name)
+            }
+            _ => assert!(!found, "{scenario:?}: broken: {}", property.name),
+        }
+    }
+    assert!(
+        searched.states > 10_000,
+        "a search that explored next to nothing"
+    );
+}
+
+#[test]
+fn the_latch_keeps_its_promises_in_every_interleaving() {
+    let faults = Faults {
+        drops: 1,
+        duplicates: 1,
+        ticks: 5,
+    };
+    holds(Scenario::Latch, faults);
+}
+
+#[test]
+fn the_lock_keeps_its_promises_in_every_interleaving() {
+    let faults = Faults {
+        drops: 1,
+        duplicates: 0,
+        ticks: 3,
+    };
+    holds(Scenario::Lock, faults);
+}
+
+#[test]
+fn the_election_keeps_its_promises_in_every_interleaving() {
+    let faults = Faults {
+        drops: 1,
+        duplicates: 0,
+        ticks: 2,
+    };
+    holds(Scenario::Election, faults);
+}
+
+/// Searches with an old behaviour on until the first broken property; answers the broken
+/// ones.
+fn broken_with(scenario: Scenario, faults: Faults, old: Old) -> Vec<&'static str> {
+    let config = config(scenario, faults, old);
+    let model = ProtocolModel { config };
+    let searched = search(config, true);
+    model
+        .properties()
+        .into_iter()
+        .filter(|property| property.expectation != stateright::Expectation::Sometimes)
+        .map(|property| property.name)
+        .filter(|name| searched.discovered.contains(name))
+        .collect()
+}
+
+#[test]
+fn without_request_deadlines_a_late_copy_runs_twice() {
+    let old = Old {
+        no_request_deadlines: true,
+        ..Old::default()
+    };
+    let faults = Faults {
+        drops: 0,
+        duplicates: 1,
+        ticks: 5,
+    };
+    let broken = broken_with(Scenario::Latch, faults, old);
+    assert!(
+        broken.contains(&"no request runs twice") || broken.contains(&"the latch opens at zero"),
+        "{broken:?}"
+    );
+}
+
+#[test]
+fn an_acquisition_that_announces_makes_a_phantom_leader() {
+    let old = Old {
+        announce_in_acquisition: true,
+        ..Old::default()
+    };
+    let faults = Faults {
+        drops: 1,
+        duplicates: 0,
+        ticks: 2,
+    };
+    let broken = broken_with(Scenario::Election, faults, old);
+    assert_eq!(broken, ["no phantom leader"]);
+}

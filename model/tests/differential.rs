@@ -1,0 +1,478 @@
+//! The model's server held to the real one: random sequences of the crate's scripts, with
+//! random keys, arguments, deadlines and request ids, sent to a throwaway `redis-server` (or
+//! the server `REDLEASE_REDIS_SERVER` names) and run on the model's keyspace; every reply and
+//! the whole keyspace after each step must agree.
+//!
+//! The model's clock is set to the server's (`TIME`) before each step. Leases and kept
+//! answers are long, and deadlines far from the clock (seconds before or after), so that the
+//! milliseconds between the two runs decide nothing; times in replies and values (TTLs,
+//! the server's time, stream ids) are compared to within `CLOCK_SLACK_MS`. Keys expire by a
+//! step of their own (deleted on both), not by the clock.
+//!
+//! CI runs `STEPS` steps in `RUNS` runs; `REDLEASE_DIFFERENTIAL_STEPS` and
+//! `REDLEASE_DIFFERENTIAL_SEED` run longer, or one seed again.
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+use redlease_model::keyspace::{Keyspace, Reply, Value as Stored};
+use redlease_model::{lua, scripts};
+use redlease_testing::RedisServer;
+
+const RUNS: u64 = 8;
+const STEPS: usize = 300;
+/// How far apart a time in a reply or a value may be on the two servers, in ms.
+const CLOCK_SLACK_MS: i64 = 500;
+/// Integers at least this large are times (leases are longer, counts and tokens smaller).
+const TIME_LIKE: i64 = 2000;
+
+/// A small random number generator (xorshift), so a run is its seed.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// One step: a script by its crate name with keys and arguments, or a key that expires.
+enum Step {
+    Script {
+        name: &'static str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    },
+    Expire(String),
+    /// A key of the wrong type where a primitive's key should be.
+    Plant(String),
+}
+
+const LOCKS: &[&str] = &["lock", "leader"];
+const HOLDERS: &[&str] = &["h1", "h2", "h3"];
+
+/// The words a random step is made of: a lock's (or an election's) keys, a holder, a
+/// latch's request, and times around `now`.
+struct Words {
+    lock: &'static str,
+    holder: &'static str,
+    token: String,
+    channel: String,
+    receipt: String,
+    request: String,
+    record: String,
+    log: String,
+    election: String,
+    deadline: String,
+    keep_until: String,
+    lease: String,
+    levels: String,
+}
+
+impl Words {
+    fn draw(random: &mut Random, now: u64) -> Words {
+        let lock = *random.pick(LOCKS);
+        let holder = *random.pick(HOLDERS);
+        let deadline = match random.below(4) {
+            0 => now - 3000,
+            _ => now + 5000,
+        };
+        Words {
+            lock,
+            holder,
+            token: format!("{{{lock}}}:token"),
+            channel: format!("redisson_lock__channel:{{{lock}}}"),
+            receipt: format!("{{{lock}}}:release:{holder}:{}", random.below(3)),
+            request: format!("{{latch}}:request:{}", random.below(4)),
+            record: format!("{{{lock}}}:record"),
+            log: format!("{{{lock}}}:log"),
+            election: format!("{{{lock}}}:election"),
+            keep_until: (deadline.max(now) + 5000).to_string(),
+            deadline: deadline.to_string(),
+            lease: (10_000 + 1000 * random.below(20)).to_string(),
+            levels: random.below(3).to_string(),
+        }
+    }
+}
+
+fn script(name: &'static str, keys: &[&str], args: &[&str]) -> Step {
+    Step::Script {
+        name,
+        keys: keys.iter().map(|key| (*key).to_owned()).collect(),
+        args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+    }
+}
+
+/// A random step at `now`: a call of one of the modelled scripts, or a fault.
+fn random_step(random: &mut Random, now: u64) -> Step {
+    let words = Words::draw(random, now);
+    match random.below(14) {
+        0..=5 => lock_step(random, &words),
+        6..=9 => latch_step(random, &words),
+        10..=12 => election_step(random, &words),
+        _ => fault_step(random, &words),
+    }
+}
+
+/// A call of the lock's scripts.
+fn lock_step(random: &mut Random, w: &Words) -> Step {
+    let (lock, holder) = (w.lock, w.holder);
+    match random.below(6) {
+        0 | 1 => script(
+            "plain::ACQUIRE",
+            &[lock, &w.token],
+            &[&w.lease, holder, &w.levels, &w.deadline],
+        ),
+        2 => {
+            let hand_to = *random.pick(&["", "h1", "h3"]);
+            script(
+                "plain::RELEASE",
+                &[lock, &w.channel, &w.receipt, &w.token],
+                &[
+                    holder,
+                    &w.lease,
+                    &w.keep_until,
+                    "0",
+                    &w.levels,
+                    hand_to,
+                    &w.lease,
+                    &w.deadline,
+                ],
+            )
+        }
+        3 => script(
+            "plain::UNDO",
+            &[lock, &w.channel],
+            &[holder, &w.levels, "0", &w.deadline],
+        ),
+        4 => script(
+            "plain::FORCE_RELEASE",
+            &[lock, &w.channel, &w.token, &w.request],
+            &["0", "redlease:force", &w.deadline, &w.keep_until],
+        ),
+        _ => script(
+            "renew::RENEW",
+            &[lock],
+            &[&w.lease, "field", holder, *random.pick(&["", "1500"])],
+        ),
+    }
+}
+
+/// A call of the latch's scripts.
+fn latch_step(random: &mut Random, w: &Words) -> Step {
+    let keys = ["latch", "latch:channel", &w.request];
+    match random.below(4) {
+        0 => {
+            let count = (1 + random.below(3)).to_string();
+            script(
+                "latch::SET_COUNT",
+                &keys,
+                &[&count, "1", &w.deadline, &w.keep_until],
+            )
+        }
+        1 => script("latch::DELETE", &keys, &["1", &w.deadline, &w.keep_until]),
+        _ => script(
+            "latch::COUNT_DOWN",
+            &keys,
+            &["0", &w.deadline, &w.keep_until],
+        ),
+    }
+}
+
+/// A call of the election's scripts.
+fn election_step(random: &mut Random, w: &Words) -> Step {
+    let (lock, holder) = (w.lock, w.holder);
+    match random.below(3) {
+        0 => script(
+            "election::ANNOUNCE",
+            &[lock, &w.record, &w.log, &w.election],
+            &[holder, "value", &random.below(20).to_string(), "1000"],
+        ),
+        1 => script(
+            "election::RESIGN",
+            &[lock, &w.channel, &w.receipt, &w.record, &w.log, &w.election],
+            &[
+                holder,
+                &w.lease,
+                &w.keep_until,
+                "0",
+                &w.levels,
+                "1000",
+                &w.deadline,
+            ],
+        ),
+        _ => script("election::READ_LEADER", &[lock, &w.record, &w.log], &[]),
+    }
+}
+
+/// A key that expires, or one of the wrong type planted.
+fn fault_step(random: &mut Random, w: &Words) -> Step {
+    match random.below(4) {
+        0 => Step::Plant((*random.pick(&[w.lock, "latch", &w.record])).to_owned()),
+        _ => {
+            let keys = [w.lock, "latch", &w.request, &w.receipt, &w.token];
+            Step::Expire((*random.pick(&keys)).to_owned())
+        }
+    }
+}
+
+fn from_redis(value: redis::RedisResult<Value>) -> Reply {
+    match value {
+        Err(error) => Reply::Error(format!(
+            "{} {}",
+            error.code().unwrap_or("ERR"),
+            error.detail().unwrap_or("")
+        )),
+        Ok(value) => reply_of(value),
+    }
+}
+
+fn reply_of(value: Value) -> Reply {
+    match value {
+        Value::Nil => Reply::Nil,
+        Value::Int(number) => Reply::Int(number),
+        Value::BulkString(bytes) => Reply::Bulk(bytes),
+        Value::SimpleString(text) => Reply::Status(text),
+        Value::Okay => Reply::Status("OK".into()),
+        Value::Array(items) => Reply::Array(items.into_iter().map(reply_of).collect()),
+        Value::ServerError(error) => Reply::Error(format!(
+            "{} {}",
+            error.code(),
+            error.details().unwrap_or("")
+        )),
+        other => Reply::Error(format!("UNEXPECTED {other:?}")),
+    }
+}
+
+fn close(a: i64, b: i64) -> bool {
+    a == b || (a.min(b) >= TIME_LIKE && (a - b).abs() <= CLOCK_SLACK_MS)
+}
+
+/// Bytes equal, or both times (a number or a stream id) close enough.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a == b {
+        return true;
+    }
+    let time = |bytes: &[u8]| -> Option<i64> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        text.split('-').next()?.parse().ok()
+    };
+    matches!((time(a), time(b)), (Some(a), Some(b)) if close(a, b))
+}
+
+fn same_reply(real: &Reply, model: &Reply) -> bool {
+    match (real, model) {
+        (Reply::Int(a), Reply::Int(b)) => close(*a, *b),
+        (Reply::Bulk(a), Reply::Bulk(b)) => same_bytes(a, b),
+        (Reply::Error(_), Reply::Error(_)) => real.error_code() == model.error_code(),
+        (Reply::Array(a), Reply::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_reply(a, b))
+        }
+        _ => real == model,
+    }
+}
+
+/// The real server's keys, each as its type, TTL and value in the words `reply_of` makes.
+fn dump_real(connection: &mut redis::Connection) -> BTreeMap<String, (String, i64, Reply)> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(connection).expect("KEYS");
+    let mut dump = BTreeMap::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query(connection)
+            .expect("TYPE");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query(connection)
+            .expect("PTTL");
+        let read = match kind.as_str() {
+            "string" => redis::cmd("GET").arg(&key).clone(),
+            "hash" => redis::cmd("HGETALL").arg(&key).clone(),
+            "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).clone(),
+            "zset" => redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .clone(),
+            _ => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").clone(),
+        };
+        let mut value = from_redis(read.query(connection));
+        if kind == "hash" {
+            value = sorted_pairs(value);
+        }
+        dump.insert(key, (kind, ttl, value));
+    }
+    dump
+}
+
+/// A flat list of pairs, sorted by the first of each (a hash's fields come in any order).
+fn sorted_pairs(reply: Reply) -> Reply {
+    let Reply::Array(items) = reply else {
+        return reply;
+    };
+    let mut pairs: Vec<(Reply, Reply)> = items
+        .chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect();
+    pairs.sort();
+    Reply::Array(pairs.into_iter().flat_map(|(a, b)| [a, b]).collect())
+}
+
+/// The model's keys in the same words.
+fn dump_model(server: &mut Keyspace) -> BTreeMap<String, (String, i64, Reply)> {
+    let keys: Vec<String> = server.entries.keys().cloned().collect();
+    let mut dump = BTreeMap::new();
+    for key in keys {
+        let Some(entry) = server.get(&key).cloned() else {
+            continue;
+        };
+        let ttl = entry
+            .expires_at
+            .map_or(-1, |at| (at - server.now_ms) as i64);
+        let value = match &entry.value {
+            Stored::Str(bytes) => Reply::Bulk(bytes.clone()),
+            Stored::Hash(_) => sorted_pairs(server.call(&words(&["HGETALL", &key]))),
+            Stored::List(_) => server.call(&words(&["LRANGE", &key, "0", "-1"])),
+            Stored::ZSet(_) => server.call(&words(&["ZRANGE", &key, "0", "-1", "WITHSCORES"])),
+            Stored::Stream(entries) => Reply::Array(
+                entries
+                    .iter()
+                    .map(|((ms, seq), fields)| {
+                        let fields = fields
+                            .iter()
+                            .flat_map(|(f, v)| [Reply::Bulk(f.clone()), Reply::Bulk(v.clone())])
+                            .collect();
+                        Reply::Array(vec![
+                            Reply::Bulk(format!("{ms}-{seq}").into_bytes()),
+                            Reply::Array(fields),
+                        ])
+                    })
+                    .collect(),
+            ),
+        };
+        dump.insert(key, (entry.value.type_name().to_owned(), ttl, value));
+    }
+    dump
+}
+
+fn words(items: &[&str]) -> Vec<Vec<u8>> {
+    items.iter().map(|item| item.as_bytes().to_vec()).collect()
+}
+
+fn same_keyspace(
+    real: &BTreeMap<String, (String, i64, Reply)>,
+    model: &BTreeMap<String, (String, i64, Reply)>,
+) -> bool {
+    real.len() == model.len()
+        && real
+            .iter()
+            .zip(model)
+            .all(|((rk, (rt, rttl, rv)), (mk, (mt, mttl, mv)))| {
+                rk == mk && rt == mt && close(*rttl, *mttl) && same_reply(rv, mv)
+            })
+}
+
+/// A call as words, for a failure's message.
+fn described(name: &str, keys: &[Vec<u8>], args: &[Vec<u8>]) -> String {
+    let words: Vec<_> = keys
+        .iter()
+        .chain(args)
+        .map(|word| String::from_utf8_lossy(word))
+        .collect();
+    format!("{name} {}", words.join(" "))
+}
+
+fn server_time_ms(connection: &mut redis::Connection) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(connection).expect("TIME");
+    seconds * 1000 + micros / 1000
+}
+
+/// Runs one seed: `steps` steps on both servers, from empty keyspaces.
+fn run(connection: &mut redis::Connection, seed: u64, steps: usize) {
+    redis::cmd("FLUSHALL")
+        .query::<()>(connection)
+        .expect("FLUSHALL");
+    let mut random = Random(seed.max(1));
+    let mut model = Keyspace::at(server_time_ms(connection));
+    for step in 0..steps {
+        let now = server_time_ms(connection);
+        model.advance_to(now);
+        let (what, real, modelled) = match random_step(&mut random, now) {
+            Step::Script { name, keys, args } => {
+                let source = scripts::source(name);
+                let real = from_redis(
+                    redis::cmd("EVAL")
+                        .arg(source)
+                        .arg(keys.len())
+                        .arg(&keys)
+                        .arg(&args)
+                        .query(connection),
+                );
+                let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.as_bytes().to_vec()).collect();
+                let args: Vec<Vec<u8>> = args.iter().map(|arg| arg.as_bytes().to_vec()).collect();
+                let modelled = lua::eval(&mut model, source, &keys, &args);
+                model.published.clear();
+                (described(name, &keys, &args), real, modelled)
+            }
+            Step::Expire(key) => {
+                let real = from_redis(redis::cmd("DEL").arg(&key).query(connection));
+                (
+                    format!("expire {key}"),
+                    real,
+                    model.call(&words(&["DEL", &key])),
+                )
+            }
+            Step::Plant(key) => {
+                let real = from_redis(redis::cmd("SET").arg(&key).arg("planted").query(connection));
+                (
+                    format!("plant {key}"),
+                    real,
+                    model.call(&words(&["SET", &key, "planted"])),
+                )
+            }
+        };
+        assert!(
+            same_reply(&real, &modelled),
+            "seed {seed}, step {step} ({what}): the server answered {real:?}, the model {modelled:?}"
+        );
+        let (real_keys, model_keys) = (dump_real(connection), dump_model(&mut model));
+        assert!(
+            same_keyspace(&real_keys, &model_keys),
+            "seed {seed}, step {step} ({what}): the keyspaces differ:\nserver {real_keys:#?}\nmodel {model_keys:#?}"
+        );
+    }
+}
+
+#[test]
+fn the_models_server_answers_and_stores_what_redis_does() {
+    let server = RedisServer::start().expect("a throwaway redis-server");
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut connection = client.get_connection().expect("connection");
+    let steps = std::env::var("REDLEASE_DIFFERENTIAL_STEPS")
+        .ok()
+        .and_then(|steps| steps.parse().ok())
+        .unwrap_or(STEPS);
+    let seeds: Vec<u64> = match std::env::var("REDLEASE_DIFFERENTIAL_SEED") {
+        Ok(seed) => vec![seed.parse().expect("a seed")],
+        Err(_) => (1..=RUNS)
+            .map(|run| run.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect(),
+    };
+    for seed in seeds {
+        run(&mut connection, seed, steps);
+    }
+    println!("{} steps compared", steps as u64 * RUNS);
+}
