@@ -33,6 +33,8 @@ pub enum Scenario {
     Latch,
     /// Each client campaigns once, announces itself if it wins, and resigns.
     Election,
+    /// Each client takes a permit of a semaphore of one, and gives it back.
+    Semaphore,
 }
 
 /// The keys of the lock (or the election's lock) the clients share.
@@ -68,6 +70,11 @@ impl Scenario {
     }
 }
 
+/// The semaphore's key (its count), its channel, and its size.
+pub const SEMAPHORE: &str = "sem";
+pub const SEMAPHORE_CHANNEL: &str = "redisson_sc:{sem}";
+pub const SEMAPHORE_SIZE: u8 = 1;
+
 /// The latch's key, and its channel.
 pub const LATCH: &str = "latch";
 pub const LATCH_CHANNEL: &str = "redisson_countdownlatch__channel:{latch}";
@@ -102,7 +109,10 @@ pub enum Step {
         valid_until: u64,
         call: Waiting,
     },
-    /// A release (or resignation), or a count-down, is out: a request.
+    /// A semaphore's permit is held (it has no lease).
+    HoldingPermit,
+    /// A request is out: a release (or resignation), a count-down, a take or a give-back of a
+    /// permit.
     Requesting(Waiting),
     Done,
 }
@@ -188,6 +198,7 @@ impl Client {
                     out.push(Choice::Renew);
                 }
             }
+            Step::HoldingPermit => out.push(Choice::Release),
             Step::Trying(_) | Step::Announcing { .. } | Step::Requesting(_) => {
                 out.push(Choice::TimeOut)
             }
@@ -205,9 +216,13 @@ pub fn holder_id(client: u8, chain: u8) -> String {
     format!("c{client}:{chain}")
 }
 
-/// The key a request of `client` keeps its answer under.
-pub fn request_key(client: u8) -> String {
-    format!("{{{LATCH}}}:request:c{client}")
+/// The key a request of `client` keeps its answer under: its count-down, or its take or
+/// give-back of a permit (`what`).
+pub fn request_key(client: u8, what: &str) -> String {
+    match what {
+        "" => format!("{{{LATCH}}}:request:c{client}"),
+        _ => format!("{{{SEMAPHORE}}}:request:{what}:c{client}"),
+    }
 }
 
 /// The key a release of `holder` keeps its answer under.
@@ -271,11 +286,20 @@ impl World {
                 let (deadline, keep_until) = request_window(self, now);
                 let call = Call::new(
                     "latch::COUNT_DOWN",
-                    &[LATCH, LATCH_CHANNEL, &request_key(c)],
+                    &[LATCH, LATCH_CHANNEL, &request_key(c, "")],
                 )
                 .arg("0")
                 .arg(deadline)
                 .arg(keep_until);
+                let waiting = self.call(c, call, deadline);
+                self.clients[c as usize].step = Step::Requesting(waiting);
+            }
+            Scenario::Semaphore => {
+                let (deadline, keep_until) = request_window(self, now);
+                let call = Call::new("semaphore::TAKE", &[SEMAPHORE, &request_key(c, "take")])
+                    .arg(1)
+                    .arg(deadline)
+                    .arg(keep_until);
                 let waiting = self.call(c, call, deadline);
                 self.clients[c as usize].step = Step::Requesting(waiting);
             }
@@ -312,6 +336,9 @@ impl World {
     }
 
     fn release(&mut self, c: u8, scenario: Scenario) {
+        if scenario == Scenario::Semaphore {
+            return self.give_permit_back(c);
+        }
         let names = scenario.names();
         let holder = self.clients[c as usize].holder();
         let receipt = receipt_key(names.lock, &holder);
@@ -351,6 +378,18 @@ impl World {
         self.clients[c as usize].step = Step::Requesting(waiting);
     }
 
+    /// Gives the permit back: a request adding one.
+    fn give_permit_back(&mut self, c: u8) {
+        let (deadline, keep_until) = request_window(self, self.now());
+        let keys = [SEMAPHORE, SEMAPHORE_CHANNEL, &request_key(c, "give")];
+        let call = Call::new("semaphore::ADD", &keys)
+            .arg(1)
+            .arg(deadline)
+            .arg(keep_until);
+        let waiting = self.call(c, call, deadline);
+        self.clients[c as usize].step = Step::Requesting(waiting);
+    }
+
     /// The client stops waiting for its answer: a request is sent again while its deadline
     /// has not passed; a try is given up (undone, and the next try is a new chain's); an
     /// announcement is sent again while the lease lasts.
@@ -371,13 +410,17 @@ impl World {
         }
         match std::mem::replace(&mut client.step, Step::Done) {
             Step::Trying(waiting) => self.give_up_try(c, waiting),
+            Step::Requesting(waiting) if waiting.call.script == "semaphore::TAKE" => {
+                self.give_up_take(c, waiting)
+            }
             Step::Requesting(_) | Step::Announcing { .. } => {}
             _ => unreachable!("a step that waits"),
         }
     }
 
-    /// A try whose answer did not come: its undo is queued (sent behind it now, and by the
-    /// cleanup until answered), and the client is done with the chain.
+    /// A try whose answer did not come, or came after its lease: its undo is queued (sent
+    /// behind it now, and by the cleanup until answered), and the client is done with the
+    /// chain.
     fn give_up_try(&mut self, c: u8, tried: Waiting) {
         let holder = self.clients[c as usize].holder();
         let lock = &tried.call.keys[0];
@@ -399,6 +442,22 @@ impl World {
         client.chain += 1;
     }
 
+    /// A take of a permit whose answer did not come: its undo (which gives the permit back
+    /// if the take ran, and keeps a later copy from running) is sent until answered.
+    fn give_up_take(&mut self, c: u8, took: Waiting) {
+        let keys = [SEMAPHORE, SEMAPHORE_CHANNEL, &request_key(c, "take")];
+        let call = Call::new("semaphore::UNDO_TAKE", &keys)
+            .arg(1)
+            .arg(String::from_utf8_lossy(&took.call.args[1]))
+            .arg(String::from_utf8_lossy(&took.call.args[2]));
+        let undo = self.call(c, call, took.deadline);
+        self.clients[c as usize].undo = Some(Undo {
+            call: undo,
+            out: true,
+            not_before: 0,
+        });
+    }
+
     /// The answer to client `c`'s call `seq` arrives; an answer to a call it no longer waits
     /// for is dropped.
     pub fn receive(&mut self, c: u8, seq: u16, reply: Reply) {
@@ -414,8 +473,8 @@ impl World {
         }
         let next = match &mut client.step {
             Step::Trying(waiting) if waiting.seq == seq => {
-                let sent_at = waiting.sent_at;
-                return self.tried(c, reply, sent_at);
+                let waiting = waiting.clone();
+                return self.tried(c, reply, waiting);
             }
             Step::Holding {
                 renewal: Some(renewal),
@@ -441,7 +500,10 @@ impl World {
                 },
                 _ => Step::Done,
             },
-            Step::Requesting(waiting) if waiting.seq == seq => Step::Done,
+            Step::Requesting(waiting) if waiting.seq == seq => match (waiting.call.script, reply) {
+                ("semaphore::TAKE", Reply::Int(1)) => Step::HoldingPermit,
+                _ => Step::Done,
+            },
             _ => return,
         };
         client.step = next;
@@ -449,15 +511,21 @@ impl World {
 
     /// A try's answer: the lock taken (the client holds it from the try's send on; an
     /// election's candidate announces itself first), or not (the client is done).
-    fn tried(&mut self, c: u8, reply: Reply, sent_at: u64) {
+    fn tried(&mut self, c: u8, reply: Reply, waiting: Waiting) {
         let scenario = self.config.scenario;
         let Some((1, token)) = reply.as_pair() else {
             self.clients[c as usize].step = Step::Done;
             return;
         };
+        let valid_until = waiting.sent_at + LEASE_MS;
+        if valid_until <= self.now() {
+            // A grant that came after its lease ran out by the client's clock makes no guard:
+            // it is given back (`NoGuard::Late`).
+            self.clients[c as usize].step = Step::Done;
+            return self.give_up_try(c, waiting);
+        }
         let token = token as u64;
         self.ghost.note_token(token);
-        let valid_until = sent_at + LEASE_MS;
         if scenario != Scenario::Election || self.config.old.announce_in_acquisition {
             self.clients[c as usize].step = Step::Holding {
                 token,
@@ -500,7 +568,7 @@ impl Client {
             Step::Trying(waiting) | Step::Requesting(waiting) => Some(waiting.seq),
             Step::Announcing { call, .. } => Some(call.seq),
             Step::Holding { renewal, .. } => renewal.as_ref().map(|renewal| renewal.seq),
-            Step::Idle | Step::Done => None,
+            Step::Idle | Step::Done | Step::HoldingPermit => None,
         };
         let undo = self
             .undo

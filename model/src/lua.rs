@@ -35,6 +35,7 @@ impl Host {
         )?;
         lua.globals().set("redis", redis)?;
         lua.globals().set("cmsgpack", msgpack::library(&lua)?)?;
+        lua.load(ERRORS_AS_REDIS_RAISES_THEM).exec()?;
         Ok(Host {
             lua,
             compiled: RefCell::new(HashMap::new()),
@@ -65,21 +66,14 @@ impl Host {
         let server = RefCell::new(keyspace);
         let outcome = lua.scope(|scope| {
             let redis: Table = lua.globals().get("redis")?;
-            let run = |command: MultiValue| -> mlua::Result<Reply> {
-                Ok(server.borrow_mut().call(&command_of(command)?))
-            };
-            let call =
-                scope.create_function(move |lua, command: MultiValue| match run(command)? {
-                    Reply::Error(message) => Err(mlua::Error::RuntimeError(message)),
-                    reply => to_lua(lua, &reply),
-                })?;
-            let pcall = scope
-                .create_function(move |lua, command: MultiValue| to_lua(lua, &run(command)?))?;
-            redis.set("call", call)?;
+            let pcall = scope.create_function(|lua, command: MultiValue| {
+                to_lua(lua, &server.borrow_mut().call(&command_of(command)?))
+            })?;
             redis.set("pcall", pcall)?;
             lua.globals().set("KEYS", strings(lua, keys)?)?;
             lua.globals().set("ARGV", strings(lua, args)?)?;
-            function.call::<LuaValue>(())
+            let run_script: Function = lua.globals().get("run_script")?;
+            run_script.call::<LuaValue>(function)
         });
         match outcome {
             Ok(value) => from_lua(&value),
@@ -87,6 +81,29 @@ impl Host {
         }
     }
 }
+
+/// `redis.call` raises a command's error as the table `{err = ...}`, as Redis's does (over
+/// `redis.pcall`, which the host gives each run), and a script's run (`run_script`) turns
+/// what it raised into an error reply: such a table as it is, anything else after `ERR`.
+const ERRORS_AS_REDIS_RAISES_THEM: &str = r#"
+redis.call = function(...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    error(reply, 0)
+  end
+  return reply
+end
+function run_script(script)
+  local ok, result = pcall(script)
+  if ok then
+    return result
+  end
+  if type(result) == 'table' and result.err then
+    return result
+  end
+  return {err = 'ERR ' .. tostring(result)}
+end
+"#;
 
 /// Runs the script `source` with `keys` and `args` on `keyspace`, as `EVAL` does: atomically,
 /// and keeping whatever it wrote before an error. Answers the script's reply.

@@ -4,7 +4,9 @@
 
 use stateright::{Model, Property};
 
-use crate::clients::{Client, Scenario, LATCH, LATCH_CHANNEL, LATCH_COUNT};
+use crate::clients::{
+    Client, Scenario, LATCH, LATCH_CHANNEL, LATCH_COUNT, SEMAPHORE, SEMAPHORE_SIZE,
+};
 use crate::keyspace::{Keyspace, Reply};
 use crate::world::{Action, Body, Call, Config, Ghost, Message, World, START_MS, TICK_MS};
 use crate::{lua, properties, scripts};
@@ -22,12 +24,13 @@ impl Model for ProtocolModel {
     fn init_states(&self) -> Vec<World> {
         let config = self.config;
         let mut server = Keyspace::at(START_MS);
-        if config.scenario == Scenario::Latch {
-            server.call(&[
-                b"set".to_vec(),
-                LATCH.into(),
-                LATCH_COUNT.to_string().into_bytes(),
-            ]);
+        let count = match config.scenario {
+            Scenario::Latch => Some((LATCH, LATCH_COUNT)),
+            Scenario::Semaphore => Some((SEMAPHORE, SEMAPHORE_SIZE)),
+            _ => None,
+        };
+        if let Some((key, count)) = count {
+            server.call(&[b"set".to_vec(), key.into(), count.to_string().into()]);
         }
         vec![World {
             config,
@@ -130,7 +133,7 @@ impl World {
 
     /// Runs `call` on the server, atomically, and records what it did for the properties.
     fn run(&mut self, call: &Call) -> Reply {
-        let request = call.script == "latch::COUNT_DOWN";
+        let request = REQUESTS.contains(&call.script);
         let kept = request && self.server.get(&request_key_of(call)).is_some();
         let reply = eval(&mut self.server, call);
         if request && !kept && reply.error_code() != Some("REDLEASE_LATE") {
@@ -182,6 +185,9 @@ impl World {
         }
     }
 }
+
+/// The scripts the model sends that run once per request (their last key is the request's).
+const REQUESTS: [&str; 3] = ["latch::COUNT_DOWN", "semaphore::TAKE", "semaphore::ADD"];
 
 fn request_key_of(call: &Call) -> String {
     call.keys.last().cloned().unwrap_or_default()

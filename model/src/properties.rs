@@ -3,7 +3,7 @@
 
 use stateright::Property;
 
-use crate::clients::{Scenario, LATCH_COUNT};
+use crate::clients::{Scenario, Step, LATCH_COUNT, SEMAPHORE, SEMAPHORE_SIZE};
 use crate::model::ProtocolModel;
 use crate::world::World;
 
@@ -30,6 +30,7 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
                 someone_holds as Check,
             ));
         }
+        Scenario::Semaphore => {}
         Scenario::Latch => {
             all.push(Property::always(
                 "the latch opens at zero",
@@ -40,6 +41,16 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
                 latch_opened as Check,
             ));
         }
+    }
+    if scenario == Scenario::Semaphore {
+        all.push(Property::always(
+            "the semaphore stays within its size",
+            within_size as Check,
+        ));
+        all.push(Property::sometimes(
+            "a client holds a permit",
+            holds_permit as Check,
+        ));
     }
     if scenario == Scenario::Election {
         all.push(Property::always(
@@ -102,6 +113,30 @@ fn no_phantom_leader(_: &ProtocolModel, world: &World) -> bool {
         .announced
         .iter()
         .all(|(holder, _)| !world.ghost.abandoned.contains(holder))
+}
+
+/// The permits available and those its clients hold are never more than the semaphore's
+/// size: no release ran twice, no take went unnoticed as one.
+fn within_size(_: &ProtocolModel, world: &World) -> bool {
+    let available = match world.server.get(SEMAPHORE).map(|entry| &entry.value) {
+        Some(crate::keyspace::Value::Str(count)) => String::from_utf8_lossy(count)
+            .parse::<i64>()
+            .unwrap_or(i64::MAX),
+        _ => 0,
+    };
+    let held = world
+        .clients
+        .iter()
+        .filter(|client| client.step == Step::HoldingPermit)
+        .count() as i64;
+    available + held <= SEMAPHORE_SIZE as i64
+}
+
+fn holds_permit(_: &ProtocolModel, world: &World) -> bool {
+    world
+        .clients
+        .iter()
+        .any(|client| client.step == Step::HoldingPermit)
 }
 
 fn latch_opened(_: &ProtocolModel, world: &World) -> bool {

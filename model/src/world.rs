@@ -169,3 +169,35 @@ impl fmt::Display for Action {
         fmt::Debug::fmt(self, f)
     }
 }
+
+impl World {
+    /// The state in a few lines: the clock, the keys, each client's step, what is in flight.
+    pub fn summary(&self) -> String {
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        let mut out = format!("now +{} ms\n", self.now() - START_MS);
+        for (key, entry) in &self.server.entries {
+            let ttl = entry.expires_at.map(|at| at as i64 - self.now() as i64);
+            out += &format!("  key {key} = {:?} ttl {ttl:?}\n", entry.value);
+        }
+        for client in &self.clients {
+            out += &format!(
+                "  client {}: {:?} undo {:?}\n",
+                client.id, client.step, client.undo
+            );
+        }
+        for message in &self.network {
+            let body = match &message.body {
+                Body::Call(call) => {
+                    let args: Vec<String> = call.args.iter().map(|arg| text(arg)).collect();
+                    format!("{} {:?} {args:?}", call.script, call.keys)
+                }
+                Body::Answer(reply) => format!("answer {reply:?}"),
+            };
+            out += &format!(
+                "  in flight, client {} call {}: {body}\n",
+                message.client, message.seq
+            );
+        }
+        out
+    }
+}

@@ -118,10 +118,11 @@ fn script(name: &'static str, keys: &[&str], args: &[&str]) -> Step {
 /// A random step at `now`: a call of one of the modelled scripts, or a fault.
 fn random_step(random: &mut Random, now: u64) -> Step {
     let words = Words::draw(random, now);
-    match random.below(14) {
+    match random.below(17) {
         0..=5 => lock_step(random, &words),
         6..=9 => latch_step(random, &words),
         10..=12 => election_step(random, &words),
+        13..=15 => semaphore_step(random, &words),
         _ => fault_step(random, &words),
     }
 }
@@ -191,6 +192,37 @@ fn latch_step(random: &mut Random, w: &Words) -> Step {
     }
 }
 
+/// A call of the semaphore's scripts.
+fn semaphore_step(random: &mut Random, w: &Words) -> Step {
+    let keys = ["sem", "redisson_sc:{sem}", &w.request];
+    let permits = (1 + random.below(2)).to_string();
+    match random.below(4) {
+        0 => script(
+            "semaphore::TAKE",
+            &["sem", &w.request],
+            &[&permits, &w.deadline, &w.keep_until],
+        ),
+        1 => script(
+            "semaphore::UNDO_TAKE",
+            &keys,
+            &[&permits, &w.deadline, &w.keep_until],
+        ),
+        2 => {
+            let change = *random.pick(&["1", "2", "-1"]);
+            script(
+                "semaphore::ADD",
+                &keys,
+                &[change, &w.deadline, &w.keep_until],
+            )
+        }
+        _ => script(
+            "semaphore::SET",
+            &keys,
+            &[&permits, &w.deadline, &w.keep_until],
+        ),
+    }
+}
+
 /// A call of the election's scripts.
 fn election_step(random: &mut Random, w: &Words) -> Step {
     let (lock, holder) = (w.lock, w.holder);
@@ -220,9 +252,9 @@ fn election_step(random: &mut Random, w: &Words) -> Step {
 /// A key that expires, or one of the wrong type planted.
 fn fault_step(random: &mut Random, w: &Words) -> Step {
     match random.below(4) {
-        0 => Step::Plant((*random.pick(&[w.lock, "latch", &w.record])).to_owned()),
+        0 => Step::Plant((*random.pick(&[w.lock, "latch", &w.record, "sem"])).to_owned()),
         _ => {
-            let keys = [w.lock, "latch", &w.request, &w.receipt, &w.token];
+            let keys = [w.lock, "latch", &w.request, &w.receipt, &w.token, "sem"];
             Step::Expire((*random.pick(&keys)).to_owned())
         }
     }

@@ -14,9 +14,12 @@ local function undo_request()
   if kept == UNDONE then
     return nil, true
   end
+  -- Marked for the rest of the keeping, and for a millisecond at least when an answer is
+  -- kept: a key lives through the millisecond its expiry names, so a second undo in that
+  -- same millisecond would find the answer again, and give back what it took twice.
   local keep_for = tonumber(ARGV[#ARGV]) - server_now_ms()
-  if keep_for > 0 then
-    redis.call('set', request, UNDONE, 'px', keep_for)
+  if keep_for > 0 or kept then
+    redis.call('set', request, UNDONE, 'px', math.max(keep_for, 1))
   end
   if kept then
     return cmsgpack.unpack(kept)[1], false
