@@ -192,9 +192,10 @@ impl Client {
         };
         match &self.step {
             Step::Idle if !self.started => out.push(Choice::Start),
-            Step::Holding { renewal, .. } if self.holds_at(now) => {
+            // A guard whose lease ran out by its clock still sends its release when dropped.
+            Step::Holding { renewal, .. } => {
                 out.push(Choice::Release);
-                if renewal.is_none() && self.renewals < max_renewals {
+                if self.holds_at(now) && renewal.is_none() && self.renewals < max_renewals {
                     out.push(Choice::Renew);
                 }
             }
@@ -413,7 +414,9 @@ impl World {
             Step::Requesting(waiting) if waiting.call.script == "semaphore::TAKE" => {
                 self.give_up_take(c, waiting)
             }
-            Step::Requesting(_) | Step::Announcing { .. } => {}
+            // An announcement that never answered: the guard is dropped, which resigns.
+            Step::Announcing { .. } => self.release(c, Scenario::Election),
+            Step::Requesting(_) => {}
             _ => unreachable!("a step that waits"),
         }
     }
@@ -423,6 +426,8 @@ impl World {
     /// chain.
     fn give_up_try(&mut self, c: u8, tried: Waiting) {
         let holder = self.clients[c as usize].holder();
+        // Announced while its try was out (the old behaviour), never to lead: a phantom.
+        self.ghost.phantom |= self.ghost.announced_trying.contains(&holder);
         let lock = &tried.call.keys[0];
         let channel = format!("redisson_lock__channel:{{{lock}}}");
         let call = Call::new("plain::UNDO", &[lock, &channel])
@@ -431,8 +436,6 @@ impl World {
             .arg("0")
             .arg(tried.deadline);
         let undo = self.call(c, call, tried.deadline);
-        self.ghost.abandoned.push(holder);
-        self.ghost.abandoned.sort();
         let client = &mut self.clients[c as usize];
         client.undo = Some(Undo {
             call: undo,
@@ -498,7 +501,8 @@ impl World {
                     valid_until: *valid_until,
                     renewal: None,
                 },
-                _ => Step::Done,
+                // Not the leader: the guard is dropped, which resigns.
+                _ => return self.release(c, Scenario::Election),
             },
             Step::Requesting(waiting) if waiting.seq == seq => match (waiting.call.script, reply) {
                 ("semaphore::TAKE", Reply::Int(1)) => Step::HoldingPermit,
@@ -525,7 +529,6 @@ impl World {
             return self.give_up_try(c, waiting);
         }
         let token = token as u64;
-        self.ghost.note_token(token);
         if scenario != Scenario::Election || self.config.old.announce_in_acquisition {
             self.clients[c as usize].step = Step::Holding {
                 token,

@@ -119,8 +119,16 @@ fn text(arg: &[u8]) -> String {
     String::from_utf8_lossy(arg).into_owned()
 }
 
+/// An integer as Redis reads one (`string2ll`): digits with an optional minus, no plus, no
+/// leading zero, no `-0`.
 fn int(arg: &[u8]) -> Option<i64> {
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    let text = std::str::from_utf8(arg).ok()?;
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let canonical = text == "0"
+        || (!digits.is_empty()
+            && !digits.starts_with('0')
+            && digits.bytes().all(|byte| byte.is_ascii_digit()));
+    canonical.then(|| text.parse().ok()).flatten()
 }
 
 fn float(arg: &[u8]) -> Option<f64> {

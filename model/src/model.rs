@@ -5,9 +5,9 @@
 use stateright::{Model, Property};
 
 use crate::clients::{
-    Client, Scenario, LATCH, LATCH_CHANNEL, LATCH_COUNT, SEMAPHORE, SEMAPHORE_SIZE,
+    Client, Scenario, Step, LATCH, LATCH_CHANNEL, LATCH_COUNT, SEMAPHORE, SEMAPHORE_SIZE,
 };
-use crate::keyspace::{Keyspace, Reply};
+use crate::keyspace::{Keyspace, Reply, Value};
 use crate::world::{Action, Body, Call, Config, Ghost, Message, World, START_MS, TICK_MS};
 use crate::{lua, properties, scripts};
 
@@ -133,11 +133,21 @@ impl World {
 
     /// Runs `call` on the server, atomically, and records what it did for the properties.
     fn run(&mut self, call: &Call) -> Reply {
-        let request = REQUESTS.contains(&call.script);
-        let kept = request && self.server.get(&request_key_of(call)).is_some();
+        // A request's body ran when no answer was kept for it and it changed the keyspace.
+        let request = request_key_of(call);
+        let before = request
+            .as_ref()
+            .filter(|key| self.server.get(key).is_none())
+            .map(|_| self.server.entries.clone());
         let reply = eval(&mut self.server, call);
-        if request && !kept && reply.error_code() != Some("REDLEASE_LATE") {
-            self.ghost.note_applied(&request_key_of(call));
+        if let (Some(key), Some(before)) = (request, before) {
+            if before != self.server.entries && reply.error_code().is_none() {
+                self.ghost.note_applied(&key);
+            }
+        }
+        if let ("plain::ACQUIRE", Some((1, token))) = (call.script, reply.as_pair()) {
+            let holder = String::from_utf8_lossy(&call.args[1]).into_owned();
+            self.ghost.note_grant(&holder, token as u64);
         }
         if call.script == "plain::ACQUIRE"
             && self.config.scenario == Scenario::Election
@@ -169,28 +179,54 @@ impl World {
         self.record_publications(&announce);
     }
 
-    /// What the call published: a leader announced, the latch opened.
+    /// What the call published: a leader announced (a phantom unless the server holds the
+    /// lock for it and granted it the term announced; in the old behaviour, also when its
+    /// candidate, still waiting for its try's answer, then gives the try up), the latch
+    /// opened.
     fn record_publications(&mut self, call: &Call) {
         let names = Scenario::Election.names();
         for (channel, message) in std::mem::take(&mut self.server.published) {
             if channel == names.election_channel.as_bytes() && call.script == "election::ANNOUNCE" {
                 let holder = String::from_utf8_lossy(&call.args[0]).into_owned();
                 let term = String::from_utf8_lossy(&message).parse().unwrap_or(0);
-                self.ghost.announced.push((holder, term));
-                self.ghost.announced.sort();
+                if self.trying(&holder) {
+                    self.ghost.announced_trying.push(holder.clone());
+                }
+                self.ghost.phantom |= !self.granted(&holder, term);
+                self.ghost.announced = self.ghost.announced.saturating_add(1);
             }
             if channel == LATCH_CHANNEL.as_bytes() && message == b"0" {
                 self.ghost.latch_opened = true;
             }
         }
     }
+
+    /// Whether the chain `holder`'s try is still out.
+    fn trying(&self, holder: &str) -> bool {
+        self.clients
+            .iter()
+            .any(|client| client.holder() == holder && matches!(client.step, Step::Trying(_)))
+    }
+
+    /// Whether the server holds the lock for the chain `holder` now, and granted it `term`.
+    fn granted(&self, holder: &str, term: u64) -> bool {
+        let lock = Scenario::Election.names().lock;
+        let on_record = matches!(
+            self.server.get(lock).map(|entry| &entry.value),
+            Some(Value::Hash(hash)) if hash.contains_key(holder.as_bytes())
+        );
+        on_record && self.ghost.tokens.contains(&(holder.to_owned(), term))
+    }
 }
 
-/// The scripts the model sends that run once per request (their last key is the request's).
-const REQUESTS: [&str; 3] = ["latch::COUNT_DOWN", "semaphore::TAKE", "semaphore::ADD"];
-
-fn request_key_of(call: &Call) -> String {
-    call.keys.last().cloned().unwrap_or_default()
+/// The key a call keeps its answer under when it runs once per request: a count-down's or
+/// a permit's request key (its last key), a release's or resignation's receipt (its third).
+fn request_key_of(call: &Call) -> Option<String> {
+    match call.script {
+        "latch::COUNT_DOWN" | "semaphore::TAKE" | "semaphore::ADD" => call.keys.last().cloned(),
+        "plain::RELEASE" | "election::RESIGN" => call.keys.get(2).cloned(),
+        _ => None,
+    }
 }
 
 /// Runs `call`'s script (the crate's own source) on `server`.

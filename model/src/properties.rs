@@ -15,22 +15,27 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
         Property::always("fencing tokens rise", tokens_rise as Check),
         Property::always("no request runs twice", no_request_runs_twice as Check),
     ];
+    let holding = [
+        Property::always("one valid holder", one_valid_holder as Check),
+        Property::always(
+            "a valid holder is the one Redis has",
+            holders_on_record as Check,
+        ),
+        Property::sometimes("a client holds the lock", someone_holds as Check),
+    ];
     match scenario {
-        Scenario::Lock | Scenario::Election => {
+        Scenario::Lock => all.extend(holding),
+        Scenario::Election => {
+            all.extend(holding);
             all.push(Property::always(
-                "one valid holder",
-                one_valid_holder as Check,
-            ));
-            all.push(Property::always(
-                "a valid holder is the one Redis has",
-                holders_on_record as Check,
+                "no phantom leader",
+                no_phantom_leader as Check,
             ));
             all.push(Property::sometimes(
-                "a client holds the lock",
-                someone_holds as Check,
+                "a leader is announced",
+                announced as Check,
             ));
         }
-        Scenario::Semaphore => {}
         Scenario::Latch => {
             all.push(Property::always(
                 "the latch opens at zero",
@@ -41,26 +46,16 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
                 latch_opened as Check,
             ));
         }
-    }
-    if scenario == Scenario::Semaphore {
-        all.push(Property::always(
-            "the semaphore stays within its size",
-            within_size as Check,
-        ));
-        all.push(Property::sometimes(
-            "a client holds a permit",
-            holds_permit as Check,
-        ));
-    }
-    if scenario == Scenario::Election {
-        all.push(Property::always(
-            "no phantom leader",
-            no_phantom_leader as Check,
-        ));
-        all.push(Property::sometimes(
-            "a leader is announced",
-            announced as Check,
-        ));
+        Scenario::Semaphore => {
+            all.push(Property::always(
+                "the semaphore stays within its size",
+                within_size as Check,
+            ));
+            all.push(Property::sometimes(
+                "a client holds a permit",
+                holds_permit as Check,
+            ));
+        }
     }
     all
 }
@@ -106,13 +101,9 @@ fn latch_opens_at_zero(_: &ProtocolModel, world: &World) -> bool {
     !world.ghost.latch_opened || world.ghost.applied.len() >= LATCH_COUNT as usize
 }
 
-/// No leader is announced that gave its campaign up without knowing it had won.
+/// Every leader announced held its guard, with the term announced, when it was announced.
 fn no_phantom_leader(_: &ProtocolModel, world: &World) -> bool {
-    world
-        .ghost
-        .announced
-        .iter()
-        .all(|(holder, _)| !world.ghost.abandoned.contains(holder))
+    !world.ghost.phantom
 }
 
 /// The permits available and those its clients hold are never more than the semaphore's
@@ -144,5 +135,5 @@ fn latch_opened(_: &ProtocolModel, world: &World) -> bool {
 }
 
 fn announced(_: &ProtocolModel, world: &World) -> bool {
-    !world.ghost.announced.is_empty()
+    world.ghost.announced > 0
 }

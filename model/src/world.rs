@@ -93,13 +93,17 @@ pub struct Message {
 pub struct Ghost {
     /// How many times each request's body ran, by the request's key.
     pub applied: Vec<(String, u8)>,
-    /// The highest fencing token granted so far, and whether one ever came lower.
-    pub last_token: u64,
+    /// The fencing token each chain was granted, by the server's answers, and whether a new
+    /// chain's token ever failed to rise above every earlier one.
+    pub tokens: Vec<(String, u64)>,
     pub token_fell: bool,
-    /// The leaders announced on an election's channel: holder id, term.
-    pub announced: Vec<(String, u64)>,
-    /// Candidates that gave their campaign up without knowing they won it.
-    pub abandoned: Vec<String>,
+    /// A leader was announced whose candidate did not hold its guard with that term then.
+    pub phantom: bool,
+    /// Leaders announced so far.
+    pub announced: u8,
+    /// Chains announced while their try was still out (the old behaviour): a phantom if
+    /// their candidate then gives the try up.
+    pub announced_trying: Vec<String>,
     /// The latch opened (its count-down to zero announced it).
     pub latch_opened: bool,
 }
@@ -115,9 +119,17 @@ impl Ghost {
         }
     }
 
-    pub fn note_token(&mut self, token: u64) {
-        self.token_fell |= token <= self.last_token;
-        self.last_token = self.last_token.max(token);
+    /// The server granted `token` to the chain `holder`: a repeat of the same grant (a copy
+    /// of its try) answers the same token, a new chain's must rise above every earlier one.
+    pub fn note_grant(&mut self, holder: &str, token: u64) {
+        match self.tokens.iter().find(|(chain, _)| chain == holder) {
+            Some((_, granted)) => self.token_fell |= *granted != token,
+            None => {
+                self.token_fell |= self.tokens.iter().any(|(_, earlier)| *earlier >= token);
+                self.tokens.push((holder.to_owned(), token));
+                self.tokens.sort();
+            }
+        }
     }
 }
 

@@ -62,6 +62,15 @@ fn from_env(name: &str, default: u8) -> u8 {
         .unwrap_or(default)
 }
 
+/// At most `drops` messages lost, `duplicates` duplicated, `ticks` steps of the clock.
+fn faults(drops: u8, duplicates: u8, ticks: u8) -> Faults {
+    Faults {
+        drops,
+        duplicates,
+        ticks,
+    }
+}
+
 /// Two clients, with `faults` raised by the environment.
 fn config(scenario: Scenario, faults: Faults, old: Old) -> Config {
     Config {
@@ -99,45 +108,25 @@ fn holds(scenario: Scenario, faults: Faults) {
 
 #[test]
 fn the_latch_keeps_its_promises_in_every_interleaving() {
-    let faults = Faults {
-        drops: 1,
-        duplicates: 1,
-        ticks: 5,
-    };
-    holds(Scenario::Latch, faults);
+    holds(Scenario::Latch, faults(1, 1, 5));
 }
 
 #[test]
 fn the_lock_keeps_its_promises_in_every_interleaving() {
     // Four steps of the clock: past a lease (three), where a grant can come too late.
-    let faults = Faults {
-        drops: 1,
-        duplicates: 0,
-        ticks: 4,
-    };
-    holds(Scenario::Lock, faults);
+    holds(Scenario::Lock, faults(1, 0, 4));
 }
 
 #[test]
 fn the_election_keeps_its_promises_in_every_interleaving() {
-    let faults = Faults {
-        drops: 1,
-        duplicates: 0,
-        ticks: 2,
-    };
-    holds(Scenario::Election, faults);
+    holds(Scenario::Election, faults(1, 0, 2));
 }
 
 #[test]
 fn the_semaphore_keeps_its_promises_in_every_interleaving() {
     // Three steps of the clock: past a take's deadline (two) and to the end of its answer's
     // keeping, where its undo once gave the permit back twice.
-    let faults = Faults {
-        drops: 1,
-        duplicates: 0,
-        ticks: 3,
-    };
-    holds(Scenario::Semaphore, faults);
+    holds(Scenario::Semaphore, faults(1, 0, 3));
 }
 
 /// Searches with an old behaviour on until the first broken property; answers the broken
@@ -161,12 +150,7 @@ fn without_request_deadlines_a_late_copy_runs_twice() {
         no_request_deadlines: true,
         ..Old::default()
     };
-    let faults = Faults {
-        drops: 0,
-        duplicates: 1,
-        ticks: 5,
-    };
-    let broken = broken_with(Scenario::Latch, faults, old);
+    let broken = broken_with(Scenario::Latch, faults(0, 1, 5), old);
     assert!(
         broken.contains(&"no request runs twice") || broken.contains(&"the latch opens at zero"),
         "{broken:?}"
@@ -179,12 +163,7 @@ fn without_request_deadlines_a_late_release_runs_twice() {
         no_request_deadlines: true,
         ..Old::default()
     };
-    let faults = Faults {
-        drops: 0,
-        duplicates: 1,
-        ticks: 5,
-    };
-    let broken = broken_with(Scenario::Semaphore, faults, old);
+    let broken = broken_with(Scenario::Semaphore, faults(0, 1, 5), old);
     assert!(
         broken.contains(&"no request runs twice")
             || broken.contains(&"the semaphore stays within its size"),
@@ -198,11 +177,6 @@ fn an_acquisition_that_announces_makes_a_phantom_leader() {
         announce_in_acquisition: true,
         ..Old::default()
     };
-    let faults = Faults {
-        drops: 1,
-        duplicates: 0,
-        ticks: 2,
-    };
-    let broken = broken_with(Scenario::Election, faults, old);
+    let broken = broken_with(Scenario::Election, faults(1, 0, 2), old);
     assert_eq!(broken, ["no phantom leader"]);
 }

@@ -77,7 +77,10 @@ impl Keyspace {
             "incrby" | "decrby" => match args.get(1).and_then(|by| int(by)) {
                 None => Reply::not_an_integer(),
                 Some(by) if name == "incrby" => self.incr_by(&key, by),
-                Some(by) => self.incr_by(&key, -by),
+                Some(by) => match by.checked_neg() {
+                    Some(by) => self.incr_by(&key, by),
+                    None => Reply::Error("ERR decrement would overflow".into()),
+                },
             },
             "pexpire" => self.pexpire(&key, args.get(1)),
             "pttl" => {
@@ -252,7 +255,9 @@ impl Keyspace {
             Some(Some(current)) => current,
             Some(None) => return Reply::Error("ERR hash value is not an integer".into()),
         };
-        let next = current + by;
+        let Some(next) = current.checked_add(by) else {
+            return Reply::Error("ERR increment or decrement would overflow".into());
+        };
         hash.insert(field.clone(), next.to_string().into_bytes());
         Reply::Int(next)
     }
