@@ -537,16 +537,8 @@ impl World {
             };
             return;
         }
-        let names = scenario.names();
         let holder = self.clients[c as usize].holder();
-        let call = Call::new(
-            "election::ANNOUNCE",
-            &[names.lock, names.record, names.log, names.election_channel],
-        )
-        .arg(holder)
-        .arg(format!("value-{c}"))
-        .arg(token)
-        .arg(1000);
+        let call = announce_call(&holder, &format!("value-{c}"), token);
         let waiting = self.call(c, call, valid_until);
         self.clients[c as usize].step = Step::Announcing {
             token,
@@ -554,6 +546,20 @@ impl World {
             call: waiting,
         };
     }
+}
+
+/// The announcement of the chain `holder` as the election's leader, with `value` and the
+/// term `token`.
+pub fn announce_call(holder: &str, value: &str, token: u64) -> Call {
+    let names = Scenario::Election.names();
+    Call::new(
+        "election::ANNOUNCE",
+        &[names.lock, names.record, names.log, names.election_channel],
+    )
+    .arg(holder)
+    .arg(value)
+    .arg(token)
+    .arg(1000)
 }
 
 fn message(client: u8, seq: u16, call: &Call) -> Message {

@@ -5,7 +5,8 @@
 use stateright::{Model, Property};
 
 use crate::clients::{
-    Client, Scenario, Step, LATCH, LATCH_CHANNEL, LATCH_COUNT, SEMAPHORE, SEMAPHORE_SIZE,
+    announce_call, Client, Scenario, Step, LATCH, LATCH_CHANNEL, LATCH_COUNT, SEMAPHORE,
+    SEMAPHORE_SIZE,
 };
 use crate::keyspace::{Keyspace, Reply, Value};
 use crate::world::{Action, Body, Call, Config, Ghost, Message, World, START_MS, TICK_MS};
@@ -165,16 +166,8 @@ impl World {
         let Some((1, token)) = reply.as_pair() else {
             return;
         };
-        let names = Scenario::Election.names();
-        let holder = String::from_utf8_lossy(&call.args[1]).into_owned();
-        let announce = Call::new(
-            "election::ANNOUNCE",
-            &[names.lock, names.record, names.log, names.election_channel],
-        )
-        .arg(&holder)
-        .arg("value")
-        .arg(token)
-        .arg(1000);
+        let holder = String::from_utf8_lossy(&call.args[1]);
+        let announce = announce_call(&holder, "value", token as u64);
         eval(&mut self.server, &announce);
         self.record_publications(&announce);
     }

@@ -4,8 +4,6 @@
 //! [`World`] is everything at one moment; an [`Action`] is one step any of them may take.
 //! What the clients decide lives in `crate::clients`, what is checked in `crate::properties`.
 
-use std::fmt;
-
 use crate::clients::{Choice, Client, Scenario};
 use crate::keyspace::{Bytes, Keyspace, Reply};
 
@@ -174,12 +172,6 @@ pub enum Action {
     /// A client does something on its own: starts, renews, releases, stops waiting for an
     /// answer (its response timeout), sends an undo again.
     Act(u8, Choice),
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
 }
 
 impl World {
