@@ -23,6 +23,10 @@ const RUNS: u64 = 8;
 const STEPS: usize = 300;
 /// How far apart a time in a reply or a value may be on the two servers, in ms.
 const CLOCK_SLACK_MS: i64 = 500;
+/// Leases and kept answers are at least this long, in ms: no key expires by the clock in a
+/// run (CI's take seconds, one by hand a few minutes), whose end the two servers would see
+/// a millisecond apart.
+const LONG_MS: u64 = 600_000;
 /// Integers at least this large are times (leases are longer, counts and tokens smaller).
 const TIME_LIKE: i64 = 2000;
 
@@ -99,9 +103,9 @@ impl Words {
             record: format!("{{{lock}}}:record"),
             log: format!("{{{lock}}}:log"),
             election: format!("{{{lock}}}:election"),
-            keep_until: (deadline.max(now) + 5000).to_string(),
+            keep_until: (deadline.max(now) + LONG_MS).to_string(),
             deadline: deadline.to_string(),
-            lease: (10_000 + 1000 * random.below(20)).to_string(),
+            lease: (LONG_MS + 1000 * random.below(20)).to_string(),
             levels: random.below(3).to_string(),
         }
     }
@@ -118,11 +122,12 @@ fn script(name: &'static str, keys: &[&str], args: &[&str]) -> Step {
 /// A random step at `now`: a call of one of the modelled scripts, or a fault.
 fn random_step(random: &mut Random, now: u64) -> Step {
     let words = Words::draw(random, now);
-    match random.below(17) {
+    match random.below(21) {
         0..=5 => lock_step(random, &words),
         6..=9 => latch_step(random, &words),
         10..=12 => election_step(random, &words),
         13..=15 => semaphore_step(random, &words),
+        16..=19 => fair_step(random, &words),
         _ => fault_step(random, &words),
     }
 }
@@ -167,6 +172,71 @@ fn lock_step(random: &mut Random, w: &Words) -> Step {
             "renew::RENEW",
             &[lock],
             &[&w.lease, "field", holder, *random.pick(&["", "1500"])],
+        ),
+    }
+}
+
+/// The fair lock's keys: its hash, queue, places, fencing token counter, the waiters that
+/// accept grants.
+const FAIR: [&str; 5] = [
+    "fair",
+    "redisson_lock_queue:{fair}",
+    "redisson_lock_timeout:{fair}",
+    "{fair}:token",
+    "redlease_lock_grants:{fair}",
+];
+const FAIR_CHANNEL: &str = "redisson_lock__channel:{fair}";
+
+/// A call of the fair lock's scripts, whose places' waits are long and apart (so that no
+/// two places' expiries fall within the two servers' clocks' difference).
+fn fair_step(random: &mut Random, w: &Words) -> Step {
+    let [lock, queue, places, token, grants] = FAIR;
+    let holder = w.holder;
+    let place = *random.pick(&["700000", "900000"]);
+    let receipt = w.receipt.replace(w.lock, "fair");
+    // Mostly new chains, so that waiters queue and releases grant.
+    let levels = match random.below(4) {
+        0 => &w.levels,
+        _ => "0",
+    };
+    match random.below(10) {
+        0..=4 => {
+            let accepts = *random.pick(&["0", "1", "1"]);
+            script(
+                "fair::ACQUIRE",
+                &FAIR,
+                &[&w.lease, holder, levels, place, accepts, &w.deadline],
+            )
+        }
+        5..=7 => script(
+            "fair::RELEASE",
+            &[lock, queue, places, &receipt, grants, token],
+            &[
+                holder,
+                &w.lease,
+                &w.keep_until,
+                "0",
+                levels,
+                FAIR_CHANNEL,
+                place,
+                &w.deadline,
+            ],
+        ),
+        8 => script(
+            "fair::UNDO",
+            &[lock, queue, places, grants],
+            &[holder, levels, "0", FAIR_CHANNEL, place, &w.deadline],
+        ),
+        _ => script(
+            "fair::FORCE_RELEASE",
+            &[lock, queue, token, &w.request],
+            &[
+                "0",
+                "redlease:force",
+                FAIR_CHANNEL,
+                &w.deadline,
+                &w.keep_until,
+            ],
         ),
     }
 }
@@ -252,9 +322,13 @@ fn election_step(random: &mut Random, w: &Words) -> Step {
 /// A key that expires, or one of the wrong type planted.
 fn fault_step(random: &mut Random, w: &Words) -> Step {
     match random.below(4) {
-        0 => Step::Plant((*random.pick(&[w.lock, "latch", &w.record, "sem"])).to_owned()),
+        0 => {
+            let keys = [w.lock, "latch", &w.record, "sem", FAIR[1], FAIR[2]];
+            Step::Plant((*random.pick(&keys)).to_owned())
+        }
         _ => {
             let keys = [w.lock, "latch", &w.request, &w.receipt, &w.token, "sem"];
+            let keys = [&keys[..], &FAIR[..]].concat();
             Step::Expire((*random.pick(&keys)).to_owned())
         }
     }
@@ -288,8 +362,23 @@ fn reply_of(value: Value) -> Reply {
     }
 }
 
+/// Publications as text, for a failure's message.
+fn texts(published: &[(Vec<u8>, Vec<u8>)]) -> Vec<(String, String)> {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    published
+        .iter()
+        .map(|(channel, message)| (text(channel), text(message)))
+        .collect()
+}
+
 fn close(a: i64, b: i64) -> bool {
     a == b || (a.min(b) >= TIME_LIKE && (a - b).abs() <= CLOCK_SLACK_MS)
+}
+
+/// TTLs equal, or both counting down and close enough: a TTL is a time, however short it
+/// has become (a long run outlasts the shorter ones).
+fn same_ttl(a: i64, b: i64) -> bool {
+    a == b || (a >= 0 && b >= 0 && (a - b).abs() <= CLOCK_SLACK_MS)
 }
 
 /// Bytes equal, or both times (a number or a stream id) close enough.
@@ -413,7 +502,7 @@ fn same_keyspace(
             .iter()
             .zip(model)
             .all(|((rk, (rt, rttl, rv)), (mk, (mt, mttl, mv)))| {
-                rk == mk && rt == mt && close(*rttl, *mttl) && same_reply(rv, mv)
+                rk == mk && rt == mt && same_ttl(*rttl, *mttl) && same_reply(rv, mv)
             })
 }
 
@@ -433,7 +522,50 @@ fn server_time_ms(connection: &mut redis::Connection) -> u64 {
 }
 
 /// Runs one seed: `steps` steps on both servers, from empty keyspaces.
-fn run(connection: &mut redis::Connection, seed: u64, steps: usize) {
+/// How long an answer (or a publication) may take.
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The channel each step's end is marked on, for the subscriber.
+const STEP_END: &str = "differential:step-end";
+
+/// What the real server published in the step just run, as its subscriber to every channel
+/// received it: the messages before the mark `connection` publishes now.
+fn published_by_real(
+    connection: &mut redis::Connection,
+    subscriber: &mut redis::PubSub<'_>,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    redis::cmd("PUBLISH")
+        .arg(STEP_END)
+        .arg("")
+        .query::<i64>(connection)
+        .expect("PUBLISH");
+    let mut published = Vec::new();
+    loop {
+        let message = subscriber.get_message().expect("a publication");
+        if message.get_channel_name() == STEP_END {
+            return published;
+        }
+        let channel: Vec<u8> = message.get_channel().expect("a channel");
+        published.push((channel, message.get_payload_bytes().to_vec()));
+    }
+}
+
+/// Publications alike: the same channels in the same order, messages equal or times close
+/// enough.
+fn same_publications(real: &[(Vec<u8>, Vec<u8>)], model: &[(Vec<u8>, Vec<u8>)]) -> bool {
+    real.len() == model.len()
+        && real
+            .iter()
+            .zip(model)
+            .all(|((rc, rm), (mc, mm))| rc == mc && same_bytes(rm, mm))
+}
+
+fn run(
+    connection: &mut redis::Connection,
+    subscriber: &mut redis::PubSub<'_>,
+    seed: u64,
+    steps: usize,
+) {
     redis::cmd("FLUSHALL")
         .query::<()>(connection)
         .expect("FLUSHALL");
@@ -456,7 +588,6 @@ fn run(connection: &mut redis::Connection, seed: u64, steps: usize) {
                 let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.as_bytes().to_vec()).collect();
                 let args: Vec<Vec<u8>> = args.iter().map(|arg| arg.as_bytes().to_vec()).collect();
                 let modelled = lua::eval(&mut model, source, &keys, &args);
-                model.published.clear();
                 (described(name, &keys, &args), real, modelled)
             }
             Step::Expire(key) => {
@@ -480,6 +611,16 @@ fn run(connection: &mut redis::Connection, seed: u64, steps: usize) {
             same_reply(&real, &modelled),
             "seed {seed}, step {step} ({what}): the server answered {real:?}, the model {modelled:?}"
         );
+        let (real_sent, model_sent) = (
+            published_by_real(connection, subscriber),
+            std::mem::take(&mut model.published),
+        );
+        assert!(
+            same_publications(&real_sent, &model_sent),
+            "seed {seed}, step {step} ({what}): the server published {:?}, the model {:?}",
+            texts(&real_sent),
+            texts(&model_sent),
+        );
         let (real_keys, model_keys) = (dump_real(connection), dump_model(&mut model));
         assert!(
             same_keyspace(&real_keys, &model_keys),
@@ -493,6 +634,9 @@ fn the_models_server_answers_and_stores_what_redis_does() {
     let server = RedisServer::start().expect("a throwaway redis-server");
     let client = redis::Client::open(server.url()).expect("client");
     let mut connection = client.get_connection().expect("connection");
+    connection
+        .set_read_timeout(Some(TIMEOUT))
+        .expect("a timeout");
     let steps = std::env::var("REDLEASE_DIFFERENTIAL_STEPS")
         .ok()
         .and_then(|steps| steps.parse().ok())
@@ -503,8 +647,14 @@ fn the_models_server_answers_and_stores_what_redis_does() {
             .map(|run| run.wrapping_mul(0x9e37_79b9_7f4a_7c15))
             .collect(),
     };
+    let mut subscriber = client.get_connection().expect("connection");
+    subscriber
+        .set_read_timeout(Some(TIMEOUT))
+        .expect("a timeout");
+    let mut subscriber = subscriber.as_pubsub();
+    subscriber.psubscribe("*").expect("PSUBSCRIBE");
     for seed in seeds {
-        run(&mut connection, seed, steps);
+        run(&mut connection, &mut subscriber, seed, steps);
     }
     println!("{} steps compared", steps as u64 * RUNS);
 }
