@@ -1,9 +1,11 @@
 //! The clients: what the crate decides at each point of a call, reduced to the decisions
 //! that change what reaches the server. A client takes a lock (a try with a deadline; on an
 //! unknown outcome an undo that its cleanup sends until answered, and a new chain for the
-//! next try), renews and releases it; counts a latch down (a request sent again with the
-//! same id until its deadline); or campaigns in an election (the lock's try, then the
-//! announcement once its guard exists, then the resignation).
+//! next try), renews and releases it; waits in a fair lock's queue (tries again with the
+//! same chain, takes a grant a release sends on its channel, leaves the queue by an undo);
+//! counts a latch down (a request sent again with the same id until its deadline); or
+//! campaigns in an election (the lock's try, then the announcement once its guard exists,
+//! then the resignation).
 
 use crate::keyspace::Reply;
 use crate::world::{Body, Call, Message, World};
@@ -23,6 +25,11 @@ const MAX_UNDO_SENDS: u8 = 2;
 const MAX_RENEWALS: u8 = 1;
 /// A latch's count at the start.
 pub const LATCH_COUNT: u8 = 2;
+/// How long a fair-lock waiter's place is kept after the place ahead of it expires, in ms:
+/// as long as a lease, so that a grant's lease (the shorter of the two) is the one asked for.
+pub const PLACE_MS: u64 = LEASE_MS;
+/// How many tries a fair-lock waiter makes in one wait at most.
+const MAX_FAIR_TRIES: u8 = 2;
 
 /// What the clients do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,6 +42,8 @@ pub enum Scenario {
     Election,
     /// Each client takes a permit of a semaphore of one, and gives it back.
     Semaphore,
+    /// Each client waits for the fair lock in its queue, holds it, and releases it.
+    Fair,
 }
 
 /// The keys of the lock (or the election's lock) the clients share.
@@ -45,6 +54,10 @@ pub struct Names {
     pub record: &'static str,
     pub log: &'static str,
     pub election_channel: &'static str,
+    /// A fair lock's queue, its places' expiries, the waiters that accept grants.
+    pub queue: &'static str,
+    pub places: &'static str,
+    pub grants: &'static str,
 }
 
 impl Scenario {
@@ -57,6 +70,9 @@ impl Scenario {
                 record: "{leader}:record",
                 log: "{leader}:log",
                 election_channel: "{leader}:election",
+                queue: "",
+                places: "",
+                grants: "",
             },
             _ => Names {
                 lock: "res",
@@ -65,6 +81,9 @@ impl Scenario {
                 record: "",
                 log: "",
                 election_channel: "",
+                queue: "redisson_lock_queue:{res}",
+                places: "redisson_lock_timeout:{res}",
+                grants: "redlease_lock_grants:{res}",
             },
         }
     }
@@ -109,6 +128,13 @@ pub enum Step {
         valid_until: u64,
         call: Waiting,
     },
+    /// A fair lock's waiter whose last try found the lock held: that try was sent at
+    /// `held_at`, and the fencing token counter was `counter` then (a grant made later has a
+    /// larger token).
+    Queued {
+        counter: u64,
+        held_at: u64,
+    },
     /// A semaphore's permit is held (it has no lease).
     HoldingPermit,
     /// A request is out: a release (or resignation), a count-down, a take or a give-back of a
@@ -140,6 +166,12 @@ pub struct Client {
     /// Renewals sent (one at most).
     pub renewals: u8,
     pub undo: Option<Undo>,
+    /// A fair-lock waiter's tries in its wait, the chain whose channel it hears grants on
+    /// (subscribed once a try found the lock held), and the last grant heard there, not yet
+    /// read (its fencing token).
+    pub tries: u8,
+    pub subscribed: Option<u8>,
+    pub letter: Option<u64>,
 }
 
 /// What a client may do on its own.
@@ -153,6 +185,10 @@ pub enum Choice {
     /// Send the undo again: unanswered (its response timeout), or answered that a copy of
     /// the try may still come, once the try's deadline has passed.
     SendUndo,
+    /// A fair-lock waiter tries again (woken, or its pause ended) with the same chain.
+    TryAgain,
+    /// A fair-lock waiter's wait ends without the lock (its deadline): it leaves the queue.
+    GiveUp,
 }
 
 impl Client {
@@ -165,6 +201,9 @@ impl Client {
             started: false,
             renewals: 0,
             undo: None,
+            tries: 0,
+            subscribed: None,
+            letter: None,
         }
     }
 
@@ -200,6 +239,12 @@ impl Client {
                 }
             }
             Step::HoldingPermit => out.push(Choice::Release),
+            Step::Queued { .. } => {
+                out.push(Choice::GiveUp);
+                if self.tries < MAX_FAIR_TRIES {
+                    out.push(Choice::TryAgain);
+                }
+            }
             Step::Trying(_) | Step::Announcing { .. } | Step::Requesting(_) => {
                 out.push(Choice::TimeOut)
             }
@@ -252,6 +297,11 @@ impl World {
             Choice::Renew => self.renew(c),
             Choice::Release => self.release(c, scenario),
             Choice::TimeOut => self.time_out(c),
+            Choice::TryAgain => self.try_lock(c, scenario),
+            Choice::GiveUp => {
+                self.clients[c as usize].step = Step::Done;
+                self.leave_queue(c);
+            }
             Choice::SendUndo => {
                 let client = &mut self.clients[c as usize];
                 let Some(undo) = &mut client.undo else { return };
@@ -304,7 +354,7 @@ impl World {
                 let waiting = self.call(c, call, deadline);
                 self.clients[c as usize].step = Step::Requesting(waiting);
             }
-            Scenario::Lock | Scenario::Election => self.try_lock(c, scenario),
+            Scenario::Lock | Scenario::Election | Scenario::Fair => self.try_lock(c, scenario),
         }
     }
 
@@ -312,11 +362,34 @@ impl World {
     fn try_lock(&mut self, c: u8, scenario: Scenario) {
         let names = scenario.names();
         let deadline = self.now() + SEND_FOR_MS;
-        let call = Call::new("plain::ACQUIRE", &[names.lock, names.token])
-            .arg(LEASE_MS)
-            .arg(self.clients[c as usize].holder())
-            .arg(0)
-            .arg(deadline);
+        let client = &mut self.clients[c as usize];
+        client.tries += 1;
+        let holder = client.holder();
+        let call = match scenario {
+            Scenario::Fair => {
+                // A waiter hears grants on the channel of the chain it subscribed with (or
+                // of none yet: the try after subscribing finds a grant it missed).
+                let grants = client.subscribed.is_none_or(|chain| chain == client.chain);
+                let keys = [
+                    names.lock,
+                    names.queue,
+                    names.places,
+                    names.token,
+                    names.grants,
+                ];
+                Call::new("fair::ACQUIRE", &keys)
+                    .arg(LEASE_MS)
+                    .arg(&holder)
+                    .arg(0)
+                    .arg(PLACE_MS)
+                    .arg(u8::from(grants))
+            }
+            _ => Call::new("plain::ACQUIRE", &[names.lock, names.token])
+                .arg(LEASE_MS)
+                .arg(&holder)
+                .arg(0),
+        }
+        .arg(deadline);
         let waiting = self.call(c, call, deadline);
         self.clients[c as usize].step = Step::Trying(waiting);
     }
@@ -362,6 +435,24 @@ impl World {
             .arg("0")
             .arg(0)
             .arg(1000),
+            Scenario::Fair => Call::new(
+                "fair::RELEASE",
+                &[
+                    names.lock,
+                    names.queue,
+                    names.places,
+                    &receipt,
+                    names.grants,
+                    names.token,
+                ],
+            )
+            .arg(&holder)
+            .arg(LEASE_MS)
+            .arg(keep_until)
+            .arg("0")
+            .arg(0)
+            .arg(names.channel)
+            .arg(PLACE_MS),
             _ => Call::new(
                 "plain::RELEASE",
                 &[names.lock, names.channel, &receipt, names.token],
@@ -428,19 +519,46 @@ impl World {
         let holder = self.clients[c as usize].holder();
         // Announced while its try was out (the old behaviour), never to lead: a phantom.
         self.ghost.phantom |= self.ghost.announced_trying.contains(&holder);
-        let lock = &tried.call.keys[0];
-        let channel = format!("redisson_lock__channel:{{{lock}}}");
-        let call = Call::new("plain::UNDO", &[lock, &channel])
-            .arg(&holder)
-            .arg(0)
-            .arg("0")
-            .arg(tried.deadline);
-        let undo = self.call(c, call, tried.deadline);
+        self.undo_chain(c, tried.deadline);
+    }
+
+    /// A fair-lock waiter whose wait ends without the lock leaves the queue: the undo of its
+    /// chain's tries.
+    fn leave_queue(&mut self, c: u8) {
+        self.undo_chain(c, 0);
+    }
+
+    /// Queues the undo of what the tries of client `c`'s chain may have added (its place in
+    /// a fair lock's queue too), the last of them with the deadline `tried_deadline`: sent
+    /// now, and by the cleanup until answered, not before every try of the chain made so far
+    /// has passed its deadline (as if made now, after the last: the crate does not track
+    /// them). The client's next try is a new chain's.
+    fn undo_chain(&mut self, c: u8, tried_deadline: u64) {
+        let names = self.config.scenario.names();
+        let holder = self.clients[c as usize].holder();
+        let not_before = tried_deadline.max(self.now() + SEND_FOR_MS);
+        let call = match self.config.scenario {
+            Scenario::Fair => {
+                let keys = [names.lock, names.queue, names.places, names.grants];
+                Call::new("fair::UNDO", &keys)
+                    .arg(&holder)
+                    .arg(0)
+                    .arg("0")
+                    .arg(names.channel)
+                    .arg(PLACE_MS)
+            }
+            _ => Call::new("plain::UNDO", &[names.lock, names.channel])
+                .arg(&holder)
+                .arg(0)
+                .arg("0"),
+        }
+        .arg(not_before);
+        let undo = self.call(c, call, not_before);
         let client = &mut self.clients[c as usize];
         client.undo = Some(Undo {
             call: undo,
             out: true,
-            not_before: tried.deadline,
+            not_before,
         });
         client.chain += 1;
     }
@@ -518,8 +636,7 @@ impl World {
     fn tried(&mut self, c: u8, reply: Reply, waiting: Waiting) {
         let scenario = self.config.scenario;
         let Some((1, token)) = reply.as_pair() else {
-            self.clients[c as usize].step = Step::Done;
-            return;
+            return self.not_taken(c, reply, waiting);
         };
         let valid_until = waiting.sent_at + LEASE_MS;
         if valid_until <= self.now() {
@@ -545,6 +662,70 @@ impl World {
             valid_until,
             call: waiting,
         };
+    }
+}
+
+impl World {
+    /// A try's answer that did not take the lock: a fair-lock waiter is queued (it hears
+    /// grants on its chain's channel from now on, and reads the one it heard, if any);
+    /// otherwise the client is done, and leaves the queue if it was in it.
+    fn not_taken(&mut self, c: u8, reply: Reply, waiting: Waiting) {
+        let client = &mut self.clients[c as usize];
+        match reply.as_queued() {
+            Some(counter) if self.config.scenario == Scenario::Fair => {
+                client.subscribed.get_or_insert(client.chain);
+                client.step = Step::Queued {
+                    counter,
+                    held_at: waiting.sent_at,
+                };
+                self.read_letter(c);
+            }
+            _ => {
+                client.step = Step::Done;
+                if client.subscribed.is_some() {
+                    self.leave_queue(c);
+                }
+            }
+        }
+    }
+
+    /// A grant (its fencing token) on the channel of the chain `holder`, heard by client `c`
+    /// if it subscribed to it; kept until its wait reads it.
+    pub fn hear_grant(&mut self, c: u8, holder: &str, token: u64) {
+        let client = &mut self.clients[c as usize];
+        let Some(chain) = client.subscribed else {
+            return;
+        };
+        if holder_id(c, chain) != holder {
+            return;
+        }
+        client.letter = Some(token);
+        if matches!(client.step, Step::Queued { .. }) {
+            self.read_letter(c);
+        }
+    }
+
+    /// A queued waiter reads the grant it heard: it holds the lock by it when the grant was
+    /// made after its last try found the lock held (a larger token), for the lease from that
+    /// try's send, unless that lease has run out by its clock (its next try then finds the
+    /// grant, if it still stands). The grants' lease is the one asked for: `PLACE_MS` is
+    /// no shorter.
+    fn read_letter(&mut self, c: u8) {
+        let now = self.now();
+        let client = &mut self.clients[c as usize];
+        let (Some(token), Step::Queued { counter, held_at }) = (client.letter, &client.step) else {
+            return;
+        };
+        client.letter = None;
+        let valid_until = held_at + LEASE_MS;
+        if token > *counter && valid_until > now && client.subscribed == Some(client.chain) {
+            client.step = Step::Holding {
+                token,
+                valid_until,
+                renewal: None,
+            };
+            self.ghost.held_by_grant = true;
+        }
     }
 }
 
@@ -577,7 +758,7 @@ impl Client {
             Step::Trying(waiting) | Step::Requesting(waiting) => Some(waiting.seq),
             Step::Announcing { call, .. } => Some(call.seq),
             Step::Holding { renewal, .. } => renewal.as_ref().map(|renewal| renewal.seq),
-            Step::Idle | Step::Done | Step::HoldingPermit => None,
+            Step::Idle | Step::Done | Step::HoldingPermit | Step::Queued { .. } => None,
         };
         let undo = self
             .undo
@@ -588,7 +769,27 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Whether a grant on the channel of the chain `holder` may still be read by it: it
+    /// subscribed to that channel, and waits for the lock.
+    pub fn hears(&self, holder: &str) -> bool {
+        let waits = matches!(self.step, Step::Queued { .. } | Step::Trying(_));
+        waits && self.subscribed.map(|chain| holder_id(self.id, chain)) == Some(holder.into())
+    }
+}
+
 impl Reply {
+    /// A fair lock's answer `{0, ms to wait, the fencing token counter}`: the counter.
+    pub fn as_queued(&self) -> Option<u64> {
+        match self {
+            Reply::Array(items) => match items.as_slice() {
+                [Reply::Int(0), Reply::Int(_), Reply::Int(counter)] => Some(*counter as u64),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// An answer `{a, b}` of two integers.
     pub fn as_pair(&self) -> Option<(i64, i64)> {
         match self {

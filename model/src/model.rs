@@ -109,8 +109,9 @@ impl World {
     /// they would multiply the states by the orders of their no-op deliveries.
     fn forget_unawaited_answers(&mut self) {
         let clients = &self.clients;
-        self.network.retain(|message| match message.body {
+        self.network.retain(|message| match &message.body {
             Body::Answer(_) => clients[message.client as usize].awaits(message.seq),
+            Body::Grant { holder, .. } => clients[message.client as usize].hears(holder),
             Body::Call(_) => true,
         });
     }
@@ -121,6 +122,7 @@ impl World {
         let Message { client, seq, body } = message;
         match body {
             Body::Answer(reply) => self.receive(client, seq, reply),
+            Body::Grant { holder, token } => self.hear_grant(client, &holder, token),
             Body::Call(call) => {
                 let reply = self.run(&call);
                 self.send(Message {
@@ -140,15 +142,24 @@ impl World {
             .as_ref()
             .filter(|key| self.server.get(key).is_none())
             .map(|_| self.server.entries.clone());
+        let first_in_line = self.first_in_line();
+        let arg = |index: usize| String::from_utf8_lossy(&call.args[index]).into_owned();
+        let held_before = call.script.ends_with("::ACQUIRE") && self.holds(&arg(1));
         let reply = eval(&mut self.server, call);
         if let (Some(key), Some(before)) = (request, before) {
             if before != self.server.entries && reply.error_code().is_none() {
                 self.ghost.note_applied(&key);
             }
         }
-        if let ("plain::ACQUIRE", Some((1, token))) = (call.script, reply.as_pair()) {
-            let holder = String::from_utf8_lossy(&call.args[1]).into_owned();
-            self.ghost.note_grant(&holder, token as u64);
+        match (call.script, reply.as_pair()) {
+            ("plain::ACQUIRE" | "fair::ACQUIRE", Some((1, token))) => {
+                let first = first_in_line.as_deref();
+                self.granted_to(&arg(1), token as u64, !held_before, first)
+            }
+            ("plain::UNDO" | "fair::UNDO", pair) if !matches!(pair, Some((-1, _))) => {
+                self.ghost.left.push(arg(0));
+            }
+            _ => {}
         }
         if call.script == "plain::ACQUIRE"
             && self.config.scenario == Scenario::Election
@@ -156,8 +167,45 @@ impl World {
         {
             self.announce_with_the_acquisition(call, &reply);
         }
-        self.record_publications(call);
+        self.record_publications(call, first_in_line.as_deref());
         reply
+    }
+
+    /// The server granted the lock to the chain `holder` with `token`: a `new` hold, or the
+    /// one it had (a copy of its try, a try after a release granted it the lock); `first`
+    /// was the first in a fair lock's line whose place lived before the grant.
+    fn granted_to(&mut self, holder: &str, token: u64, new: bool, first: Option<&str>) {
+        self.ghost.note_grant(holder, token, new);
+        self.ghost.granted_after_leaving |= self.ghost.left.iter().any(|left| left == holder);
+        self.ghost.out_of_order |= new && first.is_some_and(|first| first != holder);
+    }
+
+    /// Whether the server holds the lock (of any scenario) for the chain `holder` now.
+    fn holds(&self, holder: &str) -> bool {
+        let lock = self.config.scenario.names().lock;
+        matches!(
+            self.server.get(lock).map(|entry| &entry.value),
+            Some(Value::Hash(hash)) if hash.contains_key(holder.as_bytes())
+        )
+    }
+
+    /// The first waiter in the fair lock's queue whose place has not expired by the server's
+    /// clock.
+    fn first_in_line(&self) -> Option<String> {
+        let names = Scenario::Fair.names();
+        let Some(Value::List(queue)) = self.server.get(names.queue).map(|entry| &entry.value)
+        else {
+            return None;
+        };
+        let places = match self.server.get(names.places).map(|entry| &entry.value) {
+            Some(Value::ZSet(places)) => places.clone(),
+            _ => Default::default(),
+        };
+        let now = self.now() as f64;
+        queue
+            .iter()
+            .find(|waiter| places.get(*waiter).is_some_and(|expiry| expiry.0 > now))
+            .map(|waiter| String::from_utf8_lossy(waiter).into_owned())
     }
 
     /// The old election: the acquisition that wins a campaign announces it, in the same
@@ -169,16 +217,21 @@ impl World {
         let holder = String::from_utf8_lossy(&call.args[1]);
         let announce = announce_call(&holder, "value", token as u64);
         eval(&mut self.server, &announce);
-        self.record_publications(&announce);
+        self.record_publications(&announce, None);
     }
 
     /// What the call published: a leader announced (a phantom unless the server holds the
     /// lock for it and granted it the term announced; in the old behaviour, also when its
     /// candidate, still waiting for its try's answer, then gives the try up), the latch
-    /// opened.
-    fn record_publications(&mut self, call: &Call) {
+    /// opened, a fair lock granted by a release (`first` in its line before; the grant goes
+    /// to its waiter).
+    fn record_publications(&mut self, call: &Call, first: Option<&str>) {
         let names = Scenario::Election.names();
         for (channel, message) in std::mem::take(&mut self.server.published) {
+            if let Some((holder, token)) = grant_of(&message) {
+                self.granted_to(&holder, token, true, first);
+                self.send_grant(holder, token);
+            }
             if channel == names.election_channel.as_bytes() && call.script == "election::ANNOUNCE" {
                 let holder = String::from_utf8_lossy(&call.args[0]).into_owned();
                 let term = String::from_utf8_lossy(&message).parse().unwrap_or(0);
@@ -203,12 +256,35 @@ impl World {
 
     /// Whether the server holds the lock for the chain `holder` now, and granted it `term`.
     fn granted(&self, holder: &str, term: u64) -> bool {
-        let lock = Scenario::Election.names().lock;
-        let on_record = matches!(
-            self.server.get(lock).map(|entry| &entry.value),
-            Some(Value::Hash(hash)) if hash.contains_key(holder.as_bytes())
-        );
-        on_record && self.ghost.tokens.contains(&(holder.to_owned(), term))
+        self.holds(holder) && self.ghost.tokens.contains(&(holder.to_owned(), term))
+    }
+}
+
+/// A fair lock's grant, from its message `grant <token> <lease ms> <holder id>`: the chain
+/// it goes to, and the fencing token.
+fn grant_of(message: &[u8]) -> Option<(String, u64)> {
+    let message = String::from_utf8_lossy(message);
+    let mut words = message.split(' ');
+    if words.next()? != "grant" {
+        return None;
+    }
+    let token = words.next()?.parse().ok()?;
+    let holder = words.nth(1)?.to_owned();
+    Some((holder, token))
+}
+
+impl World {
+    /// Puts the grant to the chain `holder` in flight to the client that hears its channel.
+    fn send_grant(&mut self, holder: String, token: u64) {
+        let Some(client) = self.clients.iter().find(|client| client.hears(&holder)) else {
+            return;
+        };
+        let client = client.id;
+        self.send(Message {
+            client,
+            seq: 0,
+            body: Body::Grant { holder, token },
+        });
     }
 }
 
@@ -218,6 +294,7 @@ fn request_key_of(call: &Call) -> Option<String> {
     match call.script {
         "latch::COUNT_DOWN" | "semaphore::TAKE" | "semaphore::ADD" => call.keys.last().cloned(),
         "plain::RELEASE" | "election::RESIGN" => call.keys.get(2).cloned(),
+        "fair::RELEASE" => call.keys.get(3).cloned(),
         _ => None,
     }
 }

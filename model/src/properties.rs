@@ -22,9 +22,24 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
             holders_on_record as Check,
         ),
         Property::sometimes("a client holds the lock", someone_holds as Check),
+        Property::always(
+            "no grant to a chain that left",
+            no_grant_after_leaving as Check,
+        ),
     ];
     match scenario {
         Scenario::Lock => all.extend(holding),
+        Scenario::Fair => {
+            all.extend(holding);
+            all.push(Property::always(
+                "the first in line whose place lives is granted the lock",
+                in_line as Check,
+            ));
+            all.push(Property::sometimes(
+                "a waiter holds the lock by a release's grant",
+                held_by_grant as Check,
+            ));
+        }
         Scenario::Election => {
             all.extend(holding);
             all.push(Property::always(
@@ -86,6 +101,22 @@ fn holders_on_record(model: &ProtocolModel, world: &World) -> bool {
 fn someone_holds(_: &ProtocolModel, world: &World) -> bool {
     let now = world.now();
     world.clients.iter().any(|client| client.holds_at(now))
+}
+
+/// No chain is granted the lock after its undo ran for good (no copy of its tries could
+/// come any more): nobody would hold it, and the others would wait out its lease.
+fn no_grant_after_leaving(_: &ProtocolModel, world: &World) -> bool {
+    !world.ghost.granted_after_leaving
+}
+
+/// Every new chain a fair lock is granted to was the first in its line whose place lived
+/// (or the line was empty).
+fn in_line(_: &ProtocolModel, world: &World) -> bool {
+    !world.ghost.out_of_order
+}
+
+fn held_by_grant(_: &ProtocolModel, world: &World) -> bool {
+    world.ghost.held_by_grant
 }
 
 fn tokens_rise(_: &ProtocolModel, world: &World) -> bool {

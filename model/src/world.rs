@@ -74,6 +74,9 @@ pub enum Body {
     Call(Call),
     /// The server's answer to a call, to its client.
     Answer(Reply),
+    /// A fair lock's grant to the chain `holder` (its fencing token), published on the
+    /// chain's channel, to the client that subscribed to it.
+    Grant { holder: String, token: u64 },
 }
 
 /// A message in flight between the server and client `client`; `seq` is the number of the
@@ -104,6 +107,15 @@ pub struct Ghost {
     pub announced_trying: Vec<String>,
     /// The latch opened (its count-down to zero announced it).
     pub latch_opened: bool,
+    /// The chains whose undo ran for good (no copy of their tries could come any more): they
+    /// left, and whether one was granted the lock after.
+    pub left: Vec<String>,
+    pub granted_after_leaving: bool,
+    /// Whether a fair lock was ever granted to a waiter other than the first in line whose
+    /// place lives.
+    pub out_of_order: bool,
+    /// A fair-lock waiter held the lock by a grant it heard.
+    pub held_by_grant: bool,
 }
 
 impl Ghost {
@@ -117,15 +129,24 @@ impl Ghost {
         }
     }
 
-    /// The server granted `token` to the chain `holder`: a repeat of the same grant (a copy
-    /// of its try) answers the same token, a new chain's must rise above every earlier one.
-    pub fn note_grant(&mut self, holder: &str, token: u64) {
-        match self.tokens.iter().find(|(chain, _)| chain == holder) {
-            Some((_, granted)) => self.token_fell |= *granted != token,
-            None => {
+    /// The server granted `token` to the chain `holder`: a repeat of the grant its hold
+    /// stands on (a copy of its try, a try after a release granted it the lock) answers the
+    /// same token; a `new` hold's (a new chain's, or one taken again after its undo freed it)
+    /// rises above every earlier one.
+    pub fn note_grant(&mut self, holder: &str, token: u64, new: bool) {
+        let at = self.tokens.iter().position(|(chain, _)| chain == holder);
+        match (at, new) {
+            (Some(at), false) => self.token_fell |= self.tokens[at].1 != token,
+            (None, false) => self.token_fell = true,
+            (at, true) => {
                 self.token_fell |= self.tokens.iter().any(|(_, earlier)| *earlier >= token);
-                self.tokens.push((holder.to_owned(), token));
-                self.tokens.sort();
+                match at {
+                    Some(at) => self.tokens[at].1 = token,
+                    None => {
+                        self.tokens.push((holder.to_owned(), token));
+                        self.tokens.sort();
+                    }
+                }
             }
         }
     }
@@ -196,6 +217,7 @@ impl World {
                     format!("{} {:?} {args:?}", call.script, call.keys)
                 }
                 Body::Answer(reply) => format!("answer {reply:?}"),
+                Body::Grant { holder, token } => format!("grant to {holder}, token {token}"),
             };
             out += &format!(
                 "  in flight, client {} call {}: {body}\n",

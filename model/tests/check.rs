@@ -118,6 +118,11 @@ fn the_lock_keeps_its_promises_in_every_interleaving() {
 }
 
 #[test]
+fn the_fair_lock_keeps_its_promises_in_every_interleaving() {
+    holds(Scenario::Fair, faults(1, 0, 3));
+}
+
+#[test]
 fn the_election_keeps_its_promises_in_every_interleaving() {
     holds(Scenario::Election, faults(1, 0, 2));
 }
