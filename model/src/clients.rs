@@ -44,6 +44,9 @@ pub enum Scenario {
     Semaphore,
     /// Each client waits for the fair lock in its queue, holds it, and releases it.
     Fair,
+    /// The read-write lock: the even clients take its read lock, the odd ones its write
+    /// lock, once each, and release it.
+    ReadWrite,
 }
 
 /// The keys of the lock (or the election's lock) the clients share.
@@ -70,6 +73,17 @@ impl Scenario {
                 record: "{leader}:record",
                 log: "{leader}:log",
                 election_channel: "{leader}:election",
+                queue: "",
+                places: "",
+                grants: "",
+            },
+            Scenario::ReadWrite => Names {
+                lock: "rw",
+                token: "{rw}:token",
+                channel: "redisson_rwlock:{rw}",
+                record: "",
+                log: "",
+                election_channel: "",
                 queue: "",
                 places: "",
                 grants: "",
@@ -212,6 +226,20 @@ impl Client {
         holder_id(self.id, self.chain)
     }
 
+    /// Whether it takes a read-write lock's read lock (else its write lock) in `scenario`.
+    pub fn reads(&self, scenario: Scenario) -> bool {
+        scenario == Scenario::ReadWrite && self.id.is_multiple_of(2)
+    }
+
+    /// The field of the lock's hash its current chain holds it by in `scenario`: a
+    /// read-write lock's writer's is its holder id with `:write`.
+    pub fn field(&self, scenario: Scenario) -> String {
+        match scenario == Scenario::ReadWrite && !self.reads(scenario) {
+            true => format!("{}:write", self.holder()),
+            false => self.holder(),
+        }
+    }
+
     /// Whether it holds the lock by its own clock at `now`.
     pub fn holds_at(&self, now: u64) -> bool {
         match &self.step {
@@ -256,6 +284,14 @@ impl Client {
             }
         }
     }
+}
+
+/// The prefix of a read-write lock's derived keys.
+const RW_PREFIX: &str = "{rw}:";
+
+/// The prefix of the timeout keys of the read levels of the chain `holder`.
+fn read_level_prefix(holder: &str) -> String {
+    format!("{RW_PREFIX}{holder}:rwlock_timeout")
 }
 
 pub fn holder_id(client: u8, chain: u8) -> String {
@@ -354,7 +390,7 @@ impl World {
                 let waiting = self.call(c, call, deadline);
                 self.clients[c as usize].step = Step::Requesting(waiting);
             }
-            Scenario::Lock | Scenario::Election | Scenario::Fair => self.try_lock(c, scenario),
+            _ => self.try_lock(c, scenario),
         }
     }
 
@@ -384,6 +420,20 @@ impl World {
                     .arg(PLACE_MS)
                     .arg(u8::from(grants))
             }
+            Scenario::ReadWrite if client.reads(scenario) => {
+                Call::new("rwlock::READ_ACQUIRE", &[names.lock, names.token])
+                    .arg(LEASE_MS)
+                    .arg(&holder)
+                    .arg(0)
+                    .arg(read_level_prefix(&holder))
+            }
+            Scenario::ReadWrite => Call::new("rwlock::WRITE_ACQUIRE", &[names.lock, names.token])
+                .arg(LEASE_MS)
+                .arg(client.field(scenario))
+                .arg(0)
+                .arg(&holder)
+                .arg(RW_PREFIX)
+                .arg(""),
             _ => Call::new("plain::ACQUIRE", &[names.lock, names.token])
                 .arg(LEASE_MS)
                 .arg(&holder)
@@ -453,6 +503,29 @@ impl World {
             .arg(0)
             .arg(names.channel)
             .arg(PLACE_MS),
+            Scenario::ReadWrite if self.clients[c as usize].reads(scenario) => Call::new(
+                "rwlock::READ_RELEASE",
+                &[names.lock, names.channel, &receipt],
+            )
+            .arg(&holder)
+            .arg(LEASE_MS)
+            .arg(keep_until)
+            .arg("0")
+            .arg(0)
+            .arg(RW_PREFIX)
+            .arg("1"),
+            Scenario::ReadWrite => Call::new(
+                "rwlock::WRITE_RELEASE",
+                &[names.lock, names.channel, &receipt, names.token],
+            )
+            .arg(self.clients[c as usize].field(scenario))
+            .arg(LEASE_MS)
+            .arg(keep_until)
+            .arg("1")
+            .arg(0)
+            .arg(RW_PREFIX)
+            .arg("")
+            .arg(0),
             _ => Call::new(
                 "plain::RELEASE",
                 &[names.lock, names.channel, &receipt, names.token],
@@ -546,6 +619,19 @@ impl World {
                     .arg("0")
                     .arg(names.channel)
                     .arg(PLACE_MS)
+            }
+            Scenario::ReadWrite => {
+                let client = &self.clients[c as usize];
+                let prefix = match client.reads(Scenario::ReadWrite) {
+                    true => read_level_prefix(&holder),
+                    false => String::new(),
+                };
+                Call::new("rwlock::UNDO", &[names.lock, names.channel])
+                    .arg(client.field(Scenario::ReadWrite))
+                    .arg(0)
+                    .arg(prefix)
+                    .arg("1")
+                    .arg("")
             }
             _ => Call::new("plain::UNDO", &[names.lock, names.channel])
                 .arg(&holder)

@@ -144,7 +144,7 @@ impl World {
             .map(|_| self.server.entries.clone());
         let first_in_line = self.first_in_line();
         let arg = |index: usize| String::from_utf8_lossy(&call.args[index]).into_owned();
-        let held_before = call.script.ends_with("::ACQUIRE") && self.holds(&arg(1));
+        let held_before = call.script.ends_with("ACQUIRE") && self.holds(&arg(1));
         let reply = eval(&mut self.server, call);
         if let (Some(key), Some(before)) = (request, before) {
             if before != self.server.entries && reply.error_code().is_none() {
@@ -152,11 +152,19 @@ impl World {
             }
         }
         match (call.script, reply.as_pair()) {
-            ("plain::ACQUIRE" | "fair::ACQUIRE", Some((1, token))) => {
+            (
+                "plain::ACQUIRE"
+                | "fair::ACQUIRE"
+                | "rwlock::READ_ACQUIRE"
+                | "rwlock::WRITE_ACQUIRE",
+                Some((1, token)),
+            ) => {
                 let first = first_in_line.as_deref();
                 self.granted_to(&arg(1), token as u64, !held_before, first)
             }
-            ("plain::UNDO" | "fair::UNDO", pair) if !matches!(pair, Some((-1, _))) => {
+            ("plain::UNDO" | "fair::UNDO" | "rwlock::UNDO", pair)
+                if !matches!(pair, Some((-1, _))) =>
+            {
                 self.ghost.left.push(arg(0));
             }
             _ => {}
@@ -295,6 +303,7 @@ fn request_key_of(call: &Call) -> Option<String> {
         "latch::COUNT_DOWN" | "semaphore::TAKE" | "semaphore::ADD" => call.keys.last().cloned(),
         "plain::RELEASE" | "election::RESIGN" => call.keys.get(2).cloned(),
         "fair::RELEASE" => call.keys.get(3).cloned(),
+        "rwlock::READ_RELEASE" | "rwlock::WRITE_RELEASE" => call.keys.get(2).cloned(),
         _ => None,
     }
 }

@@ -28,7 +28,7 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
         ),
     ];
     match scenario {
-        Scenario::Lock => all.extend(holding),
+        Scenario::Lock | Scenario::ReadWrite => all.extend(holding),
         Scenario::Fair => {
             all.extend(holding);
             all.push(Property::always(
@@ -75,27 +75,33 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
     all
 }
 
-/// At most one client holds the lock by its own clock.
-fn one_valid_holder(_: &ProtocolModel, world: &World) -> bool {
+/// At most one client holds the lock by its own clock, readers of a read-write lock aside
+/// (they share it, with no writer).
+fn one_valid_holder(model: &ProtocolModel, world: &World) -> bool {
+    let scenario = model.config.scenario;
+    let now = world.now();
+    let holding = || world.clients.iter().filter(|client| client.holds_at(now));
+    let writers = holding().filter(|client| !client.reads(scenario)).count();
+    writers == 0 || (writers == 1 && holding().count() == 1)
+}
+
+/// A client that holds the lock by its own clock is on record as its holder in Redis (by
+/// its field of the lock's hash).
+fn holders_on_record(model: &ProtocolModel, world: &World) -> bool {
+    let scenario = model.config.scenario;
+    let lock = scenario.names().lock;
     let now = world.now();
     world
         .clients
         .iter()
         .filter(|client| client.holds_at(now))
-        .count()
-        <= 1
-}
-
-/// A client that holds the lock by its own clock is on record as its holder in Redis.
-fn holders_on_record(model: &ProtocolModel, world: &World) -> bool {
-    let lock = model.config.scenario.names().lock;
-    let now = world.now();
-    world.clients.iter().filter(|client| client.holds_at(now)).all(|client| {
-        matches!(
-            world.server.get(lock).map(|entry| &entry.value),
-            Some(crate::keyspace::Value::Hash(hash)) if hash.contains_key(client.holder().as_bytes())
-        )
-    })
+        .all(|client| {
+            matches!(
+                world.server.get(lock).map(|entry| &entry.value),
+                Some(crate::keyspace::Value::Hash(hash))
+                    if hash.contains_key(client.field(scenario).as_bytes())
+            )
+        })
 }
 
 fn someone_holds(_: &ProtocolModel, world: &World) -> bool {

@@ -123,6 +123,11 @@ fn the_fair_lock_keeps_its_promises_in_every_interleaving() {
 }
 
 #[test]
+fn the_read_write_lock_keeps_its_promises_in_every_interleaving() {
+    holds(Scenario::ReadWrite, faults(1, 0, 4));
+}
+
+#[test]
 fn the_election_keeps_its_promises_in_every_interleaving() {
     holds(Scenario::Election, faults(1, 0, 2));
 }
