@@ -47,6 +47,9 @@ pub enum Scenario {
     /// The read-write lock: the even clients take its read lock, the odd ones its write
     /// lock, once each, and release it.
     ReadWrite,
+    /// Each client takes a permit of a permit-expirable semaphore of one, with a lease, and
+    /// gives it back.
+    Permits,
 }
 
 /// The keys of the lock (or the election's lock) the clients share.
@@ -107,6 +110,11 @@ impl Scenario {
 pub const SEMAPHORE: &str = "sem";
 pub const SEMAPHORE_CHANNEL: &str = "redisson_sc:{sem}";
 pub const SEMAPHORE_SIZE: u8 = 1;
+/// A permit-expirable semaphore's permits out (id -> end of lease).
+pub const PERMITS_OUT: &str = "{sem}:timeout";
+/// A permit's lease, in ms: two steps of the clock, so that a search of two steps reaches a
+/// permit given back by its lease's end.
+pub const PERMIT_LEASE_MS: u64 = 2000;
 
 /// The latch's key, and its channel.
 pub const LATCH: &str = "latch";
@@ -149,8 +157,11 @@ pub enum Step {
         counter: u64,
         held_at: u64,
     },
-    /// A semaphore's permit is held (it has no lease).
-    HoldingPermit,
+    /// A semaphore's permit is held, until `valid_until` by the client's clock (`u64::MAX`:
+    /// a permit without a lease).
+    HoldingPermit {
+        valid_until: u64,
+    },
     /// A request is out: a release (or resignation), a count-down, a take or a give-back of a
     /// permit.
     Requesting(Waiting),
@@ -266,7 +277,7 @@ impl Client {
                     out.push(Choice::Renew);
                 }
             }
-            Step::HoldingPermit => out.push(Choice::Release),
+            Step::HoldingPermit { .. } => out.push(Choice::Release),
             Step::Queued { .. } => {
                 out.push(Choice::GiveUp);
                 if self.tries < MAX_FAIR_TRIES {
@@ -305,6 +316,23 @@ pub fn request_key(client: u8, what: &str) -> String {
         "" => format!("{{{LATCH}}}:request:c{client}"),
         _ => format!("{{{SEMAPHORE}}}:request:{what}:c{client}"),
     }
+}
+
+/// A call of `script` for client `c`'s take or give-back (`what`) of its permit: the keys
+/// (the semaphore, its channel, its permits out, the request's key) and the permit's id.
+fn permit_call(script: &'static str, c: u8, what: &str) -> Call {
+    let keys = [
+        SEMAPHORE,
+        SEMAPHORE_CHANNEL,
+        PERMITS_OUT,
+        &request_key(c, what),
+    ];
+    Call::new(script, &keys).arg(permit_id(c))
+}
+
+/// The id of client `c`'s permit.
+fn permit_id(c: u8) -> String {
+    format!("permit-c{c}")
 }
 
 /// The key a release of `holder` keeps its answer under.
@@ -390,6 +418,15 @@ impl World {
                 let waiting = self.call(c, call, deadline);
                 self.clients[c as usize].step = Step::Requesting(waiting);
             }
+            Scenario::Permits => {
+                let (deadline, keep_until) = request_window(self, now);
+                let call = permit_call("semaphore::PERMIT_TAKE", c, "take")
+                    .arg(PERMIT_LEASE_MS)
+                    .arg(deadline)
+                    .arg(keep_until);
+                let waiting = self.call(c, call, deadline);
+                self.clients[c as usize].step = Step::Requesting(waiting);
+            }
             _ => self.try_lock(c, scenario),
         }
     }
@@ -460,8 +497,8 @@ impl World {
     }
 
     fn release(&mut self, c: u8, scenario: Scenario) {
-        if scenario == Scenario::Semaphore {
-            return self.give_permit_back(c);
+        if matches!(scenario, Scenario::Semaphore | Scenario::Permits) {
+            return self.give_permit_back(c, scenario);
         }
         let names = scenario.names();
         let holder = self.clients[c as usize].holder();
@@ -543,14 +580,19 @@ impl World {
         self.clients[c as usize].step = Step::Requesting(waiting);
     }
 
-    /// Gives the permit back: a request adding one.
-    fn give_permit_back(&mut self, c: u8) {
+    /// Gives the permit back: a request adding one, or giving back the permit by its id.
+    fn give_permit_back(&mut self, c: u8, scenario: Scenario) {
         let (deadline, keep_until) = request_window(self, self.now());
-        let keys = [SEMAPHORE, SEMAPHORE_CHANNEL, &request_key(c, "give")];
-        let call = Call::new("semaphore::ADD", &keys)
-            .arg(1)
-            .arg(deadline)
-            .arg(keep_until);
+        let call = match scenario {
+            Scenario::Permits => permit_call("semaphore::PERMIT_RELEASE", c, "give"),
+            _ => Call::new(
+                "semaphore::ADD",
+                &[SEMAPHORE, SEMAPHORE_CHANNEL, &request_key(c, "give")],
+            )
+            .arg(1),
+        }
+        .arg(deadline)
+        .arg(keep_until);
         let waiting = self.call(c, call, deadline);
         self.clients[c as usize].step = Step::Requesting(waiting);
     }
@@ -575,7 +617,12 @@ impl World {
         }
         match std::mem::replace(&mut client.step, Step::Done) {
             Step::Trying(waiting) => self.give_up_try(c, waiting),
-            Step::Requesting(waiting) if waiting.call.script == "semaphore::TAKE" => {
+            Step::Requesting(waiting)
+                if matches!(
+                    waiting.call.script,
+                    "semaphore::TAKE" | "semaphore::PERMIT_TAKE"
+                ) =>
+            {
                 self.give_up_take(c, waiting)
             }
             // An announcement that never answered: the guard is dropped, which resigns.
@@ -652,11 +699,19 @@ impl World {
     /// A take of a permit whose answer did not come: its undo (which gives the permit back
     /// if the take ran, and keeps a later copy from running) is sent until answered.
     fn give_up_take(&mut self, c: u8, took: Waiting) {
-        let keys = [SEMAPHORE, SEMAPHORE_CHANNEL, &request_key(c, "take")];
-        let call = Call::new("semaphore::UNDO_TAKE", &keys)
-            .arg(1)
-            .arg(String::from_utf8_lossy(&took.call.args[1]))
-            .arg(String::from_utf8_lossy(&took.call.args[2]));
+        let call = match took.call.script {
+            "semaphore::PERMIT_TAKE" => permit_call("semaphore::PERMIT_UNDO_TAKE", c, "take"),
+            _ => Call::new(
+                "semaphore::UNDO_TAKE",
+                &[SEMAPHORE, SEMAPHORE_CHANNEL, &request_key(c, "take")],
+            )
+            .arg(1),
+        };
+        // The take's deadline and until when its answer is kept: its last two arguments.
+        let window = &took.call.args[took.call.args.len() - 2..];
+        let call = call
+            .arg(String::from_utf8_lossy(&window[0]))
+            .arg(String::from_utf8_lossy(&window[1]));
         let undo = self.call(c, call, took.deadline);
         self.clients[c as usize].undo = Some(Undo {
             call: undo,
@@ -709,7 +764,14 @@ impl World {
                 _ => return self.release(c, Scenario::Election),
             },
             Step::Requesting(waiting) if waiting.seq == seq => match (waiting.call.script, reply) {
-                ("semaphore::TAKE", Reply::Int(1)) => Step::HoldingPermit,
+                ("semaphore::TAKE", Reply::Int(1)) => Step::HoldingPermit {
+                    valid_until: u64::MAX,
+                },
+                ("semaphore::PERMIT_TAKE", reply) if reply.as_pair() == Some((1, 0)) => {
+                    Step::HoldingPermit {
+                        valid_until: waiting.sent_at + PERMIT_LEASE_MS,
+                    }
+                }
                 _ => Step::Done,
             },
             _ => return,
@@ -844,7 +906,7 @@ impl Client {
             Step::Trying(waiting) | Step::Requesting(waiting) => Some(waiting.seq),
             Step::Announcing { call, .. } => Some(call.seq),
             Step::Holding { renewal, .. } => renewal.as_ref().map(|renewal| renewal.seq),
-            Step::Idle | Step::Done | Step::HoldingPermit | Step::Queued { .. } => None,
+            Step::Idle | Step::Done | Step::HoldingPermit { .. } | Step::Queued { .. } => None,
         };
         let undo = self
             .undo

@@ -27,7 +27,7 @@ impl Model for ProtocolModel {
         let mut server = Keyspace::at(START_MS);
         let count = match config.scenario {
             Scenario::Latch => Some((LATCH, LATCH_COUNT)),
-            Scenario::Semaphore => Some((SEMAPHORE, SEMAPHORE_SIZE)),
+            Scenario::Semaphore | Scenario::Permits => Some((SEMAPHORE, SEMAPHORE_SIZE)),
             _ => None,
         };
         if let Some((key, count)) = count {
@@ -300,7 +300,11 @@ impl World {
 /// a permit's request key (its last key), a release's or resignation's receipt (its third).
 fn request_key_of(call: &Call) -> Option<String> {
     match call.script {
-        "latch::COUNT_DOWN" | "semaphore::TAKE" | "semaphore::ADD" => call.keys.last().cloned(),
+        "latch::COUNT_DOWN"
+        | "semaphore::TAKE"
+        | "semaphore::ADD"
+        | "semaphore::PERMIT_TAKE"
+        | "semaphore::PERMIT_RELEASE" => call.keys.last().cloned(),
         "plain::RELEASE" | "election::RESIGN" => call.keys.get(2).cloned(),
         "fair::RELEASE" => call.keys.get(3).cloned(),
         "rwlock::READ_RELEASE" | "rwlock::WRITE_RELEASE" => call.keys.get(2).cloned(),

@@ -3,7 +3,8 @@
 
 use stateright::Property;
 
-use crate::clients::{Scenario, Step, LATCH_COUNT, SEMAPHORE, SEMAPHORE_SIZE};
+use crate::clients::{Scenario, Step, LATCH_COUNT, PERMITS_OUT, SEMAPHORE, SEMAPHORE_SIZE};
+use crate::keyspace::Value;
 use crate::model::ProtocolModel;
 use crate::world::World;
 
@@ -61,7 +62,7 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
                 latch_opened as Check,
             ));
         }
-        Scenario::Semaphore => {
+        Scenario::Semaphore | Scenario::Permits => {
             all.push(Property::always(
                 "the semaphore stays within its size",
                 within_size as Check,
@@ -143,28 +144,35 @@ fn no_phantom_leader(_: &ProtocolModel, world: &World) -> bool {
     !world.ghost.phantom
 }
 
-/// The permits available and those its clients hold are never more than the semaphore's
-/// size: no release ran twice, no take went unnoticed as one.
+/// The permits available and those its clients hold (by their clocks) are never more than
+/// the semaphore's size, nor are those available and those out on record: no give-back ran
+/// twice, no take went unnoticed as one, no permit out was given back while its holder held
+/// it.
 fn within_size(_: &ProtocolModel, world: &World) -> bool {
     let available = match world.server.get(SEMAPHORE).map(|entry| &entry.value) {
-        Some(crate::keyspace::Value::Str(count)) => String::from_utf8_lossy(count)
+        Some(Value::Str(count)) => String::from_utf8_lossy(count)
             .parse::<i64>()
             .unwrap_or(i64::MAX),
         _ => 0,
     };
-    let held = world
-        .clients
-        .iter()
-        .filter(|client| client.step == Step::HoldingPermit)
-        .count() as i64;
-    available + held <= SEMAPHORE_SIZE as i64
+    let out = match world.server.get(PERMITS_OUT).map(|entry| &entry.value) {
+        Some(Value::ZSet(permits)) => permits.len() as i64,
+        _ => 0,
+    };
+    let held = holding_permits(world).count() as i64;
+    available + held.max(out) <= SEMAPHORE_SIZE as i64
+}
+
+/// The clients that hold a permit by their clocks.
+fn holding_permits(world: &World) -> impl Iterator<Item = &crate::clients::Client> {
+    let now = world.now();
+    world.clients.iter().filter(move |client| {
+        matches!(client.step, Step::HoldingPermit { valid_until } if now < valid_until)
+    })
 }
 
 fn holds_permit(_: &ProtocolModel, world: &World) -> bool {
-    world
-        .clients
-        .iter()
-        .any(|client| client.step == Step::HoldingPermit)
+    holding_permits(world).next().is_some()
 }
 
 fn latch_opened(_: &ProtocolModel, world: &World) -> bool {

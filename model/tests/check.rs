@@ -139,6 +139,13 @@ fn the_semaphore_keeps_its_promises_in_every_interleaving() {
     holds(Scenario::Semaphore, faults(1, 0, 3));
 }
 
+#[test]
+fn the_permits_keep_their_promises_in_every_interleaving() {
+    // Two steps of the clock: past a permit's lease, when it is given back by the next
+    // script.
+    holds(Scenario::Permits, faults(1, 0, 2));
+}
+
 /// Searches with an old behaviour on until the first broken property; answers the broken
 /// ones.
 fn broken_with(scenario: Scenario, faults: Faults, old: Old) -> Vec<&'static str> {

@@ -62,6 +62,9 @@ enum Step {
     Expire(String),
     /// A key of the wrong type where a primitive's key should be.
     Plant(String),
+    /// A permit whose lease ended a while ago, out of a permit-expirable semaphore: the next
+    /// of its scripts gives it back.
+    Expired(String),
 }
 
 const LOCKS: &[&str] = &["lock", "leader"];
@@ -122,12 +125,13 @@ fn script(name: &'static str, keys: &[&str], args: &[&str]) -> Step {
 /// A random step at `now`: a call of one of the modelled scripts, or a fault.
 fn random_step(random: &mut Random, now: u64) -> Step {
     let words = Words::draw(random, now);
-    match random.below(21) {
+    match random.below(24) {
         0..=5 => lock_step(random, &words),
         6..=9 => latch_step(random, &words),
         10..=12 => election_step(random, &words),
         13..=15 => semaphore_step(random, &words),
         16..=19 => fair_step(random, &words),
+        20..=22 => permit_step(random, &words),
         _ => fault_step(random, &words),
     }
 }
@@ -290,6 +294,42 @@ fn semaphore_step(random: &mut Random, w: &Words) -> Step {
             &keys,
             &[&permits, &w.deadline, &w.keep_until],
         ),
+    }
+}
+
+/// A permit-expirable semaphore's permits out.
+const PERMITS_OUT: &str = "{sem}:timeout";
+
+/// A call of the permit-expirable semaphore's scripts (on the semaphore's count), or an
+/// expired permit planted.
+fn permit_step(random: &mut Random, w: &Words) -> Step {
+    let keys = ["sem", "redisson_sc:{sem}", PERMITS_OUT, &w.request];
+    let id = format!("permit-{}", w.holder);
+    match random.below(6) {
+        0 | 1 => script(
+            "semaphore::PERMIT_TAKE",
+            &keys,
+            &[&id, &w.lease, &w.deadline, &w.keep_until],
+        ),
+        2 => script(
+            "semaphore::PERMIT_RELEASE",
+            &keys,
+            &[&id, &w.deadline, &w.keep_until],
+        ),
+        3 => script(
+            "semaphore::PERMIT_UNDO_TAKE",
+            &keys,
+            &[&id, &w.deadline, &w.keep_until],
+        ),
+        4 => {
+            let change = *random.pick(&["1", "2", "-1"]);
+            script(
+                "semaphore::PERMIT_ADD",
+                &keys,
+                &[change, &w.deadline, &w.keep_until],
+            )
+        }
+        _ => Step::Expired(id),
     }
 }
 
@@ -597,6 +637,13 @@ fn run(
                     real,
                     model.call(&words(&["DEL", &key])),
                 )
+            }
+            Step::Expired(id) => {
+                let at = (now - 5000).to_string();
+                let command = ["ZADD", PERMITS_OUT, &at, &id];
+                let real = from_redis(redis::cmd(command[0]).arg(&command[1..]).query(connection));
+                let modelled = model.call(&words(&command));
+                (format!("an expired permit {id}"), real, modelled)
             }
             Step::Plant(key) => {
                 let real = from_redis(redis::cmd("SET").arg(&key).arg("planted").query(connection));
