@@ -286,3 +286,6 @@ impl Offer {
         false
     }
 }
+
+#[cfg(test)]
+mod schedules;
