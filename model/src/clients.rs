@@ -1,7 +1,8 @@
 //! The clients: what the crate decides at each point of a call, reduced to the decisions
 //! that change what reaches the server. A client takes a lock (a try with a deadline; on an
 //! unknown outcome an undo that its cleanup sends until answered, and a new chain for the
-//! next try), renews and releases it; waits in a fair lock's queue (tries again with the
+//! next try), renews and releases it, writes under it (a guarded write, a request); waits in
+//! a fair lock's queue (tries again with the
 //! same chain, takes a grant a release sends on its channel, leaves the queue by an undo);
 //! counts a latch down (a request sent again with the same id until its deadline); or
 //! campaigns in an election (the lock's try, then the announcement once its guard exists,
@@ -50,6 +51,9 @@ pub enum Scenario {
     /// Each client takes a permit of a permit-expirable semaphore of one, with a lease, and
     /// gives it back.
     Permits,
+    /// Each client takes the lock, makes a guarded write under it (a request, sent again
+    /// with the same id until its deadline), and releases it.
+    Guarded,
 }
 
 /// The keys of the lock (or the election's lock) the clients share.
@@ -116,6 +120,9 @@ pub const PERMITS_OUT: &str = "{sem}:timeout";
 /// permit given back by its lease's end.
 pub const PERMIT_LEASE_MS: u64 = 2000;
 
+/// The key guarded writes write to.
+pub const DATA: &str = "{res}:data";
+
 /// The latch's key, and its channel.
 pub const LATCH: &str = "latch";
 pub const LATCH_CHANNEL: &str = "redisson_countdownlatch__channel:{latch}";
@@ -144,8 +151,9 @@ pub enum Step {
         valid_until: u64,
         renewal: Option<Waiting>,
     },
-    /// The election's candidate holds the lock and announces itself.
-    Announcing {
+    /// The lock is held, and a call made under it is out: the election's candidate's
+    /// announcement of itself, or a guarded write.
+    Calling {
         token: u64,
         valid_until: u64,
         call: Waiting,
@@ -197,6 +205,8 @@ pub struct Client {
     pub tries: u8,
     pub subscribed: Option<u8>,
     pub letter: Option<u64>,
+    /// Guarded writes made (one at most).
+    pub writes: u8,
 }
 
 /// What a client may do on its own.
@@ -214,6 +224,8 @@ pub enum Choice {
     TryAgain,
     /// A fair-lock waiter's wait ends without the lock (its deadline): it leaves the queue.
     GiveUp,
+    /// The holder makes a guarded write.
+    Write,
 }
 
 impl Client {
@@ -229,6 +241,7 @@ impl Client {
             tries: 0,
             subscribed: None,
             letter: None,
+            writes: 0,
         }
     }
 
@@ -254,7 +267,7 @@ impl Client {
     /// Whether it holds the lock by its own clock at `now`.
     pub fn holds_at(&self, now: u64) -> bool {
         match &self.step {
-            Step::Holding { valid_until, .. } | Step::Announcing { valid_until, .. } => {
+            Step::Holding { valid_until, .. } | Step::Calling { valid_until, .. } => {
                 now < *valid_until
             }
             _ => false,
@@ -273,6 +286,9 @@ impl Client {
             // A guard whose lease ran out by its clock still sends its release when dropped.
             Step::Holding { renewal, .. } => {
                 out.push(Choice::Release);
+                if scenario == Scenario::Guarded && self.writes == 0 && renewal.is_none() {
+                    out.push(Choice::Write);
+                }
                 if self.holds_at(now) && renewal.is_none() && self.renewals < max_renewals {
                     out.push(Choice::Renew);
                 }
@@ -284,7 +300,7 @@ impl Client {
                     out.push(Choice::TryAgain);
                 }
             }
-            Step::Trying(_) | Step::Announcing { .. } | Step::Requesting(_) => {
+            Step::Trying(_) | Step::Calling { .. } | Step::Requesting(_) => {
                 out.push(Choice::TimeOut)
             }
             _ => {}
@@ -309,11 +325,12 @@ pub fn holder_id(client: u8, chain: u8) -> String {
     format!("c{client}:{chain}")
 }
 
-/// The key a request of `client` keeps its answer under: its count-down, or its take or
-/// give-back of a permit (`what`).
+/// The key a request of `client` keeps its answer under: its count-down, its guarded write,
+/// or its take or give-back of a permit (`what`).
 pub fn request_key(client: u8, what: &str) -> String {
     match what {
         "" => format!("{{{LATCH}}}:request:c{client}"),
+        "write" => format!("{{res}}:request:write:c{client}"),
         _ => format!("{{{SEMAPHORE}}}:request:{what}:c{client}"),
     }
 }
@@ -362,6 +379,7 @@ impl World {
             Choice::Release => self.release(c, scenario),
             Choice::TimeOut => self.time_out(c),
             Choice::TryAgain => self.try_lock(c, scenario),
+            Choice::Write => self.write(c),
             Choice::GiveUp => {
                 self.clients[c as usize].step = Step::Done;
                 self.leave_queue(c);
@@ -580,6 +598,35 @@ impl World {
         self.clients[c as usize].step = Step::Requesting(waiting);
     }
 
+    /// A guarded write by the holder: one more to the data, while its hold stands.
+    fn write(&mut self, c: u8) {
+        let client = &mut self.clients[c as usize];
+        let Step::Holding {
+            token, valid_until, ..
+        } = client.step
+        else {
+            return;
+        };
+        client.writes += 1;
+        let holder = client.holder();
+        let lock = self.config.scenario.names().lock;
+        let (deadline, keep_until) = request_window(self, self.now());
+        let keys = [DATA, lock, &request_key(c, "write")];
+        let call = Call::new("guarded::GUARDED_WRITE", &keys)
+            .arg("incrby")
+            .arg(1)
+            .arg("")
+            .arg(holder)
+            .arg(deadline)
+            .arg(keep_until);
+        let waiting = self.call(c, call, deadline);
+        self.clients[c as usize].step = Step::Calling {
+            token,
+            valid_until,
+            call: waiting,
+        };
+    }
+
     /// Gives the permit back: a request adding one, or giving back the permit by its id.
     fn give_permit_back(&mut self, c: u8, scenario: Scenario) {
         let (deadline, keep_until) = request_window(self, self.now());
@@ -606,7 +653,7 @@ impl World {
         let (waiting, resent) = match &mut client.step {
             Step::Trying(waiting) => (waiting, false),
             Step::Requesting(waiting) => (waiting, true),
-            Step::Announcing { call, .. } => (call, true),
+            Step::Calling { call, .. } => (call, true),
             _ => return,
         };
         if resent && waiting.sends < MAX_SENDS && now < waiting.deadline {
@@ -625,8 +672,20 @@ impl World {
             {
                 self.give_up_take(c, waiting)
             }
+            // A guarded write whose outcome is unknown is told so; the guard stays.
+            Step::Calling {
+                token,
+                valid_until,
+                call,
+            } if call.call.script == "guarded::GUARDED_WRITE" => {
+                self.clients[c as usize].step = Step::Holding {
+                    token,
+                    valid_until,
+                    renewal: None,
+                }
+            }
             // An announcement that never answered: the guard is dropped, which resigns.
-            Step::Announcing { .. } => self.release(c, Scenario::Election),
+            Step::Calling { .. } => self.release(c, Scenario::Election),
             Step::Requesting(_) => {}
             _ => unreachable!("a step that waits"),
         }
@@ -750,16 +809,18 @@ impl World {
                 },
                 _ => Step::Done,
             },
-            Step::Announcing {
+            Step::Calling {
                 call,
                 token,
                 valid_until,
-            } if call.seq == seq => match reply {
-                Reply::Int(1) => Step::Holding {
-                    token: *token,
-                    valid_until: *valid_until,
-                    renewal: None,
-                },
+            } if call.seq == seq => match (call.call.script, reply) {
+                ("election::ANNOUNCE", Reply::Int(1)) | ("guarded::GUARDED_WRITE", _) => {
+                    Step::Holding {
+                        token: *token,
+                        valid_until: *valid_until,
+                        renewal: None,
+                    }
+                }
                 // Not the leader: the guard is dropped, which resigns.
                 _ => return self.release(c, Scenario::Election),
             },
@@ -805,7 +866,7 @@ impl World {
         let holder = self.clients[c as usize].holder();
         let call = announce_call(&holder, &format!("value-{c}"), token);
         let waiting = self.call(c, call, valid_until);
-        self.clients[c as usize].step = Step::Announcing {
+        self.clients[c as usize].step = Step::Calling {
             token,
             valid_until,
             call: waiting,
@@ -904,7 +965,7 @@ impl Client {
     pub fn awaits(&self, seq: u16) -> bool {
         let step = match &self.step {
             Step::Trying(waiting) | Step::Requesting(waiting) => Some(waiting.seq),
-            Step::Announcing { call, .. } => Some(call.seq),
+            Step::Calling { call, .. } => Some(call.seq),
             Step::Holding { renewal, .. } => renewal.as_ref().map(|renewal| renewal.seq),
             Step::Idle | Step::Done | Step::HoldingPermit { .. } | Step::Queued { .. } => None,
         };

@@ -5,7 +5,7 @@
 use stateright::{Model, Property};
 
 use crate::clients::{
-    announce_call, Client, Scenario, Step, LATCH, LATCH_CHANNEL, LATCH_COUNT, SEMAPHORE,
+    announce_call, Client, Scenario, Step, DATA, LATCH, LATCH_CHANNEL, LATCH_COUNT, SEMAPHORE,
     SEMAPHORE_SIZE,
 };
 use crate::keyspace::{Keyspace, Reply, Value};
@@ -145,7 +145,11 @@ impl World {
         let first_in_line = self.first_in_line();
         let arg = |index: usize| String::from_utf8_lossy(&call.args[index]).into_owned();
         let held_before = call.script.ends_with("ACQUIRE") && self.holds(&arg(1));
+        let data_before = self.server.get(DATA).cloned();
         let reply = eval(&mut self.server, call);
+        if self.server.get(DATA) != data_before.as_ref() {
+            self.landed(&arg(3));
+        }
         if let (Some(key), Some(before)) = (request, before) {
             if before != self.server.entries && reply.error_code().is_none() {
                 self.ghost.note_applied(&key);
@@ -186,6 +190,18 @@ impl World {
         self.ghost.note_grant(holder, token, new);
         self.ghost.granted_after_leaving |= self.ghost.left.iter().any(|left| left == holder);
         self.ghost.out_of_order |= new && first.is_some_and(|first| first != holder);
+    }
+
+    /// A guarded write of the chain `holder` landed (the data changed): no other client may
+    /// hold the lock by its clock now.
+    fn landed(&mut self, holder: &str) {
+        let now = self.now();
+        let others = self
+            .clients
+            .iter()
+            .any(|client| client.holder() != holder && client.holds_at(now));
+        self.ghost.write_beside_a_holder |= others;
+        self.ghost.writes_landed = self.ghost.writes_landed.saturating_add(1);
     }
 
     /// Whether the server holds the lock (of any scenario) for the chain `holder` now.
@@ -307,6 +323,7 @@ fn request_key_of(call: &Call) -> Option<String> {
         | "semaphore::PERMIT_RELEASE" => call.keys.last().cloned(),
         "plain::RELEASE" | "election::RESIGN" => call.keys.get(2).cloned(),
         "fair::RELEASE" => call.keys.get(3).cloned(),
+        "guarded::GUARDED_WRITE" => call.keys.last().cloned(),
         "rwlock::READ_RELEASE" | "rwlock::WRITE_RELEASE" => call.keys.get(2).cloned(),
         _ => None,
     }

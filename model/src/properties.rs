@@ -30,6 +30,17 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
     ];
     match scenario {
         Scenario::Lock | Scenario::ReadWrite => all.extend(holding),
+        Scenario::Guarded => {
+            all.extend(holding);
+            all.push(Property::always(
+                "a guarded write lands only while its writer alone holds the lock",
+                writes_alone as Check,
+            ));
+            all.push(Property::sometimes(
+                "a guarded write lands",
+                write_landed as Check,
+            ));
+        }
         Scenario::Fair => {
             all.extend(holding);
             all.push(Property::always(
@@ -120,6 +131,14 @@ fn no_grant_after_leaving(_: &ProtocolModel, world: &World) -> bool {
 /// (or the line was empty).
 fn in_line(_: &ProtocolModel, world: &World) -> bool {
     !world.ghost.out_of_order
+}
+
+fn writes_alone(_: &ProtocolModel, world: &World) -> bool {
+    !world.ghost.write_beside_a_holder
+}
+
+fn write_landed(_: &ProtocolModel, world: &World) -> bool {
+    world.ghost.writes_landed > 0
 }
 
 fn held_by_grant(_: &ProtocolModel, world: &World) -> bool {

@@ -116,6 +116,10 @@ pub struct Ghost {
     pub out_of_order: bool,
     /// A fair-lock waiter held the lock by a grant it heard.
     pub held_by_grant: bool,
+    /// Guarded writes that landed, and whether one landed while another client held the
+    /// lock by its clock.
+    pub writes_landed: u8,
+    pub write_beside_a_holder: bool,
 }
 
 impl Ghost {

@@ -125,13 +125,14 @@ fn script(name: &'static str, keys: &[&str], args: &[&str]) -> Step {
 /// A random step at `now`: a call of one of the modelled scripts, or a fault.
 fn random_step(random: &mut Random, now: u64) -> Step {
     let words = Words::draw(random, now);
-    match random.below(24) {
+    match random.below(26) {
         0..=5 => lock_step(random, &words),
         6..=9 => latch_step(random, &words),
         10..=12 => election_step(random, &words),
         13..=15 => semaphore_step(random, &words),
         16..=19 => fair_step(random, &words),
         20..=22 => permit_step(random, &words),
+        23 | 24 => guarded_step(random, &words),
         _ => fault_step(random, &words),
     }
 }
@@ -295,6 +296,25 @@ fn semaphore_step(random: &mut Random, w: &Words) -> Step {
             &[&permits, &w.deadline, &w.keep_until],
         ),
     }
+}
+
+/// A guarded write of one or two writes, by a holder of a lock (or of none).
+fn guarded_step(random: &mut Random, w: &Words) -> Step {
+    let mut keys = Vec::new();
+    let mut args = Vec::new();
+    for _ in 0..1 + random.below(2) {
+        keys.push(*random.pick(&["data", "{data}:hash", "latch"]));
+        let write: [&str; 3] = match random.below(4) {
+            0 => ["set", "value", *random.pick(&["", "600000"])],
+            1 => ["del", "", ""],
+            2 => ["hset", "field", "value"],
+            _ => ["incrby", *random.pick(&["1", "-2"]), ""],
+        };
+        args.extend(write);
+    }
+    keys.extend([w.lock, &w.request]);
+    args.extend([w.holder, &w.deadline, &w.keep_until]);
+    script("guarded::GUARDED_WRITE", &keys, &args)
 }
 
 /// A permit-expirable semaphore's permits out.
