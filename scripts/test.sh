@@ -48,4 +48,4 @@ fi
 # searches to the budgets model/tests/check.rs states, and the differential test of the
 # model's server against redis-server, then against valkey-server.
 cargo test -p redlease-model
-REDLEASE_REDIS_SERVER="$valkey_server" cargo test -p redlease-model --test differential
+REDLEASE_REDIS_SERVER="$valkey_server" cargo test -p redlease-model --test differential --test regressions

@@ -31,6 +31,8 @@ pub const LATCH_COUNT: u8 = 2;
 pub const PLACE_MS: u64 = LEASE_MS;
 /// How many tries a fair-lock waiter makes in one wait at most.
 const MAX_FAIR_TRIES: u8 = 2;
+/// How many times the upgradable reader tries to upgrade at most.
+const MAX_UPGRADE_TRIES: u8 = 2;
 
 /// What the clients do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -54,6 +56,9 @@ pub enum Scenario {
     /// Each client takes the lock, makes a guarded write under it (a request, sent again
     /// with the same id until its deadline), and releases it.
     Guarded,
+    /// The read-write lock's upgradable read: the even clients take it and upgrade it to
+    /// the write lock (up to two tries), the odd ones take the read lock; each releases.
+    Upgradable,
 }
 
 /// The keys of the lock (or the election's lock) the clients share.
@@ -84,7 +89,7 @@ impl Scenario {
                 places: "",
                 grants: "",
             },
-            Scenario::ReadWrite => Names {
+            Scenario::ReadWrite | Scenario::Upgradable => Names {
                 lock: "rw",
                 token: "{rw}:token",
                 channel: "redisson_rwlock:{rw}",
@@ -198,7 +203,8 @@ pub struct Client {
     pub started: bool,
     /// Renewals sent (one at most).
     pub renewals: u8,
-    pub undo: Option<Undo>,
+    /// Its undos not yet answered for good, oldest first.
+    pub undos: Vec<Undo>,
     /// A fair-lock waiter's tries in its wait, the chain whose channel it hears grants on
     /// (subscribed once a try found the lock held), and the last grant heard there, not yet
     /// read (its fencing token).
@@ -207,6 +213,10 @@ pub struct Client {
     pub letter: Option<u64>,
     /// Guarded writes made (one at most).
     pub writes: u8,
+    /// The upgradable reader's upgrade tries, and until when the write lock it upgraded to is
+    /// valid by its clock (while it holds it).
+    pub upgrade_tries: u8,
+    pub writing: Option<u64>,
 }
 
 /// What a client may do on its own.
@@ -219,13 +229,15 @@ pub enum Choice {
     TimeOut,
     /// Send the undo again: unanswered (its response timeout), or answered that a copy of
     /// the try may still come, once the try's deadline has passed.
-    SendUndo,
+    SendUndo(u8),
     /// A fair-lock waiter tries again (woken, or its pause ended) with the same chain.
     TryAgain,
     /// A fair-lock waiter's wait ends without the lock (its deadline): it leaves the queue.
     GiveUp,
     /// The holder makes a guarded write.
     Write,
+    /// The upgradable reader tries to upgrade to the write lock.
+    Upgrade,
 }
 
 impl Client {
@@ -237,11 +249,13 @@ impl Client {
             chain: 0,
             started: false,
             renewals: 0,
-            undo: None,
+            undos: Vec::new(),
             tries: 0,
             subscribed: None,
             letter: None,
             writes: 0,
+            upgrade_tries: 0,
+            writing: None,
         }
     }
 
@@ -250,9 +264,27 @@ impl Client {
         holder_id(self.id, self.chain)
     }
 
-    /// Whether it takes a read-write lock's read lock (else its write lock) in `scenario`.
+    /// Whether it takes a read-write lock's read lock or upgradable read (else its write
+    /// lock) in `scenario`.
     pub fn reads(&self, scenario: Scenario) -> bool {
-        scenario == Scenario::ReadWrite && self.id.is_multiple_of(2)
+        match scenario {
+            Scenario::ReadWrite => self.id.is_multiple_of(2),
+            _ => scenario == Scenario::Upgradable,
+        }
+    }
+
+    /// Whether it takes the upgradable read (and upgrades it) in `scenario`.
+    pub fn upgrades(&self, scenario: Scenario) -> bool {
+        scenario == Scenario::Upgradable && self.id.is_multiple_of(2)
+    }
+
+    /// Whether it holds the write lock by its own clock at `now`: a read-write lock's writer
+    /// by its hold, the upgradable reader by its upgrade's.
+    pub fn writes_at(&self, now: u64, scenario: Scenario) -> bool {
+        match scenario {
+            Scenario::Upgradable => self.writing.is_some_and(|until| now < until),
+            _ => !self.reads(scenario) && self.holds_at(now),
+        }
     }
 
     /// The field of the lock's hash its current chain holds it by in `scenario`: a
@@ -289,6 +321,10 @@ impl Client {
                 if scenario == Scenario::Guarded && self.writes == 0 && renewal.is_none() {
                     out.push(Choice::Write);
                 }
+                let upgrades = self.upgrades(scenario) && self.writing.is_none();
+                if upgrades && self.upgrade_tries < MAX_UPGRADE_TRIES && self.holds_at(now) {
+                    out.push(Choice::Upgrade);
+                }
                 if self.holds_at(now) && renewal.is_none() && self.renewals < max_renewals {
                     out.push(Choice::Renew);
                 }
@@ -305,9 +341,9 @@ impl Client {
             }
             _ => {}
         }
-        if let Some(undo) = &self.undo {
+        for (index, undo) in self.undos.iter().enumerate() {
             if undo.call.sends < MAX_UNDO_SENDS && (undo.out || now > undo.not_before) {
-                out.push(Choice::SendUndo);
+                out.push(Choice::SendUndo(index as u8));
             }
         }
     }
@@ -380,13 +416,16 @@ impl World {
             Choice::TimeOut => self.time_out(c),
             Choice::TryAgain => self.try_lock(c, scenario),
             Choice::Write => self.write(c),
+            Choice::Upgrade => self.upgrade(c),
             Choice::GiveUp => {
                 self.clients[c as usize].step = Step::Done;
                 self.leave_queue(c);
             }
-            Choice::SendUndo => {
+            Choice::SendUndo(index) => {
                 let client = &mut self.clients[c as usize];
-                let Some(undo) = &mut client.undo else { return };
+                let Some(undo) = client.undos.get_mut(index as usize) else {
+                    return;
+                };
                 undo.out = true;
                 undo.call.sends += 1;
                 let message = message(c, undo.call.seq, &undo.call.call);
@@ -475,7 +514,15 @@ impl World {
                     .arg(PLACE_MS)
                     .arg(u8::from(grants))
             }
-            Scenario::ReadWrite if client.reads(scenario) => {
+            Scenario::Upgradable if client.upgrades(scenario) => {
+                Call::new("rwlock::UPGRADABLE_ACQUIRE", &[names.lock, names.token])
+                    .arg(LEASE_MS)
+                    .arg(&holder)
+                    .arg(0)
+                    .arg(read_level_prefix(&holder))
+                    .arg(RW_PREFIX)
+            }
+            Scenario::ReadWrite | Scenario::Upgradable if client.reads(scenario) => {
                 Call::new("rwlock::READ_ACQUIRE", &[names.lock, names.token])
                     .arg(LEASE_MS)
                     .arg(&holder)
@@ -518,6 +565,9 @@ impl World {
         if matches!(scenario, Scenario::Semaphore | Scenario::Permits) {
             return self.give_permit_back(c, scenario);
         }
+        if self.clients[c as usize].writing.is_some() {
+            return self.release_upgrade(c);
+        }
         let names = scenario.names();
         let holder = self.clients[c as usize].holder();
         let receipt = receipt_key(names.lock, &holder);
@@ -558,17 +608,21 @@ impl World {
             .arg(0)
             .arg(names.channel)
             .arg(PLACE_MS),
-            Scenario::ReadWrite if self.clients[c as usize].reads(scenario) => Call::new(
-                "rwlock::READ_RELEASE",
-                &[names.lock, names.channel, &receipt],
-            )
-            .arg(&holder)
-            .arg(LEASE_MS)
-            .arg(keep_until)
-            .arg("0")
-            .arg(0)
-            .arg(RW_PREFIX)
-            .arg("1"),
+            Scenario::ReadWrite | Scenario::Upgradable
+                if self.clients[c as usize].reads(scenario) =>
+            {
+                Call::new(
+                    "rwlock::READ_RELEASE",
+                    &[names.lock, names.channel, &receipt],
+                )
+                .arg(&holder)
+                .arg(LEASE_MS)
+                .arg(keep_until)
+                .arg("0")
+                .arg(0)
+                .arg(RW_PREFIX)
+                .arg("1")
+            }
             Scenario::ReadWrite => Call::new(
                 "rwlock::WRITE_RELEASE",
                 &[names.lock, names.channel, &receipt, names.token],
@@ -596,6 +650,98 @@ impl World {
         .arg(deadline);
         let waiting = self.call(c, call, deadline);
         self.clients[c as usize].step = Step::Requesting(waiting);
+    }
+
+    /// The upgradable reader's try of the write lock, under its read hold: the write lock's
+    /// try with its chain's holder id and an id of its own (so that its undo takes back no
+    /// later try's grant).
+    fn upgrade(&mut self, c: u8) {
+        let client = &mut self.clients[c as usize];
+        let Step::Holding {
+            token, valid_until, ..
+        } = client.step
+        else {
+            return;
+        };
+        client.upgrade_tries += 1;
+        let holder = client.holder();
+        // As the crate's request ids: `<client id>:<number>`, numbered in the order made.
+        let try_id = format!("client{c}:{}", client.seq + 1);
+        let names = Scenario::Upgradable.names();
+        let deadline = self.now() + SEND_FOR_MS;
+        let call = Call::new("rwlock::WRITE_ACQUIRE", &[names.lock, names.token])
+            .arg(LEASE_MS)
+            .arg(format!("{holder}:write"))
+            .arg(0)
+            .arg(&holder)
+            .arg(RW_PREFIX)
+            .arg(try_id)
+            .arg(deadline);
+        let waiting = self.call(c, call, deadline);
+        self.clients[c as usize].step = Step::Calling {
+            token,
+            valid_until,
+            call: waiting,
+        };
+    }
+
+    /// The upgrade's write lock released (its guard dropped, so that the client holds it no
+    /// more): the read hold stays.
+    fn release_upgrade(&mut self, c: u8) {
+        let client = &mut self.clients[c as usize];
+        let Step::Holding {
+            token, valid_until, ..
+        } = client.step
+        else {
+            return;
+        };
+        client.writing = None;
+        // No second upgrade: a late run of this release, if its answer does not come, would
+        // free it (found by the search, not fixed yet: the release names no grant).
+        client.upgrade_tries = MAX_UPGRADE_TRIES;
+        let holder = client.holder();
+        let names = Scenario::Upgradable.names();
+        let receipt = receipt_key(names.lock, &format!("{holder}:write"));
+        let (deadline, keep_until) = request_window(self, self.now());
+        let call = Call::new(
+            "rwlock::WRITE_RELEASE",
+            &[names.lock, names.channel, &receipt, names.token],
+        )
+        .arg(format!("{holder}:write"))
+        .arg(LEASE_MS)
+        .arg(keep_until)
+        .arg("1")
+        .arg(0)
+        .arg(RW_PREFIX)
+        .arg("")
+        .arg(0)
+        .arg(deadline);
+        let waiting = self.call(c, call, deadline);
+        self.clients[c as usize].step = Step::Calling {
+            token,
+            valid_until,
+            call: waiting,
+        };
+    }
+
+    /// The undo of the upgrade try `tried` whose answer did not come: only that try's grant
+    /// is taken back; the read hold stays.
+    fn give_up_upgrade(&mut self, c: u8, tried: Waiting) {
+        let names = Scenario::Upgradable.names();
+        let not_before = tried.deadline.max(self.now() + SEND_FOR_MS);
+        let call = Call::new("rwlock::UNDO", &[names.lock, names.channel])
+            .arg(String::from_utf8_lossy(&tried.call.args[1]))
+            .arg(0)
+            .arg("")
+            .arg("1")
+            .arg(String::from_utf8_lossy(&tried.call.args[5]))
+            .arg(not_before);
+        let undo = self.call(c, call, not_before);
+        self.clients[c as usize].undos.push(Undo {
+            call: undo,
+            out: true,
+            not_before,
+        });
     }
 
     /// A guarded write by the holder: one more to the data, while its hold stands.
@@ -653,7 +799,11 @@ impl World {
         let (waiting, resent) = match &mut client.step {
             Step::Trying(waiting) => (waiting, false),
             Step::Requesting(waiting) => (waiting, true),
-            Step::Calling { call, .. } => (call, true),
+            // An upgrade is a try: sent once.
+            Step::Calling { call, .. } => {
+                let resent = call.call.script != "rwlock::WRITE_ACQUIRE";
+                (call, resent)
+            }
             _ => return,
         };
         if resent && waiting.sends < MAX_SENDS && now < waiting.deadline {
@@ -672,22 +822,33 @@ impl World {
             {
                 self.give_up_take(c, waiting)
             }
-            // A guarded write whose outcome is unknown is told so; the guard stays.
             Step::Calling {
                 token,
                 valid_until,
                 call,
-            } if call.call.script == "guarded::GUARDED_WRITE" => {
-                self.clients[c as usize].step = Step::Holding {
-                    token,
-                    valid_until,
-                    renewal: None,
-                }
-            }
-            // An announcement that never answered: the guard is dropped, which resigns.
-            Step::Calling { .. } => self.release(c, Scenario::Election),
+            } => self.call_unanswered(c, token, valid_until, call),
             Step::Requesting(_) => {}
             _ => unreachable!("a step that waits"),
+        }
+    }
+
+    /// A call made under the hold (valid until `valid_until`, with `token`) went unanswered:
+    /// an announcement drops the guard, which resigns; an upgrade's try is undone; the outcome
+    /// of a guarded write or of the upgrade's release is told. The guard stays but for the
+    /// announcement.
+    fn call_unanswered(&mut self, c: u8, token: u64, valid_until: u64, call: Waiting) {
+        let script = call.call.script;
+        if script == "election::ANNOUNCE" {
+            return self.release(c, Scenario::Election);
+        }
+        let client = &mut self.clients[c as usize];
+        client.step = Step::Holding {
+            token,
+            valid_until,
+            renewal: None,
+        };
+        if script == "rwlock::WRITE_ACQUIRE" {
+            self.give_up_upgrade(c, call);
         }
     }
 
@@ -726,14 +887,14 @@ impl World {
                     .arg(names.channel)
                     .arg(PLACE_MS)
             }
-            Scenario::ReadWrite => {
+            scenario @ (Scenario::ReadWrite | Scenario::Upgradable) => {
                 let client = &self.clients[c as usize];
-                let prefix = match client.reads(Scenario::ReadWrite) {
+                let prefix = match client.reads(scenario) {
                     true => read_level_prefix(&holder),
                     false => String::new(),
                 };
                 Call::new("rwlock::UNDO", &[names.lock, names.channel])
-                    .arg(client.field(Scenario::ReadWrite))
+                    .arg(client.field(scenario))
                     .arg(0)
                     .arg(prefix)
                     .arg("1")
@@ -747,7 +908,7 @@ impl World {
         .arg(not_before);
         let undo = self.call(c, call, not_before);
         let client = &mut self.clients[c as usize];
-        client.undo = Some(Undo {
+        client.undos.push(Undo {
             call: undo,
             out: true,
             not_before,
@@ -772,7 +933,7 @@ impl World {
             .arg(String::from_utf8_lossy(&window[0]))
             .arg(String::from_utf8_lossy(&window[1]));
         let undo = self.call(c, call, took.deadline);
-        self.clients[c as usize].undo = Some(Undo {
+        self.clients[c as usize].undos.push(Undo {
             call: undo,
             out: true,
             not_before: 0,
@@ -783,14 +944,14 @@ impl World {
     /// for is dropped.
     pub fn receive(&mut self, c: u8, seq: u16, reply: Reply) {
         let client = &mut self.clients[c as usize];
-        if let Some(undo) = &mut client.undo {
-            if undo.call.seq == seq {
-                match reply.as_pair() {
-                    Some((-1, _)) => undo.out = false,
-                    _ => client.undo = None,
+        if let Some(at) = client.undos.iter().position(|undo| undo.call.seq == seq) {
+            match reply.as_pair() {
+                Some((-1, _)) => client.undos[at].out = false,
+                _ => {
+                    client.undos.remove(at);
                 }
-                return;
             }
+            return;
         }
         let next = match &mut client.step {
             Step::Trying(waiting) if waiting.seq == seq => {
@@ -813,17 +974,10 @@ impl World {
                 call,
                 token,
                 valid_until,
-            } if call.seq == seq => match (call.call.script, reply) {
-                ("election::ANNOUNCE", Reply::Int(1)) | ("guarded::GUARDED_WRITE", _) => {
-                    Step::Holding {
-                        token: *token,
-                        valid_until: *valid_until,
-                        renewal: None,
-                    }
-                }
-                // Not the leader: the guard is dropped, which resigns.
-                _ => return self.release(c, Scenario::Election),
-            },
+            } if call.seq == seq => {
+                let (token, valid_until, call) = (*token, *valid_until, call.clone());
+                return self.called(c, reply, token, valid_until, call);
+            }
             Step::Requesting(waiting) if waiting.seq == seq => match (waiting.call.script, reply) {
                 ("semaphore::TAKE", Reply::Int(1)) => Step::HoldingPermit {
                     valid_until: u64::MAX,
@@ -838,6 +992,30 @@ impl World {
             _ => return,
         };
         client.step = next;
+    }
+
+    /// The answer to a call made under the hold (valid until `valid_until`, with `token`): an
+    /// announcement that did not make the candidate the leader drops the guard, which
+    /// resigns; an upgrade that took the write lock holds it from its send, one that found
+    /// the upgradable hold gone loses the guard.
+    fn called(&mut self, c: u8, reply: Reply, token: u64, valid_until: u64, call: Waiting) {
+        let client = &mut self.clients[c as usize];
+        let holding = Step::Holding {
+            token,
+            valid_until,
+            renewal: None,
+        };
+        match (call.call.script, reply.as_pair()) {
+            ("election::ANNOUNCE", _) if reply != Reply::Int(1) => {
+                self.release(c, Scenario::Election)
+            }
+            ("rwlock::WRITE_ACQUIRE", Some((4, _))) => client.step = Step::Done,
+            ("rwlock::WRITE_ACQUIRE", Some((1, _))) => {
+                client.writing = Some(call.sent_at + LEASE_MS);
+                client.step = holding;
+            }
+            _ => client.step = holding,
+        }
     }
 
     /// A try's answer: the lock taken (the client holds it from the try's send on; an
@@ -970,11 +1148,10 @@ impl Client {
             Step::Idle | Step::Done | Step::HoldingPermit { .. } | Step::Queued { .. } => None,
         };
         let undo = self
-            .undo
-            .as_ref()
-            .filter(|undo| undo.out)
-            .map(|undo| undo.call.seq);
-        step == Some(seq) || undo == Some(seq)
+            .undos
+            .iter()
+            .any(|undo| undo.out && undo.call.seq == seq);
+        step == Some(seq) || undo
     }
 }
 

@@ -166,8 +166,9 @@ impl World {
                 let first = first_in_line.as_deref();
                 self.granted_to(&arg(1), token as u64, !held_before, first)
             }
+            // An upgrade's try's undo (it names the try) leaves the chain to try again.
             ("plain::UNDO" | "fair::UNDO" | "rwlock::UNDO", pair)
-                if !matches!(pair, Some((-1, _))) =>
+                if !matches!(pair, Some((-1, _))) && !undoes_an_upgrade(call) =>
             {
                 self.ghost.left.push(arg(0));
             }
@@ -282,6 +283,11 @@ impl World {
     fn granted(&self, holder: &str, term: u64) -> bool {
         self.holds(holder) && self.ghost.tokens.contains(&(holder.to_owned(), term))
     }
+}
+
+/// Whether `call` is the undo of an upgrade's try (which names the try).
+fn undoes_an_upgrade(call: &Call) -> bool {
+    call.script == "rwlock::UNDO" && call.args.get(4).is_some_and(|id| !id.is_empty())
 }
 
 /// A fair lock's grant, from its message `grant <token> <lease ms> <holder id>`: the chain

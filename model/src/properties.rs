@@ -30,6 +30,13 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
     ];
     match scenario {
         Scenario::Lock | Scenario::ReadWrite => all.extend(holding),
+        Scenario::Upgradable => {
+            all.extend(holding);
+            all.push(Property::sometimes(
+                "the upgradable reader writes",
+                upgraded as Check,
+            ));
+        }
         Scenario::Guarded => {
             all.extend(holding);
             all.push(Property::always(
@@ -88,13 +95,17 @@ pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
 }
 
 /// At most one client holds the lock by its own clock, readers of a read-write lock aside
-/// (they share it, with no writer).
+/// (they share it, with no writer; the upgradable reader writes alone).
 fn one_valid_holder(model: &ProtocolModel, world: &World) -> bool {
     let scenario = model.config.scenario;
     let now = world.now();
-    let holding = || world.clients.iter().filter(|client| client.holds_at(now));
-    let writers = holding().filter(|client| !client.reads(scenario)).count();
-    writers == 0 || (writers == 1 && holding().count() == 1)
+    let writers = (world.clients.iter())
+        .filter(|client| client.writes_at(now, scenario))
+        .count();
+    let holders = (world.clients.iter())
+        .filter(|client| client.holds_at(now) || client.writes_at(now, scenario))
+        .count();
+    writers == 0 || (writers == 1 && holders == 1)
 }
 
 /// A client that holds the lock by its own clock is on record as its holder in Redis (by
@@ -103,17 +114,22 @@ fn holders_on_record(model: &ProtocolModel, world: &World) -> bool {
     let scenario = model.config.scenario;
     let lock = scenario.names().lock;
     let now = world.now();
-    world
-        .clients
-        .iter()
-        .filter(|client| client.holds_at(now))
-        .all(|client| {
-            matches!(
-                world.server.get(lock).map(|entry| &entry.value),
-                Some(crate::keyspace::Value::Hash(hash))
-                    if hash.contains_key(client.field(scenario).as_bytes())
-            )
-        })
+    let on_record = |field: String| {
+        matches!(
+            world.server.get(lock).map(|entry| &entry.value),
+            Some(Value::Hash(hash)) if hash.contains_key(field.as_bytes())
+        )
+    };
+    world.clients.iter().all(|client| {
+        let upgraded = scenario == Scenario::Upgradable && client.writes_at(now, scenario);
+        (!client.holds_at(now) || on_record(client.field(scenario)))
+            && (!upgraded || on_record(format!("{}:write", client.holder())))
+    })
+}
+
+fn upgraded(model: &ProtocolModel, world: &World) -> bool {
+    let scenario = model.config.scenario;
+    (world.clients.iter()).any(|client| client.writes_at(world.now(), scenario))
 }
 
 fn someone_holds(_: &ProtocolModel, world: &World) -> bool {

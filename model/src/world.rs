@@ -210,8 +210,8 @@ impl World {
         }
         for client in &self.clients {
             out += &format!(
-                "  client {}: {:?} undo {:?}\n",
-                client.id, client.step, client.undo
+                "  client {}: {:?} undos {:?}\n",
+                client.id, client.step, client.undos
             );
         }
         for message in &self.network {

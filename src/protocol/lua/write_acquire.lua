@@ -23,9 +23,28 @@ if ARGV[3] ~= '0' then
   end
   return enter_again(ARGV[2], ARGV[1], KEYS[2], ARGV[3])
 end
+-- Whether the try id `a` was made after the try id `b`: ids are '<client id>:<number>',
+-- numbered in the order their client makes them (compared as decimal strings: shorter is
+-- smaller). Ids of different clients, or of another form, are not ordered: `a` counts as
+-- later.
+local function later_try(a, b)
+  local a_client, a_number = string.match(a, '^(.*):(%d+)$')
+  local b_client, b_number = string.match(b, '^(.*):(%d+)$')
+  if not a_number or not b_number or a_client ~= b_client then
+    return true
+  end
+  if #a_number ~= #b_number then
+    return #a_number > #b_number
+  end
+  return a_number > b_number
+end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  if ARGV[6] ~= '' then
+  local upgrading = redis.call('hget', KEYS[1], 'upgrading')
+  local holding_try = upgrading and string.match(upgrading, '^try:(.*)$')
+  if ARGV[6] ~= '' and (not holding_try or later_try(ARGV[6], holding_try)) then
     -- This try answers for the grant now: an earlier try's late undo must leave it alone.
+    -- A late copy of an earlier try leaves it with the later try that holds it (whose
+    -- answer the upgrade uses), or that earlier try's undo, right behind it, would take it.
     redis.call('hset', KEYS[1], 'upgrading', 'try:' .. ARGV[6])
   end
   return taken_before(ARGV[2], ARGV[1], KEYS[2])

@@ -1,0 +1,78 @@
+//! Defects the model's search found, each as the shortest sequence of the crate's scripts
+//! that shows it, run on a throwaway `redis-server` (or the server `REDLEASE_REDIS_SERVER`
+//! names).
+
+use redis::Value;
+use redlease_model::scripts;
+use redlease_testing::RedisServer;
+
+fn connect(server: &RedisServer) -> redis::Connection {
+    let client = redis::Client::open(server.url()).expect("client");
+    let connection = client.get_connection().expect("connection");
+    let timeout = Some(std::time::Duration::from_secs(10));
+    connection.set_read_timeout(timeout).expect("a timeout");
+    connection
+}
+
+fn eval(connection: &mut redis::Connection, name: &str, keys: &[&str], args: &[&str]) -> Value {
+    redis::cmd("EVAL")
+        .arg(scripts::source(name))
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .query(connection)
+        .unwrap_or_else(|err| panic!("{name}: {err}"))
+}
+
+/// Found in the upgradable read's search: an upgrade try whose answer did not come is undone
+/// (its undo queued behind it on its connection), and the next try, on another connection,
+/// takes the write lock and is answered. The first try, held up, then runs: it found its
+/// chain writing and took the grant over under its own id, so that its undo, right behind
+/// it, took back the write lock the second try's answer had handed out. A reader could then
+/// get in beside the writer. A late copy of an earlier try now leaves the grant with the
+/// later try that holds it (try ids are numbered in the order their client makes them).
+#[test]
+fn a_late_copy_of_an_earlier_upgrade_try_leaves_the_later_grant_alone() {
+    let server = RedisServer::start().expect("a throwaway redis-server");
+    let mut connection = connect(&server);
+    let keys = ["rw", "{rw}:token"];
+    let deadline = "99999999999999";
+    let taken = eval(
+        &mut connection,
+        "rwlock::UPGRADABLE_ACQUIRE",
+        &keys,
+        &[
+            "30000",
+            "h",
+            "0",
+            "{rw}:h:rwlock_timeout",
+            "{rw}:",
+            deadline,
+        ],
+    );
+    assert_eq!(taken, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    let upgrade = |connection: &mut redis::Connection, try_id: &str| {
+        let args = ["30000", "h:write", "0", "h", "{rw}:", try_id, deadline];
+        eval(connection, "rwlock::WRITE_ACQUIRE", &keys, &args)
+    };
+    // The second try (the client's request number 4) is answered: the chain writes.
+    let second = upgrade(&mut connection, "client:4");
+    assert_eq!(second, Value::Array(vec![Value::Int(1), Value::Int(2)]));
+    // The first (number 2) comes late, then its undo, whose copies can come no more.
+    upgrade(&mut connection, "client:2");
+    let undo_args = ["h:write", "0", "", "1", "client:2", "0"];
+    let undo_keys = ["rw", "redisson_rwlock:{rw}"];
+    eval(&mut connection, "rwlock::UNDO", &undo_keys, &undo_args);
+    let writer: bool = redis::cmd("HEXISTS")
+        .arg("rw")
+        .arg("h:write")
+        .query(&mut connection)
+        .expect("HEXISTS");
+    let mode: Option<String> = redis::cmd("HGET")
+        .arg("rw")
+        .arg("mode")
+        .query(&mut connection)
+        .expect("HGET");
+    assert!(writer, "the write lock the second try holds was taken back");
+    assert_eq!(mode.as_deref(), Some("write"));
+}
