@@ -349,6 +349,65 @@ impl Client {
     }
 }
 
+/// The release (or resignation) of `client`'s hold in `scenario`, its answer kept under
+/// `receipt` until `keep_until`; its deadline is the caller's to add.
+fn release_call(client: &Client, scenario: Scenario, receipt: &str, keep_until: u64) -> Call {
+    let names = scenario.names();
+    let holder = client.holder();
+    let call = match scenario {
+        Scenario::Election => {
+            let keys = [names.lock, names.channel, receipt, names.record, names.log];
+            let keys = [&keys[..], &[names.election_channel]].concat();
+            Call::new("election::RESIGN", &keys)
+        }
+        Scenario::Fair => {
+            let keys = [names.lock, names.queue, names.places, receipt, names.grants];
+            Call::new("fair::RELEASE", &[&keys[..], &[names.token]].concat())
+        }
+        Scenario::ReadWrite | Scenario::Upgradable if client.reads(scenario) => Call::new(
+            "rwlock::READ_RELEASE",
+            &[names.lock, names.channel, receipt],
+        ),
+        Scenario::ReadWrite => {
+            return write_release_call(&client.field(scenario), receipt, keep_until)
+        }
+        _ => Call::new(
+            "plain::RELEASE",
+            &[names.lock, names.channel, receipt, names.token],
+        ),
+    };
+    let call = call
+        .arg(&holder)
+        .arg(LEASE_MS)
+        .arg(keep_until)
+        .arg("0")
+        .arg(0);
+    match scenario {
+        Scenario::Election => call.arg(1000),
+        Scenario::Fair => call.arg(names.channel).arg(PLACE_MS),
+        Scenario::ReadWrite | Scenario::Upgradable => call.arg(RW_PREFIX).arg("1"),
+        // No handoff: the field of the chain to hand the lock to, and its lease.
+        _ => call.arg("").arg(0),
+    }
+}
+
+/// The release of a read-write lock's write lock held by the field `field`, its answer kept
+/// under `receipt` until `keep_until` (every waiter woken, no handoff); its deadline is the
+/// caller's to add.
+fn write_release_call(field: &str, receipt: &str, keep_until: u64) -> Call {
+    let names = Scenario::ReadWrite.names();
+    let keys = [names.lock, names.channel, receipt, names.token];
+    Call::new("rwlock::WRITE_RELEASE", &keys)
+        .arg(field)
+        .arg(LEASE_MS)
+        .arg(keep_until)
+        .arg("1")
+        .arg(0)
+        .arg(RW_PREFIX)
+        .arg("")
+        .arg(0)
+}
+
 /// The prefix of a read-write lock's derived keys.
 const RW_PREFIX: &str = "{rw}:";
 
@@ -568,86 +627,10 @@ impl World {
         if self.clients[c as usize].writing.is_some() {
             return self.release_upgrade(c);
         }
-        let names = scenario.names();
-        let holder = self.clients[c as usize].holder();
-        let receipt = receipt_key(names.lock, &holder);
+        let client = &self.clients[c as usize];
+        let receipt = receipt_key(scenario.names().lock, &client.holder());
         let (deadline, keep_until) = request_window(self, self.now());
-        let call = match scenario {
-            Scenario::Election => Call::new(
-                "election::RESIGN",
-                &[
-                    names.lock,
-                    names.channel,
-                    &receipt,
-                    names.record,
-                    names.log,
-                    names.election_channel,
-                ],
-            )
-            .arg(&holder)
-            .arg(LEASE_MS)
-            .arg(keep_until)
-            .arg("0")
-            .arg(0)
-            .arg(1000),
-            Scenario::Fair => Call::new(
-                "fair::RELEASE",
-                &[
-                    names.lock,
-                    names.queue,
-                    names.places,
-                    &receipt,
-                    names.grants,
-                    names.token,
-                ],
-            )
-            .arg(&holder)
-            .arg(LEASE_MS)
-            .arg(keep_until)
-            .arg("0")
-            .arg(0)
-            .arg(names.channel)
-            .arg(PLACE_MS),
-            Scenario::ReadWrite | Scenario::Upgradable
-                if self.clients[c as usize].reads(scenario) =>
-            {
-                Call::new(
-                    "rwlock::READ_RELEASE",
-                    &[names.lock, names.channel, &receipt],
-                )
-                .arg(&holder)
-                .arg(LEASE_MS)
-                .arg(keep_until)
-                .arg("0")
-                .arg(0)
-                .arg(RW_PREFIX)
-                .arg("1")
-            }
-            Scenario::ReadWrite => Call::new(
-                "rwlock::WRITE_RELEASE",
-                &[names.lock, names.channel, &receipt, names.token],
-            )
-            .arg(self.clients[c as usize].field(scenario))
-            .arg(LEASE_MS)
-            .arg(keep_until)
-            .arg("1")
-            .arg(0)
-            .arg(RW_PREFIX)
-            .arg("")
-            .arg(0),
-            _ => Call::new(
-                "plain::RELEASE",
-                &[names.lock, names.channel, &receipt, names.token],
-            )
-            .arg(&holder)
-            .arg(LEASE_MS)
-            .arg(keep_until)
-            .arg("0")
-            .arg(0)
-            .arg("")
-            .arg(0),
-        }
-        .arg(deadline);
+        let call = release_call(client, scenario, &receipt, keep_until).arg(deadline);
         let waiting = self.call(c, call, deadline);
         self.clients[c as usize].step = Step::Requesting(waiting);
     }
@@ -699,23 +682,10 @@ impl World {
         // No second upgrade: a late run of this release, if its answer does not come, would
         // free it (found by the search, not fixed yet: the release names no grant).
         client.upgrade_tries = MAX_UPGRADE_TRIES;
-        let holder = client.holder();
-        let names = Scenario::Upgradable.names();
-        let receipt = receipt_key(names.lock, &format!("{holder}:write"));
+        let field = format!("{}:write", client.holder());
+        let receipt = receipt_key(Scenario::Upgradable.names().lock, &field);
         let (deadline, keep_until) = request_window(self, self.now());
-        let call = Call::new(
-            "rwlock::WRITE_RELEASE",
-            &[names.lock, names.channel, &receipt, names.token],
-        )
-        .arg(format!("{holder}:write"))
-        .arg(LEASE_MS)
-        .arg(keep_until)
-        .arg("1")
-        .arg(0)
-        .arg(RW_PREFIX)
-        .arg("")
-        .arg(0)
-        .arg(deadline);
+        let call = write_release_call(&field, &receipt, keep_until).arg(deadline);
         let waiting = self.call(c, call, deadline);
         self.clients[c as usize].step = Step::Calling {
             token,

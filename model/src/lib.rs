@@ -7,7 +7,8 @@
 //! ([`clients`]) and a network delivers their messages in any order, loses and duplicates
 //! them ([`world`]); the server's clock moves on and keys expire. `stateright` searches every
 //! interleaving of these steps ([`model`]) for a state that breaks a property
-//! ([`properties`]).
+//! ([`properties`]). What the search found in the crate is run again on the real server, as
+//! the shortest sequence of scripts that shows it (`tests/regressions.rs`).
 //!
 //! The map, from the bottom: `keyspace` (the data and commands) <- `lua` (scripts on it) <-
 //! `scripts` (the crate's sources) ; `world` (a state, a step) <- `clients` (what a client

@@ -13,85 +13,67 @@ type Check = fn(&ProtocolModel, &World) -> bool;
 /// The properties of `scenario`.
 pub fn all(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
     let mut all = vec![
-        Property::always("fencing tokens rise", tokens_rise as Check),
-        Property::always("no request runs twice", no_request_runs_twice as Check),
+        always("fencing tokens rise", tokens_rise),
+        always("no request runs twice", no_request_runs_twice),
     ];
-    let holding = [
-        Property::always("one valid holder", one_valid_holder as Check),
-        Property::always(
-            "a valid holder is the one Redis has",
-            holders_on_record as Check,
-        ),
-        Property::sometimes("a client holds the lock", someone_holds as Check),
-        Property::always(
-            "no grant to a chain that left",
-            no_grant_after_leaving as Check,
-        ),
-    ];
-    match scenario {
-        Scenario::Lock | Scenario::ReadWrite => all.extend(holding),
-        Scenario::Upgradable => {
-            all.extend(holding);
-            all.push(Property::sometimes(
-                "the upgradable reader writes",
-                upgraded as Check,
-            ));
-        }
-        Scenario::Guarded => {
-            all.extend(holding);
-            all.push(Property::always(
-                "a guarded write lands only while its writer alone holds the lock",
-                writes_alone as Check,
-            ));
-            all.push(Property::sometimes(
-                "a guarded write lands",
-                write_landed as Check,
-            ));
-        }
-        Scenario::Fair => {
-            all.extend(holding);
-            all.push(Property::always(
-                "the first in line whose place lives is granted the lock",
-                in_line as Check,
-            ));
-            all.push(Property::sometimes(
-                "a waiter holds the lock by a release's grant",
-                held_by_grant as Check,
-            ));
-        }
-        Scenario::Election => {
-            all.extend(holding);
-            all.push(Property::always(
-                "no phantom leader",
-                no_phantom_leader as Check,
-            ));
-            all.push(Property::sometimes(
-                "a leader is announced",
-                announced as Check,
-            ));
-        }
-        Scenario::Latch => {
-            all.push(Property::always(
-                "the latch opens at zero",
-                latch_opens_at_zero as Check,
-            ));
-            all.push(Property::sometimes(
-                "the latch opens",
-                latch_opened as Check,
-            ));
-        }
-        Scenario::Semaphore | Scenario::Permits => {
-            all.push(Property::always(
-                "the semaphore stays within its size",
-                within_size as Check,
-            ));
-            all.push(Property::sometimes(
-                "a client holds a permit",
-                holds_permit as Check,
-            ));
-        }
+    if !matches!(
+        scenario,
+        Scenario::Latch | Scenario::Semaphore | Scenario::Permits
+    ) {
+        all.extend([
+            always("one valid holder", one_valid_holder),
+            always("a valid holder is the one Redis has", holders_on_record),
+            always("no grant to a chain that left", no_grant_after_leaving),
+            sometimes("a client holds the lock", someone_holds),
+        ]);
     }
+    all.extend(own(scenario));
     all
+}
+
+/// The properties only `scenario` has.
+fn own(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
+    match scenario {
+        Scenario::Lock | Scenario::ReadWrite => vec![],
+        Scenario::Upgradable => vec![sometimes("the upgradable reader writes", upgraded)],
+        Scenario::Guarded => vec![
+            always(
+                "a guarded write lands only while its writer alone holds the lock",
+                writes_alone,
+            ),
+            sometimes("a guarded write lands", write_landed),
+        ],
+        Scenario::Fair => vec![
+            always(
+                "the first in line whose place lives is granted the lock",
+                in_line,
+            ),
+            sometimes(
+                "a waiter holds the lock by a release's grant",
+                held_by_grant,
+            ),
+        ],
+        Scenario::Election => vec![
+            always("no phantom leader", no_phantom_leader),
+            sometimes("a leader is announced", announced),
+        ],
+        Scenario::Latch => vec![
+            always("the latch opens at zero", latch_opens_at_zero),
+            sometimes("the latch opens", latch_opened),
+        ],
+        Scenario::Semaphore | Scenario::Permits => vec![
+            always("the semaphore stays within its size", within_size),
+            sometimes("a client holds a permit", holds_permit),
+        ],
+    }
+}
+
+fn always(name: &'static str, check: Check) -> Property<ProtocolModel> {
+    Property::always(name, check)
+}
+
+fn sometimes(name: &'static str, check: Check) -> Property<ProtocolModel> {
+    Property::sometimes(name, check)
 }
 
 /// At most one client holds the lock by its own clock, readers of a read-write lock aside

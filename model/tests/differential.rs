@@ -582,6 +582,57 @@ fn server_time_ms(connection: &mut redis::Connection) -> u64 {
 }
 
 /// Runs one seed: `steps` steps on both servers, from empty keyspaces.
+/// Runs `step` on the real server (by `connection`) and on the `model`, at `now`: what it
+/// was, and the two replies.
+fn on_both(
+    connection: &mut redis::Connection,
+    model: &mut Keyspace,
+    step: Step,
+    now: u64,
+) -> (String, Reply, Reply) {
+    let (what, command) = match step {
+        Step::Script { name, keys, args } => {
+            return script_on_both(connection, model, name, &keys, &args)
+        }
+        Step::Expire(key) => (format!("expire {key}"), vec!["DEL".into(), key]),
+        Step::Expired(id) => {
+            let at = (now - 5000).to_string();
+            let command = vec!["ZADD".into(), PERMITS_OUT.into(), at, id.clone()];
+            (format!("an expired permit {id}"), command)
+        }
+        Step::Plant(key) => {
+            let command = vec!["SET".into(), key.clone(), "planted".into()];
+            (format!("plant {key}"), command)
+        }
+    };
+    let real = from_redis(redis::cmd(&command[0]).arg(&command[1..]).query(connection));
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    (what, real, model.call(&words(&command)))
+}
+
+/// Runs the script `name` with `keys` and `args` on the real server and on the `model`.
+fn script_on_both(
+    connection: &mut redis::Connection,
+    model: &mut Keyspace,
+    name: &str,
+    keys: &[String],
+    args: &[String],
+) -> (String, Reply, Reply) {
+    let source = scripts::source(name);
+    let real = from_redis(
+        redis::cmd("EVAL")
+            .arg(source)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query(connection),
+    );
+    let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.as_bytes().to_vec()).collect();
+    let args: Vec<Vec<u8>> = args.iter().map(|arg| arg.as_bytes().to_vec()).collect();
+    let modelled = lua::eval(model, source, &keys, &args);
+    (described(name, &keys, &args), real, modelled)
+}
+
 /// How long an answer (or a publication) may take.
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -634,46 +685,8 @@ fn run(
     for step in 0..steps {
         let now = server_time_ms(connection);
         model.advance_to(now);
-        let (what, real, modelled) = match random_step(&mut random, now) {
-            Step::Script { name, keys, args } => {
-                let source = scripts::source(name);
-                let real = from_redis(
-                    redis::cmd("EVAL")
-                        .arg(source)
-                        .arg(keys.len())
-                        .arg(&keys)
-                        .arg(&args)
-                        .query(connection),
-                );
-                let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.as_bytes().to_vec()).collect();
-                let args: Vec<Vec<u8>> = args.iter().map(|arg| arg.as_bytes().to_vec()).collect();
-                let modelled = lua::eval(&mut model, source, &keys, &args);
-                (described(name, &keys, &args), real, modelled)
-            }
-            Step::Expire(key) => {
-                let real = from_redis(redis::cmd("DEL").arg(&key).query(connection));
-                (
-                    format!("expire {key}"),
-                    real,
-                    model.call(&words(&["DEL", &key])),
-                )
-            }
-            Step::Expired(id) => {
-                let at = (now - 5000).to_string();
-                let command = ["ZADD", PERMITS_OUT, &at, &id];
-                let real = from_redis(redis::cmd(command[0]).arg(&command[1..]).query(connection));
-                let modelled = model.call(&words(&command));
-                (format!("an expired permit {id}"), real, modelled)
-            }
-            Step::Plant(key) => {
-                let real = from_redis(redis::cmd("SET").arg(&key).arg("planted").query(connection));
-                (
-                    format!("plant {key}"),
-                    real,
-                    model.call(&words(&["SET", &key, "planted"])),
-                )
-            }
-        };
+        let step_made = random_step(&mut random, now);
+        let (what, real, modelled) = on_both(connection, &mut model, step_made, now);
         assert!(
             same_reply(&real, &modelled),
             "seed {seed}, step {step} ({what}): the server answered {real:?}, the model {modelled:?}"
