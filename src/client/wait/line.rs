@@ -14,7 +14,8 @@
 //! waiter left is told the same ([`Offer::settle`]). A release that went unanswered leaves its
 //! offer [unknown](Offer::unknown) until a repeat of it is answered, which settles it.
 //!
-//! No I/O here: the line only matches a releasing thread with a waiting one.
+//! No I/O here: the line only matches a releasing thread with a waiting one. Its promises are
+//! tested under the orders of its threads' steps (`schedules`, run by `shuttle`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
