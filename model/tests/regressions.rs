@@ -29,10 +29,19 @@ fn eval(connection: &mut redis::Connection, name: &str, keys: &[&str], args: &[&
 /// takes the write lock and is answered. The first try, held up, then runs: it found its
 /// chain writing and took the grant over under its own id, so that its undo, right behind
 /// it, took back the write lock the second try's answer had handed out. A reader could then
-/// get in beside the writer. A late copy of an earlier try now leaves the grant with the
-/// later try that holds it (try ids are numbered in the order their client makes them).
+/// get in beside the writer. (It also set the chain's levels back to one.) A late copy of an
+/// earlier try now changes nothing: the grant stays with the later try that holds it (try
+/// ids are numbered in the order their client makes them).
 #[test]
 fn a_late_copy_of_an_earlier_upgrade_try_leaves_the_later_grant_alone() {
+    // Request numbers of one length, and of two (compared by length first).
+    late_copy_of_an_earlier_upgrade_try("client:2", "client:4");
+    late_copy_of_an_earlier_upgrade_try("client:9", "client:10");
+}
+
+/// The upgrade try `first` times out and `second` takes the write lock; `first` then runs,
+/// and its undo after it.
+fn late_copy_of_an_earlier_upgrade_try(first: &str, second: &str) {
     let server = RedisServer::start().expect("a throwaway redis-server");
     let mut connection = connect(&server);
     let keys = ["rw", "{rw}:token"];
@@ -55,24 +64,30 @@ fn a_late_copy_of_an_earlier_upgrade_try_leaves_the_later_grant_alone() {
         let args = ["30000", "h:write", "0", "h", "{rw}:", try_id, deadline];
         eval(connection, "rwlock::WRITE_ACQUIRE", &keys, &args)
     };
-    // The second try (the client's request number 4) is answered: the chain writes.
-    let second = upgrade(&mut connection, "client:4");
-    assert_eq!(second, Value::Array(vec![Value::Int(1), Value::Int(2)]));
-    // The first (number 2) comes late, then its undo, whose copies can come no more.
-    upgrade(&mut connection, "client:2");
-    let undo_args = ["h:write", "0", "", "1", "client:2", "0"];
+    // The second try is answered: the chain writes, and enters the write lock once more.
+    let granted = upgrade(&mut connection, second);
+    assert_eq!(granted, Value::Array(vec![Value::Int(1), Value::Int(2)]));
+    let again = ["30000", "h:write", "1", "h", "{rw}:", "", deadline];
+    let entered = eval(&mut connection, "rwlock::WRITE_ACQUIRE", &keys, &again);
+    assert_eq!(entered, Value::Array(vec![Value::Int(2), Value::Int(2)]));
+    // The first comes late, then its undo, whose copies can come no more.
+    upgrade(&mut connection, first);
+    let undo_args = ["h:write", "0", "", "1", first, "0"];
     let undo_keys = ["rw", "redisson_rwlock:{rw}"];
     eval(&mut connection, "rwlock::UNDO", &undo_keys, &undo_args);
-    let writer: bool = redis::cmd("HEXISTS")
-        .arg("rw")
-        .arg("h:write")
-        .query(&mut connection)
-        .expect("HEXISTS");
-    let mode: Option<String> = redis::cmd("HGET")
-        .arg("rw")
-        .arg("mode")
-        .query(&mut connection)
-        .expect("HGET");
-    assert!(writer, "the write lock the second try holds was taken back");
+    let mut field = |field: &str| -> Option<String> {
+        let query = redis::cmd("HGET")
+            .arg("rw")
+            .arg(field)
+            .query(&mut connection);
+        query.expect("HGET")
+    };
+    // The late copy changed nothing: the chain writes, with its two levels.
+    let (levels, mode) = (field("h:write"), field("mode"));
+    assert_eq!(
+        levels.as_deref(),
+        Some("2"),
+        "{first} then {second}: the write lock {second} holds, and its levels"
+    );
     assert_eq!(mode.as_deref(), Some("write"));
 }

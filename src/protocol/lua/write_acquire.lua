@@ -41,10 +41,15 @@ end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local upgrading = redis.call('hget', KEYS[1], 'upgrading')
   local holding_try = upgrading and string.match(upgrading, '^try:(.*)$')
-  if ARGV[6] ~= '' and (not holding_try or later_try(ARGV[6], holding_try)) then
+  if ARGV[6] ~= '' and holding_try and not later_try(ARGV[6], holding_try) then
+    -- A late copy of an earlier try (or a copy of the try that holds the grant): the grant
+    -- stays with the try that holds it, whose answer the upgrade uses, and with the levels
+    -- entered since; nothing is written, or the earlier try's undo, right behind it, would
+    -- take it back.
+    return {1, current_token(KEYS[2])}
+  end
+  if ARGV[6] ~= '' then
     -- This try answers for the grant now: an earlier try's late undo must leave it alone.
-    -- A late copy of an earlier try leaves it with the later try that holds it (whose
-    -- answer the upgrade uses), or that earlier try's undo, right behind it, would take it.
     redis.call('hset', KEYS[1], 'upgrading', 'try:' .. ARGV[6])
   end
   return taken_before(ARGV[2], ARGV[1], KEYS[2])
