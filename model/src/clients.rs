@@ -640,12 +640,6 @@ impl World {
     /// later try's grant).
     fn upgrade(&mut self, c: u8) {
         let client = &mut self.clients[c as usize];
-        let Step::Holding {
-            token, valid_until, ..
-        } = client.step
-        else {
-            return;
-        };
         client.upgrade_tries += 1;
         let holder = client.holder();
         // As the crate's request ids: `<client id>:<number>`, numbered in the order made.
@@ -660,24 +654,13 @@ impl World {
             .arg(RW_PREFIX)
             .arg(try_id)
             .arg(deadline);
-        let waiting = self.call(c, call, deadline);
-        self.clients[c as usize].step = Step::Calling {
-            token,
-            valid_until,
-            call: waiting,
-        };
+        self.call_under_hold(c, call, deadline);
     }
 
     /// The upgrade's write lock released (its guard dropped, so that the client holds it no
     /// more): the read hold stays.
     fn release_upgrade(&mut self, c: u8) {
         let client = &mut self.clients[c as usize];
-        let Step::Holding {
-            token, valid_until, ..
-        } = client.step
-        else {
-            return;
-        };
         client.writing = None;
         // No second upgrade: a late run of this release, if its answer does not come, would
         // free it (found by the search, not fixed yet: the release names no grant).
@@ -686,6 +669,18 @@ impl World {
         let receipt = receipt_key(Scenario::Upgradable.names().lock, &field);
         let (deadline, keep_until) = request_window(self, self.now());
         let call = write_release_call(&field, &receipt, keep_until).arg(deadline);
+        self.call_under_hold(c, call, deadline);
+    }
+
+    /// Sends `call`, whose deadline is `deadline`, under client `c`'s hold: the client waits
+    /// for its answer, holding.
+    fn call_under_hold(&mut self, c: u8, call: Call, deadline: u64) {
+        let Step::Holding {
+            token, valid_until, ..
+        } = self.clients[c as usize].step
+        else {
+            unreachable!("a call under a hold is made while holding");
+        };
         let waiting = self.call(c, call, deadline);
         self.clients[c as usize].step = Step::Calling {
             token,
@@ -717,12 +712,6 @@ impl World {
     /// A guarded write by the holder: one more to the data, while its hold stands.
     fn write(&mut self, c: u8) {
         let client = &mut self.clients[c as usize];
-        let Step::Holding {
-            token, valid_until, ..
-        } = client.step
-        else {
-            return;
-        };
         client.writes += 1;
         let holder = client.holder();
         let lock = self.config.scenario.names().lock;
@@ -735,12 +724,7 @@ impl World {
             .arg(holder)
             .arg(deadline)
             .arg(keep_until);
-        let waiting = self.call(c, call, deadline);
-        self.clients[c as usize].step = Step::Calling {
-            token,
-            valid_until,
-            call: waiting,
-        };
+        self.call_under_hold(c, call, deadline);
     }
 
     /// Gives the permit back: a request adding one, or giving back the permit by its id.

@@ -160,6 +160,7 @@ impl World {
                 "plain::ACQUIRE"
                 | "fair::ACQUIRE"
                 | "rwlock::READ_ACQUIRE"
+                | "rwlock::UPGRADABLE_ACQUIRE"
                 | "rwlock::WRITE_ACQUIRE",
                 Some((1, token)),
             ) => {

@@ -38,7 +38,7 @@ fn own(scenario: Scenario) -> Vec<Property<ProtocolModel>> {
         Scenario::Upgradable => vec![sometimes("the upgradable reader writes", upgraded)],
         Scenario::Guarded => vec![
             always(
-                "a guarded write lands only while its writer alone holds the lock",
+                "a guarded write lands only while no other client holds the lock",
                 writes_alone,
             ),
             sometimes("a guarded write lands", write_landed),

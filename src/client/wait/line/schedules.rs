@@ -159,6 +159,10 @@ fn run(case: Case) {
     };
     let waited = waiting.join().expect("the waiters");
     let (offered, releaser_takes_back) = releasing.join().expect("the releaser");
+    assert!(
+        case.hands || !releaser_takes_back,
+        "{case:?}: a release that handed nothing takes a hold back"
+    );
     for (holder, waited) in &waited {
         let handed = case.hands && offered.as_deref() == Some(holder.as_str());
         check(case, waited, handed, releaser_takes_back && handed);
