@@ -319,8 +319,9 @@ impl World {
     }
 }
 
-/// The key a call keeps its answer under when it runs once per request: a count-down's or
-/// a permit's request key (its last key), a release's or resignation's receipt (its third).
+/// The key a call keeps its answer under when it runs once per request: a count-down's, a
+/// permit's or a guarded write's request key (its last key), a release's or resignation's
+/// receipt (its third; a fair lock's release's, its fourth).
 fn request_key_of(call: &Call) -> Option<String> {
     match call.script {
         "latch::COUNT_DOWN"
