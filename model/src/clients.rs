@@ -511,37 +511,18 @@ impl World {
 
     fn start(&mut self, c: u8, scenario: Scenario) {
         self.clients[c as usize].started = true;
-        let now = self.now();
         match scenario {
             Scenario::Latch => {
-                let (deadline, keep_until) = request_window(self, now);
-                let call = Call::new(
-                    "latch::COUNT_DOWN",
-                    &[LATCH, LATCH_CHANNEL, &request_key(c, "")],
-                )
-                .arg("0")
-                .arg(deadline)
-                .arg(keep_until);
-                let waiting = self.call(c, call, deadline);
-                self.clients[c as usize].step = Step::Requesting(waiting);
+                let keys = [LATCH, LATCH_CHANNEL, &request_key(c, "")];
+                self.request(c, Call::new("latch::COUNT_DOWN", &keys).arg("0"));
             }
             Scenario::Semaphore => {
-                let (deadline, keep_until) = request_window(self, now);
-                let call = Call::new("semaphore::TAKE", &[SEMAPHORE, &request_key(c, "take")])
-                    .arg(1)
-                    .arg(deadline)
-                    .arg(keep_until);
-                let waiting = self.call(c, call, deadline);
-                self.clients[c as usize].step = Step::Requesting(waiting);
+                let keys = [SEMAPHORE, &request_key(c, "take")];
+                self.request(c, Call::new("semaphore::TAKE", &keys).arg(1));
             }
             Scenario::Permits => {
-                let (deadline, keep_until) = request_window(self, now);
-                let call = permit_call("semaphore::PERMIT_TAKE", c, "take")
-                    .arg(PERMIT_LEASE_MS)
-                    .arg(deadline)
-                    .arg(keep_until);
-                let waiting = self.call(c, call, deadline);
-                self.clients[c as usize].step = Step::Requesting(waiting);
+                let call = permit_call("semaphore::PERMIT_TAKE", c, "take");
+                self.request(c, call.arg(PERMIT_LEASE_MS));
             }
             _ => self.try_lock(c, scenario),
         }
@@ -727,9 +708,17 @@ impl World {
         self.call_under_hold(c, call, deadline);
     }
 
+    /// Sends `call` from client `c` as a request, its deadline and until when its answer is
+    /// kept (`request_window`) its last arguments; the client waits for its answer.
+    fn request(&mut self, c: u8, call: Call) {
+        let (deadline, keep_until) = request_window(self, self.now());
+        let call = call.arg(deadline).arg(keep_until);
+        let waiting = self.call(c, call, deadline);
+        self.clients[c as usize].step = Step::Requesting(waiting);
+    }
+
     /// Gives the permit back: a request adding one, or giving back the permit by its id.
     fn give_permit_back(&mut self, c: u8, scenario: Scenario) {
-        let (deadline, keep_until) = request_window(self, self.now());
         let call = match scenario {
             Scenario::Permits => permit_call("semaphore::PERMIT_RELEASE", c, "give"),
             _ => Call::new(
@@ -737,11 +726,8 @@ impl World {
                 &[SEMAPHORE, SEMAPHORE_CHANNEL, &request_key(c, "give")],
             )
             .arg(1),
-        }
-        .arg(deadline)
-        .arg(keep_until);
-        let waiting = self.call(c, call, deadline);
-        self.clients[c as usize].step = Step::Requesting(waiting);
+        };
+        self.request(c, call);
     }
 
     /// The client stops waiting for its answer: a request is sent again while its deadline
