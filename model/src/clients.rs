@@ -57,7 +57,8 @@ pub enum Scenario {
     /// with the same id until its deadline), and releases it.
     Guarded,
     /// The read-write lock's upgradable read: the even clients take it and upgrade it to
-    /// the write lock (up to two tries), the odd ones take the read lock; each releases.
+    /// the write lock (up to two tries, the second also after releasing what the first
+    /// took), the odd ones take the read lock; each releases.
     Upgradable,
 }
 
@@ -213,10 +214,18 @@ pub struct Client {
     pub letter: Option<u64>,
     /// Guarded writes made (one at most).
     pub writes: u8,
-    /// The upgradable reader's upgrade tries, and until when the write lock it upgraded to is
-    /// valid by its clock (while it holds it).
+    /// The upgradable reader's upgrade tries, and the write lock it upgraded to, while it
+    /// holds it.
     pub upgrade_tries: u8,
-    pub writing: Option<u64>,
+    pub writing: Option<Writing>,
+}
+
+/// The write lock an upgrade took: until when it is valid by the client's clock, and the id
+/// of the try whose grant it is (its release names it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Writing {
+    pub until: u64,
+    pub try_id: String,
 }
 
 /// What a client may do on its own.
@@ -282,7 +291,7 @@ impl Client {
     /// by its hold, the upgradable reader by its upgrade's.
     pub fn writes_at(&self, now: u64, scenario: Scenario) -> bool {
         match scenario {
-            Scenario::Upgradable => self.writing.is_some_and(|until| now < until),
+            Scenario::Upgradable => self.writing.as_ref().is_some_and(|hold| now < hold.until),
             _ => !self.reads(scenario) && self.holds_at(now),
         }
     }
@@ -369,7 +378,8 @@ fn release_call(client: &Client, scenario: Scenario, receipt: &str, keep_until: 
             &[names.lock, names.channel, receipt],
         ),
         Scenario::ReadWrite => {
-            return write_release_call(&client.field(scenario), receipt, keep_until)
+            // Not an upgrade: no try's grant to name.
+            return write_release_call(&client.field(scenario), receipt, keep_until).arg("");
         }
         _ => Call::new(
             "plain::RELEASE",
@@ -392,8 +402,9 @@ fn release_call(client: &Client, scenario: Scenario, receipt: &str, keep_until: 
 }
 
 /// The release of a read-write lock's write lock held by the field `field`, its answer kept
-/// under `receipt` until `keep_until` (every waiter woken, no handoff); its deadline is the
-/// caller's to add.
+/// under `receipt` until `keep_until` (every waiter woken, no handoff); the id of the upgrade
+/// try whose grant it releases (`""`: not an upgrade) and its deadline are the caller's to
+/// add.
 fn write_release_call(field: &str, receipt: &str, keep_until: u64) -> Call {
     let names = Scenario::ReadWrite.names();
     let keys = [names.lock, names.channel, receipt, names.token];
@@ -639,17 +650,19 @@ impl World {
     }
 
     /// The upgrade's write lock released (its guard dropped, so that the client holds it no
-    /// more): the read hold stays.
+    /// more), naming the try whose grant it releases: the read hold stays, and the client may
+    /// upgrade again.
     fn release_upgrade(&mut self, c: u8) {
         let client = &mut self.clients[c as usize];
-        client.writing = None;
-        // No second upgrade: a late run of this release, if its answer does not come, would
-        // free it (found by the search, not fixed yet: the release names no grant).
-        client.upgrade_tries = MAX_UPGRADE_TRIES;
+        let Some(writing) = client.writing.take() else {
+            unreachable!("an upgrade is released while it is held");
+        };
         let field = format!("{}:write", client.holder());
         let receipt = receipt_key(Scenario::Upgradable.names().lock, &field);
         let (deadline, keep_until) = request_window(self, self.now());
-        let call = write_release_call(&field, &receipt, keep_until).arg(deadline);
+        let call = write_release_call(&field, &receipt, keep_until)
+            .arg(writing.try_id)
+            .arg(deadline);
         self.call_under_hold(c, call, deadline);
     }
 
@@ -951,7 +964,10 @@ impl World {
             }
             ("rwlock::WRITE_ACQUIRE", Some((4, _))) => client.step = Step::Done,
             ("rwlock::WRITE_ACQUIRE", Some((1, _))) => {
-                client.writing = Some(call.sent_at + LEASE_MS);
+                client.writing = Some(Writing {
+                    until: call.sent_at + LEASE_MS,
+                    try_id: String::from_utf8_lossy(&call.call.args[5]).into_owned(),
+                });
                 client.step = holding;
             }
             _ => client.step = holding,

@@ -145,6 +145,7 @@ impl World {
         let first_in_line = self.first_in_line();
         let arg = |index: usize| String::from_utf8_lossy(&call.args[index]).into_owned();
         let held_before = call.script.ends_with("ACQUIRE") && self.holds(&arg(1));
+        let upgrading_before = self.upgrading();
         let data_before = self.server.get(DATA).cloned();
         let reply = eval(&mut self.server, call);
         if self.server.get(DATA) != data_before.as_ref() {
@@ -165,7 +166,13 @@ impl World {
                 Some((1, token)),
             ) => {
                 let first = first_in_line.as_deref();
-                self.granted_to(&arg(1), token as u64, !held_before, first)
+                // An upgrade's grant is new when its try took it (the field 'upgrading' names
+                // the try that holds it), whether or not the chain's field was there.
+                let new = match is_an_upgrade(call) {
+                    true => self.upgrading() != upgrading_before,
+                    false => !held_before,
+                };
+                self.granted_to(&arg(1), token as u64, new, first)
             }
             // An upgrade's try's undo (it names the try) leaves the chain to try again.
             ("plain::UNDO" | "fair::UNDO" | "rwlock::UNDO", pair)
@@ -213,6 +220,15 @@ impl World {
             self.server.get(lock).map(|entry| &entry.value),
             Some(Value::Hash(hash)) if hash.contains_key(holder.as_bytes())
         )
+    }
+
+    /// The read-write lock's field `upgrading`: the upgrade try that holds the write lock.
+    fn upgrading(&self) -> Option<Vec<u8>> {
+        let lock = self.config.scenario.names().lock;
+        match self.server.get(lock).map(|entry| &entry.value) {
+            Some(Value::Hash(hash)) => hash.get(b"upgrading".as_slice()).cloned(),
+            _ => None,
+        }
     }
 
     /// The first waiter in the fair lock's queue whose place has not expired by the server's
@@ -287,6 +303,11 @@ impl World {
 }
 
 /// Whether `call` is the undo of an upgrade's try (which names the try).
+/// Whether `call` is an upgrade's try (the write lock's, with a try id).
+fn is_an_upgrade(call: &Call) -> bool {
+    call.script == "rwlock::WRITE_ACQUIRE" && call.args.get(5).is_some_and(|id| !id.is_empty())
+}
+
 fn undoes_an_upgrade(call: &Call) -> bool {
     call.script == "rwlock::UNDO" && call.args.get(4).is_some_and(|id| !id.is_empty())
 }

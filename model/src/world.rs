@@ -135,7 +135,8 @@ impl Ghost {
 
     /// The server granted `token` to the chain `holder`: a repeat of the grant its hold
     /// stands on (a copy of its try, a try after a release granted it the lock) answers the
-    /// same token; a `new` hold's (a new chain's, or one taken again after its undo freed it)
+    /// same token; a `new` hold's (a new chain's, one taken again after its undo freed it, or
+    /// the write lock an upgrade's try took, over an earlier try's grant or not)
     /// rises above every earlier one.
     pub fn note_grant(&mut self, holder: &str, token: u64, new: bool) {
         let at = self.tokens.iter().position(|(chain, _)| chain == holder);

@@ -91,3 +91,74 @@ fn late_copy_of_an_earlier_upgrade_try(first: &str, second: &str) {
     );
     assert_eq!(mode.as_deref(), Some("write"));
 }
+
+/// Found in the upgradable read's search once its reader could upgrade again: the first
+/// upgrade's write lock is released, and the release's answer does not come (the release is
+/// held up). The reader upgrades again: its try finds the chain still writing, and takes the
+/// write lock over. The first release then runs, and freed the second upgrade's write lock:
+/// it named the chain's field, not the grant. A reader could then get in beside the writer.
+/// An upgrade's release now names the try whose grant it releases, and frees nothing once a
+/// later try holds the lock; the later try's grant has a fencing token of its own.
+#[test]
+fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
+    let server = RedisServer::start().expect("a throwaway redis-server");
+    let mut connection = connect(&server);
+    let keys = ["rw", "{rw}:token"];
+    let deadline = "99999999999999";
+    let read_args = [
+        "30000",
+        "h",
+        "0",
+        "{rw}:h:rwlock_timeout",
+        "{rw}:",
+        deadline,
+    ];
+    let taken = eval(
+        &mut connection,
+        "rwlock::UPGRADABLE_ACQUIRE",
+        &keys,
+        &read_args,
+    );
+    assert_eq!(taken, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    let upgrade = |connection: &mut redis::Connection, try_id: &str| {
+        let args = ["30000", "h:write", "0", "h", "{rw}:", try_id, deadline];
+        eval(connection, "rwlock::WRITE_ACQUIRE", &keys, &args)
+    };
+    let first = upgrade(&mut connection, "client:2");
+    assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(2)]));
+    // The first upgrade's release is held up; the reader upgrades again meanwhile.
+    let second = upgrade(&mut connection, "client:5");
+    let release_keys = [
+        "rw",
+        "redisson_rwlock:{rw}",
+        "{rw}:release:client:4",
+        "{rw}:token",
+    ];
+    let release_args = [
+        "h:write", "30000", deadline, "1", "0", "{rw}:", "", "0", "client:2", deadline,
+    ];
+    eval(
+        &mut connection,
+        "rwlock::WRITE_RELEASE",
+        &release_keys,
+        &release_args,
+    );
+    let mut field = |field: &str| -> Option<String> {
+        let query = redis::cmd("HGET")
+            .arg("rw")
+            .arg(field)
+            .query(&mut connection);
+        query.expect("HGET")
+    };
+    let (levels, mode) = (field("h:write"), field("mode"));
+    assert_eq!(
+        (levels.as_deref(), mode.as_deref()),
+        (Some("1"), Some("write")),
+        "the write lock the second upgrade holds, after the first one's late release"
+    );
+    assert_eq!(
+        second,
+        Value::Array(vec![Value::Int(1), Value::Int(3)]),
+        "the second upgrade's grant, with a fencing token above the first's"
+    );
+}

@@ -285,3 +285,54 @@ fn a_server_fixture_never_takes_someone_elses_server_for_its_own() {
     assert_eq!(ours.pid(), None);
     drop(theirs);
 }
+
+/// Found by the model's search of the upgradable read: an upgrade's write lock is released,
+/// and the release is held up in the network (no answer comes, and with no outage grace it is
+/// not sent again). The reader upgrades again: its try finds the chain still writing and
+/// takes the write lock over. The held release, delivered then, freed the second upgrade's
+/// write lock (it named the chain's field, not the grant), and a reader came in beside the
+/// writer. An upgrade's release now names the try whose grant it releases.
+#[test]
+fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
+    let server = common::server();
+    let proxy = redlease_testing::CuttingProxy::start(server.port()).unwrap();
+    let manager = LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .outage_grace(Duration::ZERO)
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = "late-upgrade-release";
+    let upgradable = manager.read_write_lock(name).upgradable().lock().unwrap();
+    // Scripts loaded, so that the release below is one EVALSHA.
+    upgradable.upgrade().unwrap().unlock().unwrap();
+    let first = upgradable.upgrade().unwrap();
+    let first_token = first.fencing_token();
+    // The write lock's release is the only call that names a release receipt.
+    let held = proxy.hold_next(&["EVALSHA", name, "redisson_unlock_latch"]);
+    let unlocked = first.unlock();
+    assert!(
+        matches!(unlocked, Err(Error::Indeterminate { .. })),
+        "{unlocked:?}"
+    );
+    assert!(held.wait_until_held(Duration::ZERO));
+    let second = upgradable.upgrade().unwrap();
+    let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
+    let other = common::manager(&server, Duration::from_secs(30));
+    let reader = other.read_write_lock(name).read().try_lock().unwrap();
+    assert!(reader.is_none(), "a reader came in beside the writer");
+    assert!(
+        reply.starts_with("$-1") || reply.starts_with('_'),
+        "not held: {reply:?}"
+    );
+    assert!(second.check().is_ok());
+    assert!(second.fencing_token() > first_token, "a grant of its own");
+    second.unlock().unwrap();
+    assert!(other
+        .read_write_lock(name)
+        .read()
+        .try_lock()
+        .unwrap()
+        .is_some());
+}

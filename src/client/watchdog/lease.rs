@@ -3,7 +3,7 @@
 //! A [`LeaseState`] is created by the first (non-reentrant) acquisition of a lock by a holder
 //! and shared by its reentrant acquisitions and by the watchdog entry that tracks it. It knows
 //! when the lease runs out by the local monotonic clock (the watchdog moves that deadline on
-//! with every renewal), the chain's fencing token, whether it is at risk (a renewal failed
+//! with every renewal), the chain's fencing token (and an upgrade's try), whether it is at risk (a renewal failed
 //! and none has succeeded since), and why the lock was lost once that is known. The watchdog
 //! records risks and losses; guards read the state and hand out signals that fire when they
 //! are recorded. No I/O here.
@@ -23,6 +23,8 @@ pub struct LeaseState {
     lost: OnceLock<LostReason>,
     /// The fencing token of the chain's first acquisition.
     token: u64,
+    /// For an upgrade's chain, the id of the try whose grant it holds.
+    upgrade: Option<Arc<str>>,
     inner: Mutex<Inner>,
 }
 
@@ -69,6 +71,7 @@ impl LeaseState {
         LeaseState {
             lost: OnceLock::new(),
             token,
+            upgrade: None,
             inner: Mutex::new(Inner {
                 deadline: deadline(sent_at, lease),
                 expiry_told: false,
@@ -91,6 +94,19 @@ impl LeaseState {
     /// The fencing token of the chain's first acquisition.
     pub(crate) fn token(&self) -> u64 {
         self.token
+    }
+
+    /// This state, for the chain of an upgrade granted to the try `upgrade`.
+    pub(crate) fn of_upgrade(self, upgrade: Option<&str>) -> Self {
+        LeaseState {
+            upgrade: upgrade.map(Arc::from),
+            ..self
+        }
+    }
+
+    /// For an upgrade's chain, the id of the try whose grant it holds.
+    pub(crate) fn upgrade(&self) -> Option<&str> {
+        self.upgrade.as_deref()
     }
 
     /// Moves the deadline on to cover a lease of `lease` granted by a request sent at

@@ -74,12 +74,15 @@ use schedule::{earliest, DueNow, Schedule};
 
 /// What an acquisition got from Redis.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Grant {
+pub(crate) struct Grant<'a> {
     /// The fencing token the server answered.
     pub(crate) token: u64,
     /// The acquisition entered a chain this process holds (it sent the chain's levels), rather
     /// than starting a new one.
     pub(crate) joins: bool,
+    /// For an upgrade (the write lock taken by the upgradable reader) that starts a chain,
+    /// the id of the try the server granted: the chain's releases name it.
+    pub(crate) upgrade: Option<&'a str>,
 }
 
 /// A hold to watch: one level of an acquisition chain.
@@ -221,6 +224,14 @@ struct Times {
     retry_delay: Duration,
 }
 
+/// A level ended: the levels its chain has left in this process, the chain's holder id, and
+/// its lease state (its fencing token, an upgrade's try).
+pub(crate) struct Unwatched {
+    pub(crate) left: LevelsLeft,
+    pub(crate) holder: Arc<str>,
+    pub(crate) lease: Arc<LeaseState>,
+}
+
 /// The levels of a chain left in this process after one ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LevelsLeft {
@@ -312,7 +323,7 @@ impl Watchdog {
     pub(crate) fn watch(
         &self,
         holding: Holding<'_>,
-        grant: Grant,
+        grant: Grant<'_>,
         sent_at: Instant,
         fixed: Option<Duration>,
     ) -> Option<(Arc<LeaseState>, u64)> {
@@ -349,7 +360,7 @@ impl Watchdog {
         } else if grant.joins {
             return None;
         }
-        let (started, woke) = state.start_chain(&holding, grant.token, level);
+        let (started, woke) = state.start_chain(&holding, grant, level);
         if wake || woke {
             shared.work_arrived.notify_one();
         }
@@ -384,13 +395,13 @@ impl Watchdog {
     /// back. Answers the levels the chain has left (none when it is not tracked any more).
     pub(crate) fn unwatch(&self, key: &str, lease: &Arc<LeaseState>, fixed: bool) -> LevelsLeft {
         self.end_level(key, |entry| Arc::ptr_eq(&entry.lease, lease), Some(fixed))
-            .map_or_else(LevelsLeft::default, |(left, _)| left)
+            .map_or_else(LevelsLeft::default, |ended| ended.left)
     }
 
     /// Like [`unwatch`](Watchdog::unwatch), for a level of `thread`'s chain whose guard is
     /// gone: a renewed level if there is one, else a fixed one. Also answers the chain's
-    /// holder id; `None` when `thread` has no chain under `key` here.
-    pub(crate) fn unwatch_thread(&self, key: &str, thread: u64) -> Option<(LevelsLeft, Arc<str>)> {
+    /// holder id and lease state; `None` when `thread` has no chain under `key` here.
+    pub(crate) fn unwatch_thread(&self, key: &str, thread: u64) -> Option<Unwatched> {
         self.end_level(key, |entry| entry.thread == thread, None)
     }
 
@@ -402,7 +413,7 @@ impl Watchdog {
         key: &str,
         is_ours: impl Fn(&Entry) -> bool,
         fixed: Option<bool>,
-    ) -> Option<(LevelsLeft, Arc<str>)> {
+    ) -> Option<Unwatched> {
         let shared = &*self.shared;
         let mut state = shared.state.lock();
         let State {
@@ -410,9 +421,13 @@ impl Watchdog {
         } = &mut *state;
         let (slot, entry) = registry.find_mut(key).filter(|(_, entry)| is_ours(entry))?;
         let left = entry.end_level(fixed.unwrap_or(entry.renewed_levels == 0));
-        let holder = Arc::clone(&entry.holder);
+        let ended = Unwatched {
+            left,
+            holder: Arc::clone(&entry.holder),
+            lease: Arc::clone(&entry.lease),
+        };
         if left.renewed > 0 {
-            return Some((left, holder));
+            return Some(ended);
         }
         if left.fixed > 0 {
             // Fixed-lease levels remain and nothing renews them: watch their deadline. (The
@@ -421,14 +436,14 @@ impl Watchdog {
             if schedule.lease_end(slot, entry) {
                 shared.work_arrived.notify_one();
             }
-            return Some((left, holder));
+            return Some(ended);
         }
         let held = self.remove_once_settled(&mut state, key, is_ours);
         drop(state);
         if let Some(held) = held {
             crate::client::telemetry::held(held);
         }
-        Some((left, holder))
+        Some(ended)
     }
 
     /// Removes the entry under `key`, if it still `is_ours`, once a renewal of it in flight
@@ -878,16 +893,18 @@ impl State {
         (Some((Arc::clone(&entry.lease), token)), wake)
     }
 
-    /// Starts tracking a new chain of `holding` with its first `level`, granted with
-    /// `token`: renewed from the level's send on, or watched until its fixed lease ends.
+    /// Starts tracking a new chain of `holding` with its first `level`, granted as `grant`
+    /// says: renewed from the level's send on, or watched until its fixed lease ends.
     /// Answers its lease state and token, and whether the watchdog's thread must wake.
     fn start_chain(
         &mut self,
         holding: &Holding<'_>,
-        token: u64,
+        grant: Grant<'_>,
         level: Level,
     ) -> ((Arc<LeaseState>, u64), bool) {
-        let lease = Arc::new(LeaseState::new(level.sent_at, level.lease, token));
+        let token = grant.token;
+        let lease = LeaseState::new(level.sent_at, level.lease, token).of_upgrade(grant.upgrade);
+        let lease = Arc::new(lease);
         let key = Arc::from(holding.key);
         let (slot, entry) =
             self.registry

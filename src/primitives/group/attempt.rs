@@ -36,7 +36,7 @@ const SILENT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// What one attempt found.
 struct Attempt {
     /// What each member taken granted.
-    taken: Vec<Option<Grant>>,
+    taken: Vec<Option<Grant<'static>>>,
     /// Members that may hold a level of the attempt it does not count, to be undone: their
     /// connection broke after the request went out (it may have run), or they were taken
     /// but too few replicas acknowledged it.
@@ -389,7 +389,11 @@ impl Group {
                 ..
             }) => {
                 let joins = levels_held > 0;
-                attempt.taken[index] = Some(Grant { token, joins });
+                attempt.taken[index] = Some(Grant {
+                    token,
+                    joins,
+                    upgrade: None,
+                });
             }
             Ok(Acked {
                 answer: Acquired::Taken { .. },

@@ -576,6 +576,8 @@ impl Group {
                     window: member.client().release_window(self.attempt_timeout),
                     levels_left: left.total(),
                     handing: protocol::Handing::No,
+                    // A member's tries are not upgrades.
+                    upgrade: None,
                 };
                 let call = protocol::release(member.kind(), &release);
                 Request::new(member.client(), call.counting_sends())

@@ -155,8 +155,15 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         let lock = self.lock;
         Ok(match acquired {
             Acquired::Taken { token } => {
-                let grant = Granted { token, ..grant };
-                self.guard_taken(chain, grant, upgrade.as_deref())?
+                let upgrade = upgrade.as_deref();
+                self.guard_taken(
+                    chain,
+                    Granted {
+                        token,
+                        upgrade,
+                        ..grant
+                    },
+                )?
             }
             Acquired::Held { ttl, counter } => {
                 self.queued.set(true);
@@ -185,18 +192,13 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
     /// meanwhile, or came too late to hold anything; then the chain's hold is taken back and
     /// a new chain started, and the wait tries again (after a late grant, unless it was the
     /// third in a row: see [`Attempt::TooLate`]).
-    fn guard_taken(
-        &self,
-        chain: Chain,
-        grant: Granted,
-        upgrade: Option<&str>,
-    ) -> Result<Attempt<Guard<H>>> {
+    fn guard_taken(&self, chain: Chain, grant: Granted<'_>) -> Result<Attempt<Guard<H>>> {
         let joins = chain.levels_held > 0;
         let no_guard = match self.guard(&chain.holder, joins, grant) {
             Ok(guard) => return Ok(Attempt::Taken(guard)),
             Err(no_guard) => no_guard,
         };
-        self.lock.undo_given_up(&chain.holder, upgrade);
+        self.lock.undo_given_up(&chain.holder, grant.upgrade);
         self.new_chain()?;
         Ok(match no_guard {
             NoGuard::Late => Attempt::TooLate(Error::LeaseSpent {
@@ -239,7 +241,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         &self,
         holder: &str,
         joins: bool,
-        grant: Granted,
+        grant: Granted<'_>,
     ) -> std::result::Result<Guard<H>, NoGuard> {
         let (lease, cancel) = (self.terms.lease, self.terms.cancel);
         let holder = holder.to_owned();

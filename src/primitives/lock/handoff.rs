@@ -88,7 +88,7 @@ impl<'a> Handoffs<'a> {
         lock: &RawLock,
         holder: &str,
         lease: Lease,
-    ) -> Option<(Granted, Handed)> {
+    ) -> Option<(Granted<'static>, Handed)> {
         if let Some(grant) = self.letter(lock, holder, lease) {
             return Some((grant, Handed::Letter));
         }
@@ -97,6 +97,7 @@ impl<'a> Handoffs<'a> {
             token: handed.token,
             sent_at: handed.sent_at,
             acknowledged: None,
+            upgrade: None,
         };
         Some((grant, Handed::Line))
     }
@@ -105,7 +106,7 @@ impl<'a> Handoffs<'a> {
     /// letterbox, if it came after the last try that found the lock held and gave the whole
     /// `lease` asked for, and the lock's writes wait for no replica now (else the next try
     /// confirms it, and gives it that lease, behind its `WAIT`).
-    fn letter(&self, lock: &RawLock, holder: &str, lease: Lease) -> Option<Granted> {
+    fn letter(&self, lock: &RawLock, holder: &str, lease: Lease) -> Option<Granted<'static>> {
         let message = self.letters.take()?;
         if lock.client.waits_for_replicas(lock.name()) {
             return None;
@@ -121,6 +122,7 @@ impl<'a> Handoffs<'a> {
             token,
             sent_at: held_at,
             acknowledged: None,
+            upgrade: None,
         })
     }
 

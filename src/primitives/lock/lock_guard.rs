@@ -62,7 +62,8 @@ impl Hold for LockHold {
     fn release(&self, how: Release) -> Result<()> {
         let lock = self.lock.raw();
         let left = self.watched.unwatch(lock.client().watchdog());
-        lock.release(&self.holder, left, self.watched.fixed_lease, how)
+        let upgrade = self.watched.lease.upgrade();
+        lock.release(&self.holder, upgrade, left, self.watched.fixed_lease, how)
     }
 
     fn label(&self) -> String {

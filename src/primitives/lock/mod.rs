@@ -91,8 +91,8 @@ pub struct RawLock {
 /// What one acquisition try came to, and what its answer said beside.
 struct Tried {
     acquired: Acquired,
-    grant: Granted,
-    /// An upgrade's try id, for the undo should its grant be given up.
+    grant: Granted<'static>,
+    /// An upgrade's try id: the grant's, if it is granted.
     upgrade: Option<String>,
 }
 
@@ -150,13 +150,16 @@ enum NoGuard {
     ChainGone,
 }
 
-/// A grant's particulars: its fencing token (when taken), when its request was sent, and how
-/// many replicas acknowledged it (when the manager asks for acknowledgements).
+/// A grant's particulars: its fencing token (when taken), when its request was sent, how
+/// many replicas acknowledged it (when the manager asks for acknowledgements), and for an
+/// upgrade the id of the try granted (the undo of the grant and the chain's releases name
+/// it).
 #[derive(Clone, Copy)]
-struct Granted {
+struct Granted<'a> {
     token: u64,
     sent_at: Instant,
     acknowledged: Option<u32>,
+    upgrade: Option<&'a str>,
 }
 
 impl RawAcquire for RawLock {
@@ -296,10 +299,11 @@ impl Lock {
         raw.check_lock_delay(raw.client.watchdog_timeout_ms())?;
         let watchdog = raw.client.watchdog();
         let thread = names::thread_number();
-        let (left, holder) = watchdog
+        let ended = watchdog
             .unwatch_thread(&raw.watch_key(thread), thread)
             .ok_or_else(|| Error::NotHeld { name: name.clone() })?;
-        raw.release(&holder, left, None, Release::Waited)
+        let upgrade = ended.lease.upgrade();
+        raw.release(&ended.holder, upgrade, ended.left, None, Release::Waited)
     }
 
     /// This handle, with a lock delay: once one of its holds is lost without a release (its
@@ -600,6 +604,7 @@ impl RawLock {
             token: 0,
             sent_at,
             acknowledged: answer.acknowledged,
+            upgrade: None,
         };
         Ok(Tried {
             acquired: answer.answer,
@@ -695,7 +700,7 @@ impl RawLock {
         holder: String,
         joins: bool,
         lease: Lease,
-        grant: Granted,
+        grant: Granted<'_>,
         cancel: Option<&CancelToken>,
         make: impl Fn(LockHold) -> H,
     ) -> std::result::Result<Guard<H>, NoGuard> {
@@ -703,6 +708,7 @@ impl RawLock {
             token,
             sent_at,
             acknowledged,
+            upgrade,
         } = grant;
         let fixed_lease = lease.fixed_duration();
         let lease_length = fixed_lease.unwrap_or_else(|| self.client.watchdog_timeout());
@@ -725,7 +731,16 @@ impl RawLock {
         let (state, token) = self
             .client
             .watchdog()
-            .watch(holding, Grant { token, joins }, sent_at, fixed_lease)
+            .watch(
+                holding,
+                Grant {
+                    token,
+                    joins,
+                    upgrade,
+                },
+                sent_at,
+                fixed_lease,
+            )
             .ok_or(NoGuard::ChainGone)?;
         let hold = LockHold {
             lock: LockHandle::from_raw(self.clone(), cancel.cloned()),
@@ -749,8 +764,8 @@ impl RawLock {
         self.take_back(given_up, &"giving the chain up", Undoing::Now);
     }
 
-    /// Releases one level held by `holder` (a chain's holder id), leaving the chain the
-    /// levels `left` in this process. Remaining levels get the watchdog timeout as their lease
+    /// Releases one level held by `holder` (a chain's holder id; for an upgrade's chain, of
+    /// the grant to the try `upgrade`), leaving the chain the levels `left` in this process. Remaining levels get the watchdog timeout as their lease
     /// while the watchdog renews them, else the lease of the level released.
     /// A plain lock's last level is handed to a thread of this manager that waits for it, if
     /// one does and the bound on handoffs in a row allows (see
@@ -758,6 +773,7 @@ impl RawLock {
     pub(crate) fn release(
         &self,
         holder: &str,
+        upgrade: Option<&str>,
         left: LevelsLeft,
         fixed_lease: Option<Duration>,
         how: Release,
@@ -776,8 +792,14 @@ impl RawLock {
         };
         let levels = left.total();
         let key_ttl_ms = self.key_ttl_ms(lease_ms);
-        let (call, again) =
-            self.release_calls(holder, levels, key_ttl_ms, &receipt, offer.as_ref());
+        let (call, again) = self.release_calls(
+            holder,
+            upgrade,
+            levels,
+            key_ttl_ms,
+            &receipt,
+            offer.as_ref(),
+        );
         // The receipt makes a repeated request answer like the first, should the first have
         // been carried out before its connection broke.
         let until = || Instant::now() + Duration::from_millis(key_ttl_ms);
@@ -790,12 +812,14 @@ impl RawLock {
         self.settle_release(levels, answer?)
     }
 
-    /// The script call that releases a level of `holder`'s hold (`levels` left after it)
-    /// under `receipt`, handing the lock to `offer`'s waiter when there is one; for a
-    /// handoff, also its repeat without it (see `Client::release`).
+    /// The script call that releases a level of `holder`'s hold (of the grant to the try
+    /// `upgrade`, for an upgrade) with `levels` left after it, under `receipt`, handing the
+    /// lock to `offer`'s waiter when there is one; for a handoff, also its repeat without it
+    /// (see `Client::release`).
     fn release_calls(
         &self,
         holder: &str,
+        upgrade: Option<&str>,
         levels: u32,
         lease_ms: u64,
         receipt: &str,
@@ -816,6 +840,7 @@ impl RawLock {
                 window,
                 levels_left: levels,
                 handing,
+                upgrade,
             };
             protocol::release(&*self.kind, &release)
         };

@@ -116,7 +116,8 @@ pub(crate) struct TryArgs<'a> {
 }
 
 /// One release: of a level of the chain `holder`, which keeps `levels_left` levels; remaining
-/// levels get at least `lease_ms`. The answer is kept as `window` says under `receipt` for a
+/// levels get at least `lease_ms`. An upgrade's names the try whose grant it releases
+/// (`upgrade`): a copy that comes after the chain upgraded again frees nothing. The answer is kept as `window` says under `receipt` for a
 /// retry. A plain or write lock's last level is handed on as `handing` says (see [`handed`]).
 pub(crate) struct ReleaseArgs<'a> {
     pub(crate) receipt: &'a str,
@@ -125,6 +126,7 @@ pub(crate) struct ReleaseArgs<'a> {
     pub(crate) window: Window,
     pub(crate) levels_left: u32,
     pub(crate) handing: Handing<'a>,
+    pub(crate) upgrade: Option<&'a str>,
 }
 
 impl ReleaseArgs<'_> {

@@ -171,6 +171,7 @@ impl LockScripts for Write {
             .arg(layout::suffixed(&keys.name, ""))
             .arg(to)
             .arg(to_lease_ms)
+            .arg(release.upgrade.unwrap_or_default())
     }
 
     fn undo_call(&self, undo: &UndoArgs<'_>) -> ScriptCall {

@@ -38,6 +38,17 @@ local function later_try(a, b)
   end
   return a_number > b_number
 end
+-- Grants the write lock to the upgrade try `try_id`, with one level and a fresh fencing
+-- token; the field 'upgrading' names the try, which the undo of an earlier try and the
+-- release of an earlier upgrade check. The lease the read levels keep is not shortened.
+local function grant_upgrade(try_id)
+  local taken = redis.call('incr', KEYS[2])
+  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1, 'upgrading', 'try:' .. try_id)
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+  end
+  return {1, taken}
+end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local upgrading = redis.call('hget', KEYS[1], 'upgrading')
   local holding_try = upgrading and string.match(upgrading, '^try:(.*)$')
@@ -49,8 +60,10 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return {1, current_token(KEYS[2])}
   end
   if ARGV[6] ~= '' then
-    -- This try answers for the grant now: an earlier try's late undo must leave it alone.
-    redis.call('hset', KEYS[1], 'upgrading', 'try:' .. ARGV[6])
+    -- A later try takes the grant over (from an earlier try whose answer did not come, or
+    -- from an upgrade released since whose release has not run yet): it answers for the
+    -- grant now, and neither an earlier try's late undo nor that late release may take it.
+    return grant_upgrade(ARGV[6])
   end
   return taken_before(ARGV[2], ARGV[1], KEYS[2])
 end
@@ -71,9 +84,4 @@ local others = longest_read_level(ARGV[5], ARGV[4])
 if mode ~= 'read' or others > 0 then
   return {0, others > 0 and others or redis.call('pttl', KEYS[1])}
 end
-local taken = redis.call('incr', KEYS[2])
-redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1, 'upgrading', 'try:' .. ARGV[6])
-if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-  redis.call('pexpire', KEYS[1], ARGV[1])
-end
-return {1, taken}
+return grant_upgrade(ARGV[6])

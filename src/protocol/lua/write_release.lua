@@ -16,8 +16,11 @@
 --          timeout key '<prefix><r>:rwlock_timeout:<n>'
 -- ARGV[7]: the writer's field of the chain to hand the write lock to ('': none)
 -- ARGV[8]: the lease that chain asked for, in ms
+-- ARGV[9]: for an upgrade's write lock, the id of the try whose grant is released ('':
+--          not an upgrade); a copy of the release that comes after the chain upgraded again
+--          (the field 'upgrading' names a later try) frees nothing
 -- When the writer keeps read levels, the lock then lives as long as the longest of them.
--- Answers nil when the holder does not hold the write lock, 0 when levels remain, 1 when
+-- Answers nil when the holder does not hold the write lock (or, for an upgrade, that grant), 0 when levels remain, 1 when
 -- released, {2, fencing token} when handed on.
 local function release_write()
   local answered = earlier_answer(KEYS[3])
@@ -26,6 +29,11 @@ local function release_write()
   end
   if redis.call('hget', KEYS[1], 'mode') ~= 'write'
       or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return nil
+  end
+  if ARGV[9] ~= '' and redis.call('hget', KEYS[1], 'upgrading') ~= 'try:' .. ARGV[9] then
+    -- The grant this release is for is gone: a later upgrade of the chain holds the write
+    -- lock now (this copy came late, after its holder upgraded again).
     return nil
   end
   if tonumber(ARGV[5]) > 0 then

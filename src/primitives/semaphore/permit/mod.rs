@@ -279,6 +279,7 @@ impl RawPermits {
         let grant = Grant {
             token: 0,
             joins: false,
+            upgrade: None,
         };
         let watchdog = self.semaphore.client().watchdog();
         let lease_length = fixed_lease.unwrap_or_else(|| watchdog.timeout());
