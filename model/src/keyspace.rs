@@ -66,11 +66,65 @@ impl Score {
 /// An entry of a stream: its id (ms, sequence) and its fields.
 pub type StreamEntry = ((u64, u64), Vec<(Bytes, Bytes)>);
 
+/// A hash's fields and values in the order Redis and Valkey keep them in a small hash (a
+/// listpack, up to 128 fields): a new field goes last, a field set again keeps its place.
+/// `HGETALL` and `HKEYS` answer in this order, which a script that publishes per field shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Fields(Vec<(Bytes, Bytes)>);
+
+impl Fields {
+    pub fn get(&self, field: &[u8]) -> Option<&Bytes> {
+        self.0
+            .iter()
+            .find(|(name, _)| name.as_slice() == field)
+            .map(|(_, value)| value)
+    }
+
+    pub fn contains_key(&self, field: &[u8]) -> bool {
+        self.get(field).is_some()
+    }
+
+    /// Sets `field` to `value`: answers the value it had, if it was there.
+    pub fn insert(&mut self, field: Bytes, value: Bytes) -> Option<Bytes> {
+        match self.0.iter_mut().find(|(name, _)| *name == field) {
+            Some((_, old)) => Some(std::mem::replace(old, value)),
+            None => {
+                self.0.push((field, value));
+                None
+            }
+        }
+    }
+
+    pub fn remove(&mut self, field: &[u8]) -> Option<Bytes> {
+        let at = self
+            .0
+            .iter()
+            .position(|(name, _)| name.as_slice() == field)?;
+        Some(self.0.remove(at).1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Bytes)> {
+        self.0.iter().map(|(field, value)| (field, value))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &Bytes> {
+        self.0.iter().map(|(field, _)| field)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A key's value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Value {
     Str(Bytes),
-    Hash(BTreeMap<Bytes, Bytes>),
+    Hash(Fields),
     List(VecDeque<Bytes>),
     ZSet(BTreeMap<Bytes, Score>),
     Stream(Vec<StreamEntry>),

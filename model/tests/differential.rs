@@ -125,7 +125,7 @@ fn script(name: &'static str, keys: &[&str], args: &[&str]) -> Step {
 /// A random step at `now`: a call of one of the modelled scripts, or a fault.
 fn random_step(random: &mut Random, now: u64) -> Step {
     let words = Words::draw(random, now);
-    match random.below(26) {
+    match random.below(30) {
         0..=5 => lock_step(random, &words),
         6..=9 => latch_step(random, &words),
         10..=12 => election_step(random, &words),
@@ -133,6 +133,7 @@ fn random_step(random: &mut Random, now: u64) -> Step {
         16..=19 => fair_step(random, &words),
         20..=22 => permit_step(random, &words),
         23 | 24 => guarded_step(random, &words),
+        25..=28 => rwlock_step(random, &words),
         _ => fault_step(random, &words),
     }
 }
@@ -243,6 +244,103 @@ fn fair_step(random: &mut Random, w: &Words) -> Step {
                 &w.keep_until,
             ],
         ),
+    }
+}
+
+/// The read-write lock's keys: its hash, fencing token counter, channel, and the prefix of
+/// its derived keys (a read level's timeout key, `{rw}:<holder>:rwlock_timeout:<n>`).
+const RW: [&str; 4] = ["rw", "{rw}:token", "redisson_rwlock:{rw}", "{rw}:"];
+
+/// A call of the read-write lock's scripts (the read lock's, the upgradable read's, the
+/// write lock's and an upgrade's, their releases, undos and the forced release), or a read
+/// level's timeout key that expires.
+fn rwlock_step(random: &mut Random, w: &Words) -> Step {
+    let [lock, token, channel, prefix] = RW;
+    let holder = w.holder;
+    let writer = format!("{holder}:write");
+    let read_levels = format!("{prefix}{holder}:rwlock_timeout");
+    // Upgrade tries of one client, of one digit and of two (ordered by length first), or a
+    // plain write lock's.
+    let upgrades = ["", "", "", "client:2", "client:9", "client:10", "client:11"];
+    let upgrade = *random.pick(&upgrades);
+    let receipt = w.receipt.replace(w.lock, "rw");
+    // Mostly new chains, so that the lock is taken.
+    let held = match random.below(4) {
+        0 => &w.levels,
+        _ => "0",
+    };
+    let acquire = |name, args: &[&str]| script(name, &[lock, token], args);
+    match random.below(12) {
+        0 | 1 => acquire(
+            "rwlock::READ_ACQUIRE",
+            &[&w.lease, holder, held, &read_levels, &w.deadline],
+        ),
+        2 => acquire(
+            "rwlock::UPGRADABLE_ACQUIRE",
+            &[&w.lease, holder, held, &read_levels, prefix, &w.deadline],
+        ),
+        3..=5 => acquire(
+            "rwlock::WRITE_ACQUIRE",
+            &[
+                &w.lease,
+                &writer,
+                held,
+                holder,
+                prefix,
+                upgrade,
+                &w.deadline,
+            ],
+        ),
+        6 => script(
+            "rwlock::READ_RELEASE",
+            &[lock, channel, &receipt],
+            &[
+                holder,
+                &w.lease,
+                &w.keep_until,
+                "0",
+                &w.levels,
+                prefix,
+                "1",
+                &w.deadline,
+            ],
+        ),
+        7 | 8 => {
+            let hand_to = *random.pick(&["", "h1:write", "h3:write"]);
+            script(
+                "rwlock::WRITE_RELEASE",
+                &[lock, channel, &receipt, token],
+                &[
+                    &writer,
+                    &w.lease,
+                    &w.keep_until,
+                    "1",
+                    &w.levels,
+                    prefix,
+                    hand_to,
+                    &w.lease,
+                    upgrade,
+                    &w.deadline,
+                ],
+            )
+        }
+        9 => {
+            let (field, levels_prefix) = match random.below(2) {
+                0 => (holder, read_levels.as_str()),
+                _ => (writer.as_str(), ""),
+            };
+            script(
+                "rwlock::UNDO",
+                &[lock, channel],
+                &[field, &w.levels, levels_prefix, "1", upgrade, &w.deadline],
+            )
+        }
+        10 => script(
+            "rwlock::FORCE_RELEASE",
+            &[lock, channel, token, &w.request],
+            &["1", "redlease:force", &w.deadline, &w.keep_until],
+        ),
+        _ => Step::Expire(format!("{read_levels}:{}", 1 + random.below(2))),
     }
 }
 
@@ -383,12 +481,12 @@ fn election_step(random: &mut Random, w: &Words) -> Step {
 fn fault_step(random: &mut Random, w: &Words) -> Step {
     match random.below(4) {
         0 => {
-            let keys = [w.lock, "latch", &w.record, "sem", FAIR[1], FAIR[2]];
+            let keys = [w.lock, "latch", &w.record, "sem", FAIR[1], FAIR[2], RW[0]];
             Step::Plant((*random.pick(&keys)).to_owned())
         }
         _ => {
             let keys = [w.lock, "latch", &w.request, &w.receipt, &w.token, "sem"];
-            let keys = [&keys[..], &FAIR[..]].concat();
+            let keys = [&keys[..], &FAIR[..], &RW[..2]].concat();
             Step::Expire((*random.pick(&keys)).to_owned())
         }
     }
@@ -490,26 +588,11 @@ fn dump_real(connection: &mut redis::Connection) -> BTreeMap<String, (String, i6
                 .clone(),
             _ => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").clone(),
         };
-        let mut value = from_redis(read.query(connection));
-        if kind == "hash" {
-            value = sorted_pairs(value);
-        }
+        // A hash's fields in their order (a small hash keeps the order they came in).
+        let value = from_redis(read.query(connection));
         dump.insert(key, (kind, ttl, value));
     }
     dump
-}
-
-/// A flat list of pairs, sorted by the first of each (a hash's fields come in any order).
-fn sorted_pairs(reply: Reply) -> Reply {
-    let Reply::Array(items) = reply else {
-        return reply;
-    };
-    let mut pairs: Vec<(Reply, Reply)> = items
-        .chunks(2)
-        .map(|pair| (pair[0].clone(), pair[1].clone()))
-        .collect();
-    pairs.sort();
-    Reply::Array(pairs.into_iter().flat_map(|(a, b)| [a, b]).collect())
 }
 
 /// The model's keys in the same words.
@@ -525,7 +608,7 @@ fn dump_model(server: &mut Keyspace) -> BTreeMap<String, (String, i64, Reply)> {
             .map_or(-1, |at| (at - server.now_ms) as i64);
         let value = match &entry.value {
             Stored::Str(bytes) => Reply::Bulk(bytes.clone()),
-            Stored::Hash(_) => sorted_pairs(server.call(&words(&["HGETALL", &key]))),
+            Stored::Hash(_) => server.call(&words(&["HGETALL", &key])),
             Stored::List(_) => server.call(&words(&["LRANGE", &key, "0", "-1"])),
             Stored::ZSet(_) => server.call(&words(&["ZRANGE", &key, "0", "-1", "WITHSCORES"])),
             Stored::Stream(entries) => Reply::Array(

@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::{arity, float, int, range, text, Args, Bytes, Entry, Keyspace, Reply, Score, Value};
+use super::{
+    arity, float, int, range, text, Args, Bytes, Entry, Fields, Keyspace, Reply, Score, Value,
+};
 
 /// What a command found under its key.
 enum Found<'a, T> {
@@ -29,7 +31,7 @@ macro_rules! typed {
 
 impl Keyspace {
     typed!(string, Str, Bytes);
-    typed!(hash, Hash, BTreeMap<Bytes, Bytes>);
+    typed!(hash, Hash, Fields);
     typed!(list, List, VecDeque<Bytes>);
     typed!(zset, ZSet, BTreeMap<Bytes, Score>);
     typed!(stream, Stream, Vec<super::StreamEntry>);
@@ -189,13 +191,13 @@ impl Keyspace {
             let removed = hash.map_or(0, |hash| {
                 fields
                     .iter()
-                    .filter(|field| hash.remove(*field).is_some())
+                    .filter(|field| hash.remove(field).is_some())
                     .count()
             });
             return Reply::Int(removed as i64);
         }
-        let empty = BTreeMap::new();
-        let hash_ref: &BTreeMap<Bytes, Bytes> = hash.map_or(&empty, |hash| &*hash);
+        let empty = Fields::default();
+        let hash_ref: &Fields = hash.map_or(&empty, |hash| &*hash);
         match name {
             "hget" => fields
                 .first()
@@ -237,7 +239,7 @@ impl Keyspace {
         if name == "hset" && (fields.is_empty() || !fields.len().is_multiple_of(2)) {
             return arity(name);
         }
-        let Some(Value::Hash(hash)) = self.created(key, Value::Hash(BTreeMap::new())) else {
+        let Some(Value::Hash(hash)) = self.created(key, Value::Hash(Fields::default())) else {
             return Reply::wrong_type();
         };
         if name == "hset" {
