@@ -572,6 +572,8 @@ impl World {
                     .arg(0)
                     .arg(read_level_prefix(&holder))
                     .arg(RW_PREFIX)
+                    // The client holds no write lock to read beside.
+                    .arg("")
             }
             Scenario::ReadWrite | Scenario::Upgradable if client.reads(scenario) => {
                 Call::new("rwlock::READ_ACQUIRE", &[names.lock, names.token])
@@ -579,6 +581,7 @@ impl World {
                     .arg(&holder)
                     .arg(0)
                     .arg(read_level_prefix(&holder))
+                    .arg("")
             }
             Scenario::ReadWrite => Call::new("rwlock::WRITE_ACQUIRE", &[names.lock, names.token])
                 .arg(LEASE_MS)

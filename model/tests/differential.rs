@@ -269,15 +269,25 @@ fn rwlock_step(random: &mut Random, w: &Words) -> Step {
         0 => &w.levels,
         _ => "0",
     };
+    // A reader whose thread holds the write lock (by that field), or not.
+    let beside = *random.pick(&["", "", "h1:write", "h2:write"]);
     let acquire = |name, args: &[&str]| script(name, &[lock, token], args);
     match random.below(12) {
         0 | 1 => acquire(
             "rwlock::READ_ACQUIRE",
-            &[&w.lease, holder, held, &read_levels, &w.deadline],
+            &[&w.lease, holder, held, &read_levels, beside, &w.deadline],
         ),
         2 => acquire(
             "rwlock::UPGRADABLE_ACQUIRE",
-            &[&w.lease, holder, held, &read_levels, prefix, &w.deadline],
+            &[
+                &w.lease,
+                holder,
+                held,
+                &read_levels,
+                prefix,
+                beside,
+                &w.deadline,
+            ],
         ),
         3..=5 => acquire(
             "rwlock::WRITE_ACQUIRE",

@@ -56,6 +56,7 @@ fn late_copy_of_an_earlier_upgrade_try(first: &str, second: &str) {
             "0",
             "{rw}:h:rwlock_timeout",
             "{rw}:",
+            "",
             deadline,
         ],
     );
@@ -111,6 +112,7 @@ fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
         "0",
         "{rw}:h:rwlock_timeout",
         "{rw}:",
+        "",
         deadline,
     ];
     let taken = eval(

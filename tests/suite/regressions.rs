@@ -336,3 +336,53 @@ fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
         .unwrap()
         .is_some());
 }
+
+/// A thread that holds the write lock reads by its writer's chain (its read levels share the
+/// writer's holder id). Its read level is released, and the release is held up in the
+/// network (no answer comes, and with no outage grace it is not sent again); the thread
+/// reads again, by the same holder id. The held release, delivered then, took that new read
+/// level away: once the thread let go of the write lock, the lock was free while the thread
+/// still read, and a writer came in beside it. A writer's thread now reads by a chain of its
+/// own each time (the script lets it in by the writer's field).
+#[test]
+fn a_late_release_of_a_writers_read_level_leaves_its_next_read_alone() {
+    let server = common::server();
+    let proxy = redlease_testing::CuttingProxy::start(server.port()).unwrap();
+    let manager = LockManager::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_millis(500))
+        .outage_grace(Duration::ZERO)
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = "late-writers-read-release";
+    let lock = manager.read_write_lock(name);
+    let writing = lock.write().lock().unwrap();
+    // Scripts loaded, so that the release below is one EVALSHA.
+    lock.read().lock().unwrap().unlock().unwrap();
+    let first = lock.read().lock().unwrap();
+    // The read level's release is the only call that names a release receipt.
+    let held = proxy.hold_next(&["EVALSHA", name, "redisson_unlock_latch"]);
+    let unlocked = first.unlock();
+    assert!(
+        matches!(unlocked, Err(Error::Indeterminate { .. })),
+        "{unlocked:?}"
+    );
+    assert!(held.wait_until_held(Duration::ZERO));
+    let reading = lock.read().lock().unwrap();
+    let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
+    writing.unlock().unwrap();
+    let other = common::manager(&server, Duration::from_secs(30));
+    let writer = other.read_write_lock(name).write().try_lock().unwrap();
+    assert!(writer.is_none(), "a writer came in beside the reader");
+    // The late release freed the first read's own chain, and the lock stayed held.
+    assert_eq!(reply, ":0\r\n");
+    assert!(reading.check().is_ok());
+    reading.unlock().unwrap();
+    assert!(other
+        .read_write_lock(name)
+        .write()
+        .try_lock()
+        .unwrap()
+        .is_some());
+}

@@ -556,8 +556,8 @@ impl NoticeSink {
     pub(crate) fn force_released(&self, name: &str, holder: &str, token: u64) {
         let shared = &*self.0;
         let mut state = shared.state.lock();
-        // Held once per process, the name is the key; a thread's read levels (which share
-        // the holder id of its write chain, if any) are keyed otherwise: look for all.
+        // Held once per process, the name is the key; a thread's read levels and its
+        // upgradable read are keyed otherwise: look for all.
         let keys = state.registry.find_all(name, holder);
         let mut lost_any = false;
         for key in keys {

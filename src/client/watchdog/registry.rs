@@ -151,8 +151,8 @@ impl Registry {
         held
     }
 
-    /// The keys of the entries of `name` held by `holder` (a writer's chain and its read
-    /// levels' share one), looked for among all entries: for rare events only.
+    /// The keys of the entries of `name` held by `holder` (a read chain's key is not the
+    /// name), looked for among all entries: for rare events only.
     pub(super) fn find_all(&self, name: &str, holder: &str) -> Vec<Arc<str>> {
         self.entries()
             .filter(|entry| &*entry.name == name && &*entry.holder == holder)

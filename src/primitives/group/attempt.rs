@@ -309,6 +309,7 @@ impl Group {
                     levels_held: levels_held[index],
                     lease_ms: lease_ms[index],
                     upgrade: None,
+                    writer: None,
                     accepts_grant: false,
                     // Read until the attempt's deadline: a try that comes later is refused.
                     deadline_ms: member.client().window(self.attempt_timeout).deadline_ms(),

@@ -79,8 +79,7 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         }
         let lock = self.lock;
         let grants = lock.accepts_grant() && self.handoffs.hears_grants_for(&chain.holder);
-        let (lease, upgrade) = (self.terms.lease, chain.upgrade);
-        let tried = lock.attempt(&chain.holder, chain.levels_held, upgrade, lease, grants);
+        let tried = lock.attempt(&chain, self.terms.lease, grants);
         if tried.as_ref().is_err_and(undo_may_come_late) {
             self.after_unknown_outcome(&chain)?;
         }

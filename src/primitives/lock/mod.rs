@@ -97,13 +97,15 @@ struct Tried {
 }
 
 /// The chain an acquisition joins or starts: its holder id, the levels this process holds
-/// of it, and whether it is an upgrade (the write lock taken with the holder id of the
-/// thread's upgradable chain).
+/// of it, whether it is an upgrade (the write lock taken with the holder id of the thread's
+/// upgradable chain), and for a reader whose thread holds the write lock, that write
+/// chain's holder id (the reader may enter beside it).
 #[derive(Clone)]
 pub(crate) struct Chain {
     holder: String,
     levels_held: u32,
     upgrade: bool,
+    writer: Option<String>,
 }
 
 impl Chain {
@@ -112,6 +114,7 @@ impl Chain {
             holder,
             levels_held,
             upgrade: false,
+            writer: None,
         }
     }
 }
@@ -566,22 +569,15 @@ impl RawLock {
         Ok(joined.unwrap_or_else(|| Chain::of(self.client.new_holder_id(), 0)))
     }
 
-    /// One acquisition attempt by `holder`, which holds `levels_held` levels already (an
-    /// `upgrade`: of the write lock, by the thread's upgradable chain), and when it was sent.
+    /// One acquisition attempt by `chain` (see [`Chain`]), and when it was sent.
     /// When its answer does not come, its undo is queued behind it: a late grant
     /// is taken back. A grant that too few replicas acknowledged is taken back too, and
     /// answered as an error: a failover now could erase it.
-    fn attempt(
-        &self,
-        holder: &str,
-        levels_held: u32,
-        upgrade: bool,
-        lease: Lease,
-        grants: bool,
-    ) -> Result<Tried> {
+    fn attempt(&self, chain: &Chain, lease: Lease, grants: bool) -> Result<Tried> {
+        let (holder, levels_held) = (chain.holder.as_str(), chain.levels_held);
         let lease_ms = self.key_ttl_ms(lease.millis_or(self.client.watchdog_timeout_ms()));
         // An upgrade's try has an id, so that its undo takes back only its own grant.
-        let upgrade = upgrade.then(|| self.client.next_request_id());
+        let upgrade = chain.upgrade.then(|| self.client.next_request_id());
         let deadline_ms = self.client.try_deadline_ms();
         let this_try = TryOf {
             holder,
@@ -594,6 +590,7 @@ impl RawLock {
             levels_held,
             lease_ms,
             upgrade: this_try.upgrade,
+            writer: chain.writer.as_deref(),
             accepts_grant: grants,
             deadline_ms,
         };

@@ -102,7 +102,8 @@ impl<K: LaidOutAs> LockScripts for K {
 
 /// One acquisition try: by the chain `holder`, which holds `levels_held` levels already (0: a
 /// new chain), for a lease of `lease_ms`; for a write lock taken by the upgradable reader, an
-/// `upgrade`, with the id of this try. A fair-lock waiter that `accepts_grant` may be handed
+/// `upgrade`, with the id of this try; for a reader whose thread holds the write lock, the
+/// `writer`'s holder id (the reader may enter beside it). A fair-lock waiter that `accepts_grant` may be handed
 /// the lock by a release while it waits (see [`grant_of`]). The try is refused
 /// ([`Acquired::Late`]) when it reaches the server after `deadline_ms` (ms since the epoch,
 /// on the server's clock).
@@ -111,6 +112,7 @@ pub(crate) struct TryArgs<'a> {
     pub(crate) levels_held: u32,
     pub(crate) lease_ms: u64,
     pub(crate) upgrade: Option<&'a str>,
+    pub(crate) writer: Option<&'a str>,
     pub(crate) accepts_grant: bool,
     pub(crate) deadline_ms: u64,
 }

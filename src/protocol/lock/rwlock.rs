@@ -91,6 +91,7 @@ impl LockScripts for Read {
             .arg(this_try.holder)
             .arg(this_try.levels_held)
             .arg(layout::read_level_prefix(&keys.name, this_try.holder))
+            .arg(writer_beside(this_try))
     }
 
     fn release_call(&self, release: &ReleaseArgs<'_>) -> ScriptCall {
@@ -123,6 +124,7 @@ impl LockScripts for Upgradable {
             .arg(this_try.levels_held)
             .arg(layout::read_level_prefix(&keys.name, this_try.holder))
             .arg(layout::suffixed(&keys.name, ""))
+            .arg(writer_beside(this_try))
     }
 
     fn release_call(&self, release: &ReleaseArgs<'_>) -> ScriptCall {
@@ -191,6 +193,15 @@ impl LockScripts for Write {
     fn hold_field<'a>(&self, holder: &'a str) -> Cow<'a, str> {
         Cow::Owned(layout::writer_field(holder))
     }
+}
+
+/// The write lock's field of the thread of a reader's try, which lets the reader in beside
+/// it ('': the thread holds no write lock).
+fn writer_beside(this_try: &TryArgs<'_>) -> String {
+    this_try
+        .writer
+        .map(layout::writer_field)
+        .unwrap_or_default()
 }
 
 /// The release of a reader's level (plain or upgradable).

@@ -47,9 +47,10 @@ local function enter_reading(mode, may_start, field, levels_held, prefix, lease)
   return {2, current}
 end
 
--- Whether a new reader chain of `field` may start in `mode`: readers share the lock, and the
--- writer may take read levels too (with the holder id of its write chain).
-local function readers_may_enter(mode, field)
+-- Whether a new reader chain may start in `mode`: readers share the lock, and the thread that
+-- holds the write lock (by the field `writer`; '': the reader's thread does not) may read
+-- beside it, by a chain of its own.
+local function readers_may_enter(mode, writer)
   return not mode or mode == 'read'
-    or redis.call('hexists', KEYS[1], field .. ':write') == 1
+    or (writer ~= '' and redis.call('hexists', KEYS[1], writer) == 1)
 end

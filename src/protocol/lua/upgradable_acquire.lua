@@ -8,10 +8,11 @@
 -- ARGV[1]..ARGV[4]: as the read lock's acquire script
 -- ARGV[5]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
 --          timeout key '<prefix><r>:rwlock_timeout:<n>'
+-- ARGV[6]: as the read lock's ARGV[5]: the write lock's field of the reader's thread, if any
 -- Answers as the lock's acquire script: {1, token}, {2, token}, {0, PTTL} or {3, 0}.
 local mode = redis.call('hget', KEYS[1], 'mode')
 local upgrader = redis.call('hget', KEYS[1], 'upgrader')
-local may_start = readers_may_enter(mode, ARGV[2])
+local may_start = readers_may_enter(mode, ARGV[6])
 if ARGV[3] == '0' and upgrader and upgrader ~= ARGV[2] then
   local left = reader_level_left(ARGV[5], upgrader)
   if left > 0 then

@@ -1,7 +1,8 @@
 //! The read lock's rules: its levels are watched apart from the thread's write chain; a
-//! thread that holds the write lock reads by its writer's chain; a thread reads by one
-//! reader's field, so plain read levels and the upgradable read exclude each other in a
-//! thread.
+//! thread that holds the write lock reads beside it, by a chain of its own (a holder id no
+//! later read shares, so that a release of an earlier read, come late, finds nothing of
+//! the later one's); a thread reads by one reader's field, so plain read levels and the
+//! upgradable read exclude each other in a thread.
 
 use super::{Chain, LockKind, RawLock, Read};
 use crate::error::{Error, Result};
@@ -34,9 +35,9 @@ pub(super) fn mode_is(lock: &RawLock, mode: &str) -> Result<bool> {
     Ok(held.as_deref() == Some(mode))
 }
 
-/// For a reader (plain or upgradable) without a chain: the thread's write chain it joins,
-/// if any; an error when the thread holds the other kind of read (its watchdog key
-/// `other`).
+/// For a reader (plain or upgradable) without a chain: a new chain beside the thread's write
+/// chain, if it holds one (the script lets it in by that writer's field); an error when the
+/// thread holds the other kind of read (its watchdog key `other`).
 pub(super) fn reader_joins(lock: &RawLock, thread: u64, other: &str) -> Result<Option<Chain>> {
     let watchdog = lock.client.watchdog();
     let name = lock.name();
@@ -48,5 +49,8 @@ pub(super) fn reader_joins(lock: &RawLock, thread: u64, other: &str) -> Result<O
     }
     let writer_key = names::holder_watch_key(name, thread);
     let writer = watchdog.chain_of(&writer_key, thread);
-    Ok(writer.map(|(writer, _)| Chain::of(writer.to_string(), 0)))
+    Ok(writer.map(|(writer, _)| Chain {
+        writer: Some(writer.to_string()),
+        ..Chain::of(lock.client.new_holder_id(), 0)
+    }))
 }

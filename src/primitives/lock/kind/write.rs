@@ -39,6 +39,7 @@ impl LockKind for Write {
                     holder: upgrader.to_string(),
                     levels_held: 0,
                     upgrade: true,
+                    writer: None,
                 }))
             }
             (_, Some(_)) => Err(Error::LockLost {
