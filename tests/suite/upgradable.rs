@@ -371,6 +371,18 @@ fn misuse_is_an_error_not_a_deadlock() {
     );
     assert!(upgradable.is_lost());
     assert!(!raw.exists::<_, bool>("misuse").unwrap());
+    // A writer's thread that takes the upgradable read (by a chain of its own, beside its
+    // write lock): its upgrade enters that write lock once more, and goes back.
+    let writing = rw.write().lock().unwrap();
+    let upgradable = rw.upgradable().lock().unwrap();
+    assert_ne!(upgradable.holder_id(), writing.holder_id());
+    let again = upgradable.upgrade().unwrap();
+    assert_eq!(again.holder_id(), writing.holder_id());
+    upgradable.downgrade(again).unwrap();
+    assert_eq!(rw.write().hold_count().unwrap(), 1);
+    drop(writing);
+    drop(upgradable);
+    assert!(!raw.exists::<_, bool>("misuse").unwrap());
 }
 
 #[test]

@@ -195,9 +195,15 @@ impl Guard<UpgradableHold> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] (and `writing` is released all the same) when `writing`
-    /// is not an upgrade of this hold; otherwise as [`Guard::unlock`].
+    /// is not an upgrade of this hold (nor a level of the write lock the thread held before
+    /// it took this hold, which its upgrades enter); otherwise as [`Guard::unlock`].
     pub fn downgrade(&self, writing: LockGuard) -> Result<()> {
-        let ours = writing.holder_id() == self.holder_id() && writing.lock().name() == self.name();
+        // An upgrade's, or the write lock's that the thread held before it read (an upgrade
+        // then enters that write chain once more).
+        let write_chain = self.hold().write.raw().current_chain_holder();
+        let holder = writing.holder_id();
+        let ours = (holder == self.holder_id() || write_chain.as_deref() == Some(holder))
+            && writing.lock().name() == self.name();
         writing.unlock()?;
         match ours {
             true => Ok(()),
