@@ -24,6 +24,37 @@ fn eval(connection: &mut redis::Connection, name: &str, keys: &[&str], args: &[&
         .unwrap_or_else(|err| panic!("{name}: {err}"))
 }
 
+/// The read-write lock's hash and fencing token counter.
+const KEYS: [&str; 2] = ["rw", "{rw}:token"];
+/// A deadline no step reaches.
+const DEADLINE: &str = "99999999999999";
+
+/// A throwaway server with the upgradable read taken by the chain `h`.
+fn upgradable_read_taken() -> (RedisServer, redis::Connection) {
+    let server = RedisServer::start().expect("a throwaway redis-server");
+    let mut connection = connect(&server);
+    let prefix = "{rw}:h:rwlock_timeout";
+    let args = ["30000", "h", "0", prefix, "{rw}:", "", DEADLINE];
+    let taken = eval(&mut connection, "rwlock::UPGRADABLE_ACQUIRE", &KEYS, &args);
+    assert_eq!(taken, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    (server, connection)
+}
+
+/// The upgrade try `try_id` of the chain `h`: its answer.
+fn upgrade(connection: &mut redis::Connection, try_id: &str) -> Value {
+    let args = ["30000", "h:write", "0", "h", "{rw}:", try_id, DEADLINE];
+    eval(connection, "rwlock::WRITE_ACQUIRE", &KEYS, &args)
+}
+
+/// The write levels of the chain `h`, and the lock's mode.
+fn writing(connection: &mut redis::Connection) -> (Option<String>, Option<String>) {
+    let mut field = |field: &str| -> Option<String> {
+        let query = redis::cmd("HGET").arg("rw").arg(field).query(connection);
+        query.expect("HGET")
+    };
+    (field("h:write"), field("mode"))
+}
+
 /// Found in the upgradable read's search: an upgrade try whose answer did not come is undone
 /// (its undo queued behind it on its connection), and the next try, on another connection,
 /// takes the write lock and is answered. The first try, held up, then runs: it found its
@@ -42,49 +73,20 @@ fn a_late_copy_of_an_earlier_upgrade_try_leaves_the_later_grant_alone() {
 /// The upgrade try `first` times out and `second` takes the write lock; `first` then runs,
 /// and its undo after it.
 fn late_copy_of_an_earlier_upgrade_try(first: &str, second: &str) {
-    let server = RedisServer::start().expect("a throwaway redis-server");
-    let mut connection = connect(&server);
-    let keys = ["rw", "{rw}:token"];
-    let deadline = "99999999999999";
-    let taken = eval(
-        &mut connection,
-        "rwlock::UPGRADABLE_ACQUIRE",
-        &keys,
-        &[
-            "30000",
-            "h",
-            "0",
-            "{rw}:h:rwlock_timeout",
-            "{rw}:",
-            "",
-            deadline,
-        ],
-    );
-    assert_eq!(taken, Value::Array(vec![Value::Int(1), Value::Int(1)]));
-    let upgrade = |connection: &mut redis::Connection, try_id: &str| {
-        let args = ["30000", "h:write", "0", "h", "{rw}:", try_id, deadline];
-        eval(connection, "rwlock::WRITE_ACQUIRE", &keys, &args)
-    };
+    let (_server, mut connection) = upgradable_read_taken();
     // The second try is answered: the chain writes, and enters the write lock once more.
     let granted = upgrade(&mut connection, second);
     assert_eq!(granted, Value::Array(vec![Value::Int(1), Value::Int(2)]));
-    let again = ["30000", "h:write", "1", "h", "{rw}:", "", deadline];
-    let entered = eval(&mut connection, "rwlock::WRITE_ACQUIRE", &keys, &again);
+    let again = ["30000", "h:write", "1", "h", "{rw}:", "", DEADLINE];
+    let entered = eval(&mut connection, "rwlock::WRITE_ACQUIRE", &KEYS, &again);
     assert_eq!(entered, Value::Array(vec![Value::Int(2), Value::Int(2)]));
     // The first comes late, then its undo, whose copies can come no more.
     upgrade(&mut connection, first);
     let undo_args = ["h:write", "0", "", "1", first, "0"];
     let undo_keys = ["rw", "redisson_rwlock:{rw}"];
     eval(&mut connection, "rwlock::UNDO", &undo_keys, &undo_args);
-    let mut field = |field: &str| -> Option<String> {
-        let query = redis::cmd("HGET")
-            .arg("rw")
-            .arg(field)
-            .query(&mut connection);
-        query.expect("HGET")
-    };
     // The late copy changed nothing: the chain writes, with its two levels.
-    let (levels, mode) = (field("h:write"), field("mode"));
+    let (levels, mode) = writing(&mut connection);
     assert_eq!(
         levels.as_deref(),
         Some("2"),
@@ -102,30 +104,7 @@ fn late_copy_of_an_earlier_upgrade_try(first: &str, second: &str) {
 /// later try holds the lock; the later try's grant has a fencing token of its own.
 #[test]
 fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
-    let server = RedisServer::start().expect("a throwaway redis-server");
-    let mut connection = connect(&server);
-    let keys = ["rw", "{rw}:token"];
-    let deadline = "99999999999999";
-    let read_args = [
-        "30000",
-        "h",
-        "0",
-        "{rw}:h:rwlock_timeout",
-        "{rw}:",
-        "",
-        deadline,
-    ];
-    let taken = eval(
-        &mut connection,
-        "rwlock::UPGRADABLE_ACQUIRE",
-        &keys,
-        &read_args,
-    );
-    assert_eq!(taken, Value::Array(vec![Value::Int(1), Value::Int(1)]));
-    let upgrade = |connection: &mut redis::Connection, try_id: &str| {
-        let args = ["30000", "h:write", "0", "h", "{rw}:", try_id, deadline];
-        eval(connection, "rwlock::WRITE_ACQUIRE", &keys, &args)
-    };
+    let (_server, mut connection) = upgradable_read_taken();
     let first = upgrade(&mut connection, "client:2");
     assert_eq!(first, Value::Array(vec![Value::Int(1), Value::Int(2)]));
     // The first upgrade's release is held up; the reader upgrades again meanwhile.
@@ -133,29 +112,17 @@ fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
     let release_keys = [
         "rw",
         "redisson_rwlock:{rw}",
-        "{rw}:release:client:4",
+        "{rw}:release:c:4",
         "{rw}:token",
     ];
     let release_args = [
-        "h:write", "30000", deadline, "1", "0", "{rw}:", "", "0", "client:2", deadline,
+        "h:write", "30000", DEADLINE, "1", "0", "{rw}:", "", "0", "client:2", DEADLINE,
     ];
-    eval(
-        &mut connection,
-        "rwlock::WRITE_RELEASE",
-        &release_keys,
-        &release_args,
-    );
-    let mut field = |field: &str| -> Option<String> {
-        let query = redis::cmd("HGET")
-            .arg("rw")
-            .arg(field)
-            .query(&mut connection);
-        query.expect("HGET")
-    };
-    let (levels, mode) = (field("h:write"), field("mode"));
+    let release = "rwlock::WRITE_RELEASE";
+    eval(&mut connection, release, &release_keys, &release_args);
     assert_eq!(
-        (levels.as_deref(), mode.as_deref()),
-        (Some("1"), Some("write")),
+        writing(&mut connection),
+        (Some("1".to_owned()), Some("write".to_owned())),
         "the write lock the second upgrade holds, after the first one's late release"
     );
     assert_eq!(

@@ -39,14 +39,16 @@ fn a_release_of_an_old_hold_leaves_the_newer_hold_of_the_same_thread_alone() {
     assert!(!lock.is_locked().unwrap());
 }
 
-/// A manager that gives up on an answer after 500 ms.
-fn impatient_manager(server: &common::RedisServer) -> LockManager {
-    LockManager::builder(server.url())
+/// A manager of `url` that gives up on an answer after 500 ms.
+fn impatient(url: String) -> redlease::LockManagerBuilder {
+    LockManager::builder(url)
         .connect_timeout(Duration::from_secs(1))
         .response_timeout(Duration::from_millis(500))
         .watchdog_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
+}
+
+fn impatient_manager(server: &common::RedisServer) -> LockManager {
+    impatient(server.url()).build().unwrap()
 }
 
 /// An acquisition whose answer never came (Redis paused past the response timeout) must not
@@ -286,6 +288,31 @@ fn a_server_fixture_never_takes_someone_elses_server_for_its_own() {
     drop(theirs);
 }
 
+/// A manager through `proxy` that gives up on an answer after 500 ms and sends a change
+/// once (no outage grace): a change held in the proxy reaches Redis only when the test
+/// delivers it.
+fn sending_once_through(proxy: &redlease_testing::CuttingProxy) -> LockManager {
+    let builder = impatient(proxy.url());
+    builder.outage_grace(Duration::ZERO).build().unwrap()
+}
+
+/// Unlocks `guard` of the lock `name` with its release held in `proxy` (the only call that
+/// names a release receipt): no answer comes, and the release is not sent again.
+fn unlock_held_up(
+    proxy: &redlease_testing::CuttingProxy,
+    name: &str,
+    guard: redlease::LockGuard,
+) -> redlease_testing::Held {
+    let held = proxy.hold_next(&["EVALSHA", name, "redisson_unlock_latch"]);
+    let unlocked = guard.unlock();
+    assert!(
+        matches!(unlocked, Err(Error::Indeterminate { .. })),
+        "{unlocked:?}"
+    );
+    assert!(held.wait_until_held(Duration::ZERO));
+    held
+}
+
 /// Found by the model's search of the upgradable read: an upgrade's write lock is released,
 /// and the release is held up in the network (no answer comes, and with no outage grace it is
 /// not sent again). The reader upgrades again: its try finds the chain still writing and
@@ -296,27 +323,14 @@ fn a_server_fixture_never_takes_someone_elses_server_for_its_own() {
 fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
     let server = common::server();
     let proxy = redlease_testing::CuttingProxy::start(server.port()).unwrap();
-    let manager = LockManager::builder(proxy.url())
-        .connect_timeout(Duration::from_secs(1))
-        .response_timeout(Duration::from_millis(500))
-        .outage_grace(Duration::ZERO)
-        .watchdog_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let manager = sending_once_through(&proxy);
     let name = "late-upgrade-release";
     let upgradable = manager.read_write_lock(name).upgradable().lock().unwrap();
     // Scripts loaded, so that the release below is one EVALSHA.
     upgradable.upgrade().unwrap().unlock().unwrap();
     let first = upgradable.upgrade().unwrap();
     let first_token = first.fencing_token();
-    // The write lock's release is the only call that names a release receipt.
-    let held = proxy.hold_next(&["EVALSHA", name, "redisson_unlock_latch"]);
-    let unlocked = first.unlock();
-    assert!(
-        matches!(unlocked, Err(Error::Indeterminate { .. })),
-        "{unlocked:?}"
-    );
-    assert!(held.wait_until_held(Duration::ZERO));
+    let held = unlock_held_up(&proxy, name, first);
     let second = upgradable.upgrade().unwrap();
     let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
     let other = common::manager(&server, Duration::from_secs(30));
@@ -348,27 +362,14 @@ fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
 fn a_late_release_of_a_writers_read_level_leaves_its_next_read_alone() {
     let server = common::server();
     let proxy = redlease_testing::CuttingProxy::start(server.port()).unwrap();
-    let manager = LockManager::builder(proxy.url())
-        .connect_timeout(Duration::from_secs(1))
-        .response_timeout(Duration::from_millis(500))
-        .outage_grace(Duration::ZERO)
-        .watchdog_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let manager = sending_once_through(&proxy);
     let name = "late-writers-read-release";
     let lock = manager.read_write_lock(name);
     let writing = lock.write().lock().unwrap();
     // Scripts loaded, so that the release below is one EVALSHA.
     lock.read().lock().unwrap().unlock().unwrap();
     let first = lock.read().lock().unwrap();
-    // The read level's release is the only call that names a release receipt.
-    let held = proxy.hold_next(&["EVALSHA", name, "redisson_unlock_latch"]);
-    let unlocked = first.unlock();
-    assert!(
-        matches!(unlocked, Err(Error::Indeterminate { .. })),
-        "{unlocked:?}"
-    );
-    assert!(held.wait_until_held(Duration::ZERO));
+    let held = unlock_held_up(&proxy, name, first);
     let reading = lock.read().lock().unwrap();
     let reply = String::from_utf8_lossy(&held.deliver().unwrap()).into_owned();
     writing.unlock().unwrap();

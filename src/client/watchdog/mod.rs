@@ -85,6 +85,17 @@ pub(crate) struct Grant<'a> {
     pub(crate) upgrade: Option<&'a str>,
 }
 
+impl Grant<'static> {
+    /// A grant of `token` that is no upgrade's (`joins`: it entered a chain held here).
+    pub(crate) fn of(token: u64, joins: bool) -> Self {
+        Grant {
+            token,
+            joins,
+            upgrade: None,
+        }
+    }
+}
+
 /// A hold to watch: one level of an acquisition chain.
 pub(crate) struct Holding<'a> {
     /// The registry key: a key of the primitive's making, unique to the chain's name and

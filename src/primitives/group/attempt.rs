@@ -388,14 +388,7 @@ impl Group {
                 answer: Acquired::Taken { token },
                 unreplicated: None,
                 ..
-            }) => {
-                let joins = levels_held > 0;
-                attempt.taken[index] = Some(Grant {
-                    token,
-                    joins,
-                    upgrade: None,
-                });
-            }
+            }) => attempt.taken[index] = Some(Grant::of(token, levels_held > 0)),
             Ok(Acked {
                 answer: Acquired::Taken { .. },
                 unreplicated: Some(why),

@@ -276,11 +276,7 @@ impl RawPermits {
             thread: names::thread_number(),
         };
         // A permit is a chain of its own (no reentrant levels) and has no fencing token.
-        let grant = Grant {
-            token: 0,
-            joins: false,
-            upgrade: None,
-        };
+        let grant = Grant::of(0, false);
         let watchdog = self.semaphore.client().watchdog();
         let lease_length = fixed_lease.unwrap_or_else(|| watchdog.timeout());
         // A grant that came after its lease ran out by the local clock (a slow network, a
