@@ -661,7 +661,10 @@ impl World {
             unreachable!("an upgrade is released while it is held");
         };
         let field = format!("{}:write", client.holder());
-        let receipt = receipt_key(Scenario::Upgradable.names().lock, &field);
+        // A receipt of its own, as every release of the crate's has: the chain's next
+        // upgrade's release must not find this one's answer.
+        let release = format!("{field}:{}", writing.try_id);
+        let receipt = receipt_key(Scenario::Upgradable.names().lock, &release);
         let (deadline, keep_until) = request_window(self, self.now());
         let call = write_release_call(&field, &receipt, keep_until)
             .arg(writing.try_id)

@@ -302,12 +302,12 @@ impl World {
     }
 }
 
-/// Whether `call` is the undo of an upgrade's try (which names the try).
 /// Whether `call` is an upgrade's try (the write lock's, with a try id).
 fn is_an_upgrade(call: &Call) -> bool {
     call.script == "rwlock::WRITE_ACQUIRE" && call.args.get(5).is_some_and(|id| !id.is_empty())
 }
 
+/// Whether `call` is the undo of an upgrade's try (which names the try).
 fn undoes_an_upgrade(call: &Call) -> bool {
     call.script == "rwlock::UNDO" && call.args.get(4).is_some_and(|id| !id.is_empty())
 }

@@ -138,7 +138,8 @@ fn guarded_writes_keep_their_promises_in_every_interleaving() {
 fn the_upgradable_read_keeps_its_promises_in_every_interleaving() {
     // No faults, no clock: an upgrade's undo runs when it first arrives (its later sends are
     // what the clock would add), which is where a late copy of an earlier try once took the
-    // grant from a later one.
+    // grant from a later one, and a release that timed out, run after the next upgrade,
+    // freed it.
     holds(Scenario::Upgradable, faults(0, 0, 0));
 }
 

@@ -351,7 +351,7 @@ fn a_late_release_of_an_upgrade_leaves_the_next_upgrade_alone() {
         .is_some());
 }
 
-/// A thread that holds the write lock reads by its writer's chain (its read levels share the
+/// A thread that held the write lock read by its writer's chain (its read levels shared the
 /// writer's holder id). Its read level is released, and the release is held up in the
 /// network (no answer comes, and with no outage grace it is not sent again); the thread
 /// reads again, by the same holder id. The held release, delivered then, took that new read

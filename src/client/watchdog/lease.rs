@@ -3,10 +3,10 @@
 //! A [`LeaseState`] is created by the first (non-reentrant) acquisition of a lock by a holder
 //! and shared by its reentrant acquisitions and by the watchdog entry that tracks it. It knows
 //! when the lease runs out by the local monotonic clock (the watchdog moves that deadline on
-//! with every renewal), the chain's fencing token (and an upgrade's try), whether it is at risk (a renewal failed
-//! and none has succeeded since), and why the lock was lost once that is known. The watchdog
-//! records risks and losses; guards read the state and hand out signals that fire when they
-//! are recorded. No I/O here.
+//! with every renewal), the chain's fencing token (and an upgrade's try), whether it is at risk
+//! (a renewal failed and none has succeeded since), and why the lock was lost once that is
+//! known. The watchdog records risks and losses; guards read the state and hand out signals
+//! that fire when they are recorded. No I/O here.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

@@ -555,8 +555,8 @@ impl RawLock {
     }
 
     /// The chain the calling thread holds the lock by ([`Error::AlreadyHeld`] for a kind that
-    /// is not reentrant), or a new one with a holder id of its own, unless the lock's kind has
-    /// the thread join a chain of a kin lock (see [`LockKind::chain_to_join`]).
+    /// is not reentrant), or a new one with a holder id of its own, unless the thread's holds
+    /// of a kin lock make it another (see [`LockKind::chain_to_join`]).
     fn chain_to_join(&self, thread: u64) -> Result<Chain> {
         if let Some((holder, levels)) = self.current_chain() {
             if !self.kind.reentrant() {
@@ -762,11 +762,11 @@ impl RawLock {
     }
 
     /// Releases one level held by `holder` (a chain's holder id; for an upgrade's chain, of
-    /// the grant to the try `upgrade`), leaving the chain the levels `left` in this process. Remaining levels get the watchdog timeout as their lease
-    /// while the watchdog renews them, else the lease of the level released.
-    /// A plain lock's last level is handed to a thread of this manager that waits for it, if
-    /// one does and the bound on handoffs in a row allows (see
-    /// [`wait::line`](crate::client::wait::line)).
+    /// the grant to the try `upgrade`), leaving the chain the levels `left` in this
+    /// process. Remaining levels get the watchdog timeout as their lease while the watchdog
+    /// renews them, else the lease of the level released. A plain lock's last level is
+    /// handed to a thread of this manager that waits for it, if one does and the bound on
+    /// handoffs in a row allows (see [`wait::line`](crate::client::wait::line)).
     pub(crate) fn release(
         &self,
         holder: &str,

@@ -114,7 +114,9 @@ impl OverLockHold for UpgradableHold {
 /// between, as this hold kept writers out all along. It answers the write lock's
 /// [`LockGuard`], with a fresh fencing token; dropping it (or
 /// [`downgrade`](Self::downgrade)) goes back to the upgradable read, and lets readers in
-/// again. Plain readers keep entering while an upgrade waits, as they do while a writer
+/// again. (A thread that held the write lock before it took this hold writes already: its
+/// upgrade enters that write lock once more, with that lock's holder id and fencing
+/// token.) Plain readers keep entering while an upgrade waits, as they do while a writer
 /// waits. The upgradable reader reads already: its thread cannot take plain read levels of
 /// the same lock beside it (nor the upgradable read beside plain ones): that is
 /// [`Error::InvalidArgument`], where they would share one field in Redis, or an upgrade
@@ -152,7 +154,8 @@ impl Guard<UpgradableHold> {
         self.hold().read.token
     }
 
-    /// The holder id of the upgradable chain; its upgrades' write guards share it.
+    /// The holder id of the upgradable chain; its upgrades' write guards share it (but for a
+    /// thread that held the write lock first: see [`UpgradableGuard`]).
     pub fn holder_id(&self) -> &str {
         &self.hold().read.holder
     }

@@ -103,10 +103,10 @@ impl<K: LaidOutAs> LockScripts for K {
 /// One acquisition try: by the chain `holder`, which holds `levels_held` levels already (0: a
 /// new chain), for a lease of `lease_ms`; for a write lock taken by the upgradable reader, an
 /// `upgrade`, with the id of this try; for a reader whose thread holds the write lock, the
-/// `writer`'s holder id (the reader may enter beside it). A fair-lock waiter that `accepts_grant` may be handed
-/// the lock by a release while it waits (see [`grant_of`]). The try is refused
-/// ([`Acquired::Late`]) when it reaches the server after `deadline_ms` (ms since the epoch,
-/// on the server's clock).
+/// `writer`'s holder id (the reader may enter beside it). A fair-lock waiter that
+/// `accepts_grant` may be handed the lock by a release while it waits (see [`grant_of`]). The
+/// try is refused ([`Acquired::Late`]) when it reaches the server after `deadline_ms` (ms since
+/// the epoch, on the server's clock).
 pub(crate) struct TryArgs<'a> {
     pub(crate) holder: &'a str,
     pub(crate) levels_held: u32,
@@ -119,8 +119,9 @@ pub(crate) struct TryArgs<'a> {
 
 /// One release: of a level of the chain `holder`, which keeps `levels_left` levels; remaining
 /// levels get at least `lease_ms`. An upgrade's names the try whose grant it releases
-/// (`upgrade`): a copy that comes after the chain upgraded again frees nothing. The answer is kept as `window` says under `receipt` for a
-/// retry. A plain or write lock's last level is handed on as `handing` says (see [`handed`]).
+/// (`upgrade`): a copy that comes after the chain upgraded again frees nothing. The answer is
+/// kept as `window` says under `receipt` for a retry. A plain or write lock's last level is
+/// handed on as `handing` says (see [`handed`]).
 pub(crate) struct ReleaseArgs<'a> {
     pub(crate) receipt: &'a str,
     pub(crate) holder: &'a str,

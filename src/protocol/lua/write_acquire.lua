@@ -13,7 +13,8 @@
 -- ARGV[5]: the prefix of the lock's derived keys ('{name}:'): reader r's level n has the
 --          timeout key '<prefix><r>:rwlock_timeout:<n>'
 -- ARGV[6]: for an upgrade, the id of this try ('' otherwise), kept in the field 'upgrading'
---          so that the undo of an earlier try cannot take a later one back
+--          so that neither the undo of an earlier try nor the release of an earlier upgrade
+--          can take a later one back
 -- Answers as the lock's acquire script: {1, token}, {2, token}, {0, ms to wait at most} or
 -- {3, 0}; an upgrade whose upgradable hold is gone answers {4, 0}.
 local mode = redis.call('hget', KEYS[1], 'mode')
@@ -38,6 +39,12 @@ local function later_try(a, b)
   end
   return a_number > b_number
 end
+-- Whether the upgradable hold of the chain ARGV[4] lives: the hash names it the upgrader,
+-- and some level of it has not run out.
+local function upgradable_lives()
+  return redis.call('hget', KEYS[1], 'upgrader') == ARGV[4]
+    and reader_level_left(ARGV[5], ARGV[4]) > 0
+end
 -- Grants the write lock to the upgrade try `try_id`, with one level and a fresh fencing
 -- token; the field 'upgrading' names the try, which the undo of an earlier try and the
 -- release of an earlier upgrade check. The lease the read levels keep is not shortened.
@@ -60,6 +67,9 @@ if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     return {1, current_token(KEYS[2])}
   end
   if ARGV[6] ~= '' then
+    if not upgradable_lives() then
+      return {4, 0}
+    end
     -- A later try takes the grant over (from an earlier try whose answer did not come, or
     -- from an upgrade released since whose release has not run yet): it answers for the
     -- grant now, and neither an earlier try's late undo nor that late release may take it.
@@ -76,8 +86,7 @@ if ARGV[6] == '' then
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, taken}
 end
-if redis.call('hget', KEYS[1], 'upgrader') ~= ARGV[4]
-    or reader_level_left(ARGV[5], ARGV[4]) <= 0 then
+if not upgradable_lives() then
   return {4, 0}
 end
 local others = longest_read_level(ARGV[5], ARGV[4])

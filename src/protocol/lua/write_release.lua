@@ -20,8 +20,8 @@
 --          not an upgrade); a copy of the release that comes after the chain upgraded again
 --          (the field 'upgrading' names a later try) frees nothing
 -- When the writer keeps read levels, the lock then lives as long as the longest of them.
--- Answers nil when the holder does not hold the write lock (or, for an upgrade, that grant), 0 when levels remain, 1 when
--- released, {2, fencing token} when handed on.
+-- Answers nil when the holder does not hold the write lock (or, for an upgrade, that
+-- grant), 0 when levels remain, 1 when released, {2, fencing token} when handed on.
 local function release_write()
   local answered = earlier_answer(KEYS[3])
   if answered then

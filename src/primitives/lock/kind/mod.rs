@@ -55,9 +55,10 @@ pub(crate) trait LockKind: LockScripts + fmt::Debug {
         lock.query(redis::cmd("EXISTS").arg(&self.keys().name))
     }
 
-    /// For a thread without a chain of this lock: the chain of a kin lock it joins (the
-    /// write chain a reader joins, the upgradable chain a writer upgrades), or an error when
-    /// the thread's holds forbid this acquisition. `None`: a new chain.
+    /// For a thread without a chain of this lock: the chain its kin locks' holds make it
+    /// start (the upgradable chain a writer upgrades; for a reader whose thread holds the
+    /// write lock, a new chain let in beside it), or an error when the thread's holds forbid
+    /// this acquisition. `None`: a new chain of its own.
     fn chain_to_join(&self, _lock: &RawLock, _thread: u64) -> Result<Option<Chain>> {
         Ok(None)
     }

@@ -25,7 +25,7 @@ impl LockKind for Read {
 
     fn chain_to_join(&self, lock: &RawLock, thread: u64) -> Result<Option<Chain>> {
         let upgradable = names::upgradable_watch_key(&self.keys().name, thread);
-        reader_joins(lock, thread, &upgradable)
+        reader_chain(lock, thread, &upgradable)
     }
 }
 
@@ -38,7 +38,7 @@ pub(super) fn mode_is(lock: &RawLock, mode: &str) -> Result<bool> {
 /// For a reader (plain or upgradable) without a chain: a new chain beside the thread's write
 /// chain, if it holds one (the script lets it in by that writer's field); an error when the
 /// thread holds the other kind of read (its watchdog key `other`).
-pub(super) fn reader_joins(lock: &RawLock, thread: u64, other: &str) -> Result<Option<Chain>> {
+pub(super) fn reader_chain(lock: &RawLock, thread: u64, other: &str) -> Result<Option<Chain>> {
     let watchdog = lock.client.watchdog();
     let name = lock.name();
     if watchdog.chain_of(other, thread).is_some() {

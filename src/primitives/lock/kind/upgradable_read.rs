@@ -2,7 +2,7 @@
 //! levels (which it excludes in a thread), renewed as a read level, and held when the
 //! upgrader's field is set.
 
-use super::read::reader_joins;
+use super::read::reader_chain;
 use super::{Chain, LockKind, RawLock, Upgradable};
 use crate::error::Result;
 use crate::protocol::lock::LockScripts;
@@ -25,6 +25,6 @@ impl LockKind for Upgradable {
 
     fn chain_to_join(&self, lock: &RawLock, thread: u64) -> Result<Option<Chain>> {
         let readers = names::reader_watch_key(&self.keys().name, thread);
-        reader_joins(lock, thread, &readers)
+        reader_chain(lock, thread, &readers)
     }
 }
