@@ -155,14 +155,12 @@ impl<'a, H: Hold, F: Fn(LockHold) -> H> Acquisition<'a, F> {
         Ok(match acquired {
             Acquired::Taken { token } => {
                 let upgrade = upgrade.as_deref();
-                self.guard_taken(
-                    chain,
-                    Granted {
-                        token,
-                        upgrade,
-                        ..grant
-                    },
-                )?
+                let grant = Granted {
+                    token,
+                    upgrade,
+                    ..grant
+                };
+                self.guard_taken(chain, grant)?
             }
             Acquired::Held { ttl, counter } => {
                 self.queued.set(true);

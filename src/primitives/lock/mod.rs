@@ -725,19 +725,15 @@ impl RawLock {
             kind: self.hold_kind(),
             thread,
         };
+        let grant = Grant {
+            token,
+            joins,
+            upgrade,
+        };
         let (state, token) = self
             .client
             .watchdog()
-            .watch(
-                holding,
-                Grant {
-                    token,
-                    joins,
-                    upgrade,
-                },
-                sent_at,
-                fixed_lease,
-            )
+            .watch(holding, grant, sent_at, fixed_lease)
             .ok_or(NoGuard::ChainGone)?;
         let hold = LockHold {
             lock: LockHandle::from_raw(self.clone(), cancel.cloned()),
