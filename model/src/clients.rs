@@ -701,7 +701,14 @@ impl World {
             .arg("1")
             .arg(String::from_utf8_lossy(&tried.call.args[5]))
             .arg(not_before);
-        let undo = self.call(c, call, not_before);
+        self.queue_undo(c, call, not_before, not_before);
+    }
+
+    /// Sends the undo `call` (whose deadline is `deadline`) from client `c` now, and keeps it
+    /// for the cleanup, which sends it again until answered (and once answered that a copy
+    /// of what it undoes may still come, not before `not_before`).
+    fn queue_undo(&mut self, c: u8, call: Call, deadline: u64, not_before: u64) {
+        let undo = self.call(c, call, deadline);
         self.clients[c as usize].undos.push(Undo {
             call: undo,
             out: true,
@@ -865,14 +872,8 @@ impl World {
                 .arg("0"),
         }
         .arg(not_before);
-        let undo = self.call(c, call, not_before);
-        let client = &mut self.clients[c as usize];
-        client.undos.push(Undo {
-            call: undo,
-            out: true,
-            not_before,
-        });
-        client.chain += 1;
+        self.queue_undo(c, call, not_before, not_before);
+        self.clients[c as usize].chain += 1;
     }
 
     /// A take of a permit whose answer did not come: its undo (which gives the permit back
@@ -891,12 +892,7 @@ impl World {
         let call = call
             .arg(String::from_utf8_lossy(&window[0]))
             .arg(String::from_utf8_lossy(&window[1]));
-        let undo = self.call(c, call, took.deadline);
-        self.clients[c as usize].undos.push(Undo {
-            call: undo,
-            out: true,
-            not_before: 0,
-        });
+        self.queue_undo(c, call, took.deadline, 0);
     }
 
     /// The answer to client `c`'s call `seq` arrives; an answer to a call it no longer waits

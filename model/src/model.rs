@@ -213,8 +213,9 @@ impl World {
         self.ghost.writes_landed = self.ghost.writes_landed.saturating_add(1);
     }
 
-    /// Whether the server holds the lock (of any scenario) for the chain `holder` now.
-    fn holds(&self, holder: &str) -> bool {
+    /// Whether the server holds the lock (of any scenario) for the chain `holder` (a field of
+    /// the lock's hash) now.
+    pub(crate) fn holds(&self, holder: &str) -> bool {
         let lock = self.config.scenario.names().lock;
         matches!(
             self.server.get(lock).map(|entry| &entry.value),

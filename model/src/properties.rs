@@ -94,18 +94,11 @@ fn one_valid_holder(model: &ProtocolModel, world: &World) -> bool {
 /// its field of the lock's hash).
 fn holders_on_record(model: &ProtocolModel, world: &World) -> bool {
     let scenario = model.config.scenario;
-    let lock = scenario.names().lock;
     let now = world.now();
-    let on_record = |field: String| {
-        matches!(
-            world.server.get(lock).map(|entry| &entry.value),
-            Some(Value::Hash(hash)) if hash.contains_key(field.as_bytes())
-        )
-    };
     world.clients.iter().all(|client| {
         let upgraded = scenario == Scenario::Upgradable && client.writes_at(now, scenario);
-        (!client.holds_at(now) || on_record(client.field(scenario)))
-            && (!upgraded || on_record(format!("{}:write", client.holder())))
+        (!client.holds_at(now) || world.holds(&client.field(scenario)))
+            && (!upgraded || world.holds(&format!("{}:write", client.holder())))
     })
 }
 

@@ -674,7 +674,6 @@ fn server_time_ms(connection: &mut redis::Connection) -> u64 {
     seconds * 1000 + micros / 1000
 }
 
-/// Runs one seed: `steps` steps on both servers, from empty keyspaces.
 /// Runs `step` on the real server (by `connection`) and on the `model`, at `now`: what it
 /// was, and the two replies.
 fn on_both(
@@ -764,6 +763,7 @@ fn same_publications(real: &[(Vec<u8>, Vec<u8>)], model: &[(Vec<u8>, Vec<u8>)]) 
             .all(|((rc, rm), (mc, mm))| rc == mc && same_bytes(rm, mm))
 }
 
+/// Runs one seed: `steps` steps on both servers, from empty keyspaces.
 fn run(
     connection: &mut redis::Connection,
     subscriber: &mut redis::PubSub<'_>,
