@@ -10,6 +10,9 @@
 //! thread that reads how many replicas each master has in sync (for the default
 //! acknowledgements), and [`fanout`] its way to call several servers at once.
 //!
+//! [`sync`] holds the locks its state shared between threads is kept under (`shuttle`'s
+//! inside a schedule search of the unit tests).
+//!
 //! It knows nothing of the primitives above it: it may use the layers below (the watchdog,
 //! pub/sub, the wait loop's recorder, the call runner and routing, the topology, the
 //! protocol), nothing else.
@@ -27,6 +30,7 @@ pub(crate) mod pubsub;
 mod recount;
 pub(crate) mod server_check;
 pub(crate) mod stats;
+pub(crate) mod sync;
 pub(crate) mod telemetry;
 pub(crate) mod topology;
 pub(crate) mod wait;

@@ -40,7 +40,9 @@
 //! the holder gone and does nothing.)
 //!
 //! This module talks to Redis only through the router and its pools (the call layer), and
-//! only from its own thread; the callback runs on that thread too.
+//! only from its own thread; the callback runs on that thread too. Its locks are
+//! [`client::sync`](crate::client::sync)'s, so that its threads' steps are searched in
+//! random orders under the unit tests (`schedules`, run by `shuttle`).
 
 pub(crate) mod lease;
 mod loss;
@@ -50,17 +52,18 @@ mod renewal;
 mod revocation;
 mod risk;
 mod schedule;
+#[cfg(test)]
+mod schedules;
 mod wheel;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
 use crate::client::call::replication::{AckSetting, ShortfallLog, Unreplicated};
 use crate::client::call::route::Router;
 use crate::client::stats::{Histogram, Percentiles};
+use crate::client::sync::{Condvar, Mutex, MutexGuard};
 use crate::client::watchdog::lease::{LeaseState, LostLock, RevocationNotice, RiskNotice};
 use crate::error::{Error, LostReason, Result};
 use crate::protocol::renew::HoldKind;
@@ -271,29 +274,7 @@ impl Watchdog {
         acks: Option<AckSetting>,
         callbacks: Callbacks,
     ) -> Result<Self> {
-        let interval = timeout / 3;
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                registry: Registry::default(),
-                schedule: Schedule::new(Instant::now(), interval),
-                losses: LossReports::default(),
-                risks: RiskReports::default(),
-                revocations: RevocationReports::default(),
-                renewals: RenewalCounts::default(),
-                stopping: false,
-            }),
-            receipts: Mutex::new(ReceiptQueue::new(interval)),
-            work_arrived: Condvar::new(),
-            renewal_done: Condvar::new(),
-            router,
-            timeout,
-            timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
-            interval,
-            callbacks,
-            acks,
-            unreplicated_log: ShortfallLog::new(),
-            renewal_times: Histogram::default(),
-        });
+        let shared = Arc::new(Shared::new(router, timeout, acks, callbacks)?);
         let thread = std::thread::Builder::new()
             .name("redlease-watchdog".into())
             .spawn({
@@ -463,7 +444,7 @@ impl Watchdog {
     /// long its chain was held, if it removed it.
     fn remove_once_settled(
         &self,
-        state: &mut parking_lot::MutexGuard<'_, State>,
+        state: &mut MutexGuard<'_, State>,
         key: &str,
         is_ours: impl Fn(&Entry) -> bool,
     ) -> Option<Duration> {
@@ -608,15 +589,46 @@ impl NoticeSink {
 }
 
 impl Shared {
+    /// The state of a watchdog with no locks yet, renewing leases of `timeout` through
+    /// `router`.
+    fn new(
+        router: Arc<Router>,
+        timeout: Duration,
+        acks: Option<AckSetting>,
+        callbacks: Callbacks,
+    ) -> Result<Self> {
+        let interval = timeout / 3;
+        Ok(Shared {
+            state: Mutex::new(State {
+                registry: Registry::default(),
+                schedule: Schedule::new(Instant::now(), interval),
+                losses: LossReports::default(),
+                risks: RiskReports::default(),
+                revocations: RevocationReports::default(),
+                renewals: RenewalCounts::default(),
+                stopping: false,
+            }),
+            receipts: Mutex::new(ReceiptQueue::new(interval)),
+            work_arrived: Condvar::new(),
+            renewal_done: Condvar::new(),
+            router,
+            timeout,
+            timeout_ms: crate::protocol::names::lease_millis("watchdog timeout", timeout)?,
+            interval,
+            callbacks,
+            acks,
+            unreplicated_log: ShortfallLog::new(),
+            renewal_times: Histogram::default(),
+        })
+    }
+
     fn run(&self) {
         let mut due_now = DueNow::default();
         loop {
             match self.next_work(&mut due_now) {
                 None => return self.delete_queued_receipts(),
                 Some(Work::Tell(risks, revocations, losses)) => {
-                    risk::tell(risks, self.callbacks.on_risk.as_ref());
-                    revocation::tell(revocations, self.callbacks.on_revocation.as_ref());
-                    loss::tell(losses, self.callbacks.on_lost.as_ref());
+                    self.tell(risks, revocations, losses);
                 }
                 Some(Work::Renew {
                     batch,
@@ -674,38 +686,27 @@ impl Shared {
         renewal::renew_everywhere(router, lease_ms, Vec::new(), receipts, due, |_, _| {});
     }
 
-    /// Sleeps until there is work; `None` when the watchdog stops. Losses are told before a
-    /// batch is taken, so a slow callback never holds up a batch that releases wait for.
+    /// Tells risk changes, revocation requests, then losses, to the log and the callbacks.
+    fn tell(
+        &self,
+        risks: Vec<RiskNotice>,
+        revocations: Vec<RevocationNotice>,
+        losses: Vec<LostLock>,
+    ) {
+        risk::tell(risks, self.callbacks.on_risk.as_ref());
+        revocation::tell(revocations, self.callbacks.on_revocation.as_ref());
+        loss::tell(losses, self.callbacks.on_lost.as_ref());
+    }
+
+    /// Sleeps until there is work; `None` when the watchdog stops.
     fn next_work(&self, due_now: &mut DueNow) -> Option<Work> {
         let mut state = self.state.lock();
         loop {
             if state.stopping {
                 return None;
             }
-            if state.has_reports() {
-                let State {
-                    risks,
-                    revocations,
-                    losses,
-                    ..
-                } = &mut *state;
-                return Some(Work::Tell(risks.take(), revocations.take(), losses.take()));
-            }
-            let now = Instant::now();
-            let State {
-                registry, schedule, ..
-            } = &mut *state;
-            schedule.take_due(now, registry, due_now);
-            for slot in due_now.lease_ends.drain(..) {
-                state.check_lease_end(slot, now);
-            }
-            let batch = state.take_batch(due_now.renewals.drain(..), now);
-            let receipts = self.receipts_to_delete(!batch.is_empty(), now);
-            if !batch.is_empty() || !receipts.is_empty() {
-                return Some(self.renewal_work(&mut state, batch, receipts, now));
-            }
-            if state.has_reports() {
-                continue;
+            if let Some(work) = self.work_due(&mut state, Instant::now(), due_now) {
+                return Some(work);
             }
             let next_due = earliest(state.schedule.next_due(), self.receipts.lock().flush_by());
             state.schedule.thread_sleeps(next_due);
@@ -717,6 +718,35 @@ impl Shared {
             }
             state.schedule.thread_works();
         }
+    }
+
+    /// The work due `now`, if any. Losses are told before a batch is taken, so a slow
+    /// callback never holds up a batch that releases wait for.
+    fn work_due(&self, state: &mut State, now: Instant, due_now: &mut DueNow) -> Option<Work> {
+        if !state.has_reports() {
+            let State {
+                registry, schedule, ..
+            } = &mut *state;
+            schedule.take_due(now, registry, due_now);
+            for slot in due_now.lease_ends.drain(..) {
+                state.check_lease_end(slot, now);
+            }
+            let batch = state.take_batch(due_now.renewals.drain(..), now);
+            let receipts = self.receipts_to_delete(!batch.is_empty(), now);
+            if !batch.is_empty() || !receipts.is_empty() {
+                return Some(self.renewal_work(state, batch, receipts, now));
+            }
+        }
+        if !state.has_reports() {
+            return None;
+        }
+        let State {
+            risks,
+            revocations,
+            losses,
+            ..
+        } = state;
+        Some(Work::Tell(risks.take(), revocations.take(), losses.take()))
     }
 
     /// The release receipts to delete now: with a batch of renewals (`renewing`) every
