@@ -13,20 +13,23 @@
 //! connection by the caller, where it runs first if the server was only slow.) While the server cannot be reached, one failed undo ends the round: the others
 //! wait for the next. The client owns the thread and stops it ([`Cleanup::stop`]): undos
 //! still queued then are logged, and run out with their leases. Sends through the router;
-//! knows nothing of the primitives.
+//! knows nothing of the primitives. Its channel and lock are
+//! [`client::sync`](crate::client::sync)'s: its threads' steps are searched in random
+//! orders under the unit tests (`schedules`, run by `shuttle`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use parking_lot::Mutex;
-
 use crate::client::call::route::Router;
+use crate::client::sync::{Mutex, Receiver, RecvTimeoutError, Sender};
 use crate::error::{Error, Result};
 use crate::protocol::request::undo_again;
 use crate::protocol::ScriptCall;
+
+#[cfg(test)]
+mod schedules;
 
 /// How often the thread sends the undos it keeps again.
 pub(crate) const RETRY_EVERY: Duration = Duration::from_millis(200);
@@ -84,13 +87,13 @@ pub(crate) struct Cleanup {
 impl Cleanup {
     /// Starts the thread, which sends through `router`.
     pub(crate) fn start(router: Arc<Router>) -> Result<Cleanup> {
-        let (sender, receiver) = crossbeam_channel::unbounded();
+        let (sender, receiver) = crate::client::sync::unbounded();
         let counts = Arc::new(CleanupCounts::default());
         let thread = std::thread::Builder::new()
             .name("redlease-cleanup".into())
             .spawn({
                 let counts = Arc::clone(&counts);
-                move || run(&router, &receiver, &counts)
+                move || run(|undo| router.run_script(&undo.call), &receiver, &counts)
             })
             .map_err(Error::ThreadSpawn)?;
         Ok(Cleanup {
@@ -137,7 +140,11 @@ impl Drop for Cleanup {
 
 /// The thread: receives undos, and sends those it keeps every [`RETRY_EVERY`] until each is
 /// answered or out of time; ends when its inbox disconnects.
-fn run(router: &Router, inbox: &Receiver<Undo>, counts: &CleanupCounts) {
+fn run(
+    send: impl Fn(&Undo) -> Result<redis::Value>,
+    inbox: &Receiver<Undo>,
+    counts: &CleanupCounts,
+) {
     let mut kept: Vec<Undo> = Vec::new();
     loop {
         let received = if kept.is_empty() {
@@ -149,7 +156,7 @@ fn run(router: &Router, inbox: &Receiver<Undo>, counts: &CleanupCounts) {
             match inbox.recv_timeout(RETRY_EVERY) {
                 Ok(undo) => undo,
                 Err(RecvTimeoutError::Timeout) => {
-                    send_round(router, &mut kept, counts);
+                    send_round(&send, &mut kept, counts);
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -157,7 +164,7 @@ fn run(router: &Router, inbox: &Receiver<Undo>, counts: &CleanupCounts) {
         };
         kept.push(received);
         kept.extend(inbox.try_iter());
-        send_round(router, &mut kept, counts);
+        send_round(&send, &mut kept, counts);
     }
     for undo in kept {
         abandon(&undo, counts, "the manager is shut down");
@@ -166,7 +173,11 @@ fn run(router: &Router, inbox: &Receiver<Undo>, counts: &CleanupCounts) {
 
 /// Sends each kept undo once, keeping those that failed; the first that cannot reach the
 /// server ends the round (the rest would not either).
-fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
+fn send_round(
+    send: &impl Fn(&Undo) -> Result<redis::Value>,
+    kept: &mut Vec<Undo>,
+    counts: &CleanupCounts,
+) {
     let now = Instant::now();
     let (expired, live): (Vec<Undo>, Vec<Undo>) = std::mem::take(kept)
         .into_iter()
@@ -180,7 +191,7 @@ fn send_round(router: &Router, kept: &mut Vec<Undo>, counts: &CleanupCounts) {
     kept.extend(waiting);
     let mut live = live.into_iter();
     for mut undo in live.by_ref() {
-        let answer = router.run_script::<redis::Value>(&undo.call);
+        let answer = send(&undo);
         if let Some(left) = answer.as_ref().ok().and_then(undo_again) {
             log::debug!(
                 "{}: undone; sent again once no late copy can come",

@@ -10,7 +10,7 @@
 //! thread that reads how many replicas each master has in sync (for the default
 //! acknowledgements), and [`fanout`] its way to call several servers at once.
 //!
-//! [`sync`] holds the locks its state shared between threads is kept under (`shuttle`'s
+//! [`sync`] holds the locks and channels of the watchdog and the cleanup thread (`shuttle`'s
 //! inside a schedule search of the unit tests).
 //!
 //! It knows nothing of the primitives above it: it may use the layers below (the watchdog,

@@ -1,14 +1,19 @@
-//! `parking_lot`'s lock and condition variable, or `shuttle`'s when made inside a schedule
-//! search ([`searching`]), behind `parking_lot`'s API (the part of it the client uses).
+//! `parking_lot`'s lock and condition variable and `crossbeam-channel`'s unbounded channel,
+//! or `shuttle`'s when made inside a schedule search ([`searching`]), behind the API of the
+//! first (the part of it the client uses).
 //!
 //! `shuttle` runs the threads of a search as coroutines on the thread that runs the search,
 //! so a flag of that thread tells the locks made by any of them. A condition variable's
-//! timed wait does not time out under `shuttle` (it waits for a wake, or the search reports
-//! a deadlock): a search proves that the wake comes, not what a timeout does.
+//! timed wait, or a channel's, does not time out under `shuttle` (it waits for a wake, or
+//! the search reports a deadlock): a search proves that the wake comes, not what a timeout
+//! does.
 
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+pub(crate) use crossbeam_channel::RecvTimeoutError;
+use crossbeam_channel::{RecvError, SendError};
 
 thread_local! {
     /// This thread runs a schedule search.
@@ -151,5 +156,66 @@ impl Condvar {
             }
             _ => unreachable!("a lock and a condition variable made apart from each other"),
         }
+    }
+}
+
+pub(crate) enum Sender<T> {
+    Plain(crossbeam_channel::Sender<T>),
+    Searched(shuttle::sync::mpsc::Sender<T>),
+}
+
+pub(crate) enum Receiver<T> {
+    Plain(crossbeam_channel::Receiver<T>),
+    Searched(shuttle::sync::mpsc::Receiver<T>),
+}
+
+/// A channel without a bound.
+pub(crate) fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
+    match SEARCHING.get() {
+        false => {
+            let (sender, receiver) = crossbeam_channel::unbounded();
+            (Sender::Plain(sender), Receiver::Plain(receiver))
+        }
+        true => {
+            let (sender, receiver) = shuttle::sync::mpsc::channel();
+            (Sender::Searched(sender), Receiver::Searched(receiver))
+        }
+    }
+}
+
+impl<T> Sender<T> {
+    pub(crate) fn send(&self, value: T) -> Result<(), SendError<T>> {
+        match self {
+            Sender::Plain(sender) => sender.send(value),
+            Sender::Searched(sender) => sender.send(value).map_err(|err| SendError(err.0)),
+        }
+    }
+}
+
+impl<T> Receiver<T> {
+    pub(crate) fn recv(&self) -> Result<T, RecvError> {
+        match self {
+            Receiver::Plain(receiver) => receiver.recv(),
+            Receiver::Searched(receiver) => receiver.recv().map_err(|_| RecvError),
+        }
+    }
+
+    /// Waits for a value for `timeout` at most (a searched receiver waits for the value, or
+    /// the disconnection).
+    pub(crate) fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        match self {
+            Receiver::Plain(receiver) => receiver.recv_timeout(timeout),
+            Receiver::Searched(receiver) => {
+                receiver.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            }
+        }
+    }
+
+    /// The values waiting now.
+    pub(crate) fn try_iter(&self) -> impl Iterator<Item = T> + '_ {
+        std::iter::from_fn(move || match self {
+            Receiver::Plain(receiver) => receiver.try_recv().ok(),
+            Receiver::Searched(receiver) => receiver.try_recv().ok(),
+        })
     }
 }
