@@ -254,8 +254,9 @@
 //!   server_check    the settings of the masters that break locks silently, read at build
 //!   stats,          the counters of waits, renewals and connections (read by `stats()`),
 //!   telemetry       and the same as `metrics` (the feature)
-//!   sync            the locks and channels of the watchdog and the cleanup thread
-//!                   (`shuttle`'s in a schedule search of the unit tests)
+//!   sync            the locks and channels of the watchdog, the cleanup thread, the
+//!                   pub/sub hubs and the wait loop (`shuttle`'s in a schedule search of
+//!                   the unit tests)
 //!   |
 //! protocol/         the keys of a handle, cluster key slots, holder ids, every Lua script
 //!   |               (plain and sharded dialect) with its arguments and replies, a file per

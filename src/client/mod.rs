@@ -10,8 +10,8 @@
 //! thread that reads how many replicas each master has in sync (for the default
 //! acknowledgements), and [`fanout`] its way to call several servers at once.
 //!
-//! [`sync`] holds the locks and channels of the watchdog and the cleanup thread (`shuttle`'s
-//! inside a schedule search of the unit tests).
+//! [`sync`] holds the locks and channels of the watchdog, the cleanup thread, the pub/sub
+//! hubs and the wait loop (`shuttle`'s inside a schedule search of the unit tests).
 //!
 //! It knows nothing of the primitives above it: it may use the layers below (the watchdog,
 //! pub/sub, the wait loop's recorder, the call runner and routing, the topology, the

@@ -4,11 +4,15 @@
 //! Under the unit tests they are [`searched`]'s instead: the same, except that one made
 //! inside a schedule search is `shuttle`'s, so that the search chooses which thread runs
 //! next at every lock, wait, wake, send and receive. The code under test is the same either
-//! way; only the lock or channel underneath differs. Used by the watchdog and the cleanup
-//! thread, whose threads' steps are searched so.
+//! way; only the lock or channel underneath differs. Used by the watchdog, the cleanup
+//! thread, the pub/sub hubs and the wait loop, whose threads' steps are searched so.
+
+use std::time::Duration;
+
+use crossbeam_channel::Select;
 
 #[cfg(not(test))]
-pub(crate) use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+pub(crate) use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 #[cfg(not(test))]
 pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -16,5 +20,32 @@ pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
 pub(crate) mod searched;
 #[cfg(test)]
 pub(crate) use searched::{
-    unbounded, Condvar, Mutex, MutexGuard, Receiver, RecvTimeoutError, Sender,
+    bounded, unbounded, wait_ready, Condvar, Mutex, MutexGuard, Receiver, RecvTimeoutError, Sender,
 };
+
+/// Blocks until any of `receivers` has a value (or is disconnected), `also` turns ready, or
+/// `timeout` passes.
+#[cfg(not(test))]
+pub(crate) fn wait_ready(
+    receivers: &[&Receiver<()>],
+    also: Option<&crossbeam_channel::Receiver<()>>,
+    timeout: Duration,
+) {
+    select_ready(receivers, also, timeout);
+}
+
+/// [`wait_ready`] for `crossbeam-channel`'s receivers.
+fn select_ready(
+    receivers: &[&crossbeam_channel::Receiver<()>],
+    also: Option<&crossbeam_channel::Receiver<()>>,
+    timeout: Duration,
+) {
+    let mut select = Select::new();
+    for receiver in receivers {
+        select.recv(receiver);
+    }
+    if let Some(also) = also {
+        select.recv(also);
+    }
+    let _ = select.ready_timeout(timeout);
+}

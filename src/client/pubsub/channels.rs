@@ -46,7 +46,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
+use crate::client::sync::{Receiver, Sender};
 
 use super::outbox::Outbox;
 use super::transport::connection::Stream;
@@ -225,7 +225,7 @@ pub(super) struct Waiter {
 
 impl Waiter {
     pub(super) fn new(interest: &Interest) -> Self {
-        let (wake, woken) = crossbeam_channel::bounded(1);
+        let (wake, woken) = crate::client::sync::bounded(1);
         Waiter {
             lock: interest.lock.clone(),
             letters: interest.letters.clone(),

@@ -12,19 +12,18 @@
 //! Touches the hub's bookkeeping ([`State`]) under its lock, the outbox, and the endpoint
 //! through the listener; knows nothing of clusters beyond two hooks: one it calls when its
 //! node cannot be reached, one when the last channel leaves a hub marked as leaving (its node
-//! left the cluster's map).
+//! left the cluster's map). Its lock and condition variable, and the waiters' wake
+//! channels, are [`client::sync`](crate::client::sync)'s (`shuttle`'s in a schedule search).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
-use parking_lot::{Condvar, Mutex};
-
 use super::channels::{Interest, Mode, State, Waiter};
 use super::outbox;
 use super::transport::connection::Endpoint;
+use crate::client::sync::{Condvar, Mutex, Receiver};
 use crate::error::{Error, Permission, Result};
 
 /// Handles one message of the notice channel; shared by every hub of a cluster, each of
@@ -88,19 +87,7 @@ impl Hub {
         on_unused: Option<UnusedHook>,
         thread_name: String,
     ) -> Result<Self> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(settings.mode)),
-            changed: Condvar::new(),
-            endpoint,
-            user,
-            notice_channel: settings.notice_channel.clone(),
-            notice_handler: Arc::clone(&settings.notice_handler),
-            on_trouble,
-            leaving: AtomicBool::new(false),
-            on_unused,
-            connect_timeout: settings.connect_timeout,
-            response_timeout: settings.response_timeout,
-        });
+        let shared = Arc::new(Shared::new(endpoint, user, settings, on_trouble, on_unused));
         let thread = std::thread::Builder::new()
             .name(thread_name)
             .spawn({
@@ -150,6 +137,29 @@ impl Hub {
 }
 
 impl Shared {
+    /// The shared part of a hub not connected yet, with no channel.
+    pub(super) fn new(
+        endpoint: Endpoint,
+        user: Option<String>,
+        settings: &HubSettings,
+        on_trouble: Option<TroubleHook>,
+        on_unused: Option<UnusedHook>,
+    ) -> Self {
+        Shared {
+            state: Mutex::new(State::new(settings.mode)),
+            changed: Condvar::new(),
+            endpoint,
+            user,
+            notice_channel: settings.notice_channel.clone(),
+            notice_handler: Arc::clone(&settings.notice_handler),
+            on_trouble,
+            leaving: AtomicBool::new(false),
+            on_unused,
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+        }
+    }
+
     /// Waits until `ready_by` for the first connection to subscribe to the notice channel (or
     /// for Redis to refuse the login), so the first waiters find a live subscription and no
     /// notice is missed from the start; then answers why no waiter could use the hub, if

@@ -36,6 +36,8 @@
 //! - [`outbox`]: commands queued under that lock and written outside it, in order, by one
 //!   thread at a time, so a stalled write holds up no one else.
 //! - [`listener`]: the thread that connects, reads, pings and dispatches frames.
+//! - `offline` (unit tests only): a hub without its listener, whose messages a schedule
+//!   search plays.
 //! - [`transport`]: the connection itself, which knows nothing of channels: the socket, the
 //!   address and `AUTH`; for `rediss://`, the TLS session that the reading and the writing
 //!   handles of the connection share; the RESP2 parser, total on any input.
@@ -46,6 +48,8 @@ mod channels;
 mod cluster_hubs;
 mod hub;
 mod listener;
+#[cfg(test)]
+pub(crate) mod offline;
 mod outbox;
 #[cfg(test)]
 mod tests;
@@ -54,9 +58,9 @@ mod transport;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
 use redis::ConnectionInfo;
 
+use crate::client::sync::Receiver;
 use crate::client::topology::cluster::Cluster;
 use crate::client::topology::resolve::Resolver;
 use crate::client::topology::sentinel::MasterLocator;

@@ -29,9 +29,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, MutexGuard};
-
 use super::transport::connection::Stream;
+use crate::client::sync::{Mutex, MutexGuard};
 
 #[derive(Default)]
 pub(super) struct Outbox {

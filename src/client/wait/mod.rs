@@ -24,15 +24,19 @@
 //! keep arriving after their lease ran out ([`Attempt::TooLate`]).
 //! A wait may carry a [`Nudge`]: something it does once after it has waited a while (a
 //! waiter that asks the holders to let go), whose time also ends a sleep.
-//! It does no I/O of its own beyond the subscriptions it is handed.
+//! It does no I/O of its own beyond the subscriptions it is handed. Its promises with the
+//! pub/sub hub's wake rules are tested under the orders of its threads' steps (`schedules`,
+//! run by `shuttle`).
 
 pub(crate) mod back_off;
 pub(crate) mod cancel;
 pub(crate) mod line;
+#[cfg(test)]
+mod schedules;
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Select};
+use crossbeam_channel::Receiver;
 
 use crate::client::pubsub::Subscription;
 use crate::client::stats::WaitRecorder;
@@ -427,14 +431,8 @@ fn wait_for_any(
             };
         }
         (several, cancel) => {
-            let mut select = Select::new();
-            for subscription in several {
-                select.recv(subscription.woken());
-            }
-            if let Some(cancel) = cancel {
-                select.recv(cancel);
-            }
-            let _ = select.ready_timeout(timeout);
+            let woken: Vec<_> = several.iter().map(Subscription::woken).collect();
+            crate::client::sync::wait_ready(&woken, cancel, timeout);
         }
     }
     subscriptions

@@ -320,7 +320,7 @@ fn a_subscription_follows_its_slot_and_keeps_its_wake() {
     assert!(!subscription.follow().unwrap());
     // A release heard on the old node, not yet taken by the waiter.
     first.send_raw(&frame_of(["smessage", "d", "0"]));
-    assert!(eventually(LIMIT, || subscription.woken().len() == 1));
+    assert!(eventually(LIMIT, || !subscription.woken().is_empty()));
 
     map.set(Some(address_of(second.port)), both);
     assert!(subscription.follow().unwrap());
