@@ -138,8 +138,8 @@ impl Drop for Cleanup {
     }
 }
 
-/// The thread: receives undos, and sends those it keeps every [`RETRY_EVERY`] until each is
-/// answered or out of time; ends when its inbox disconnects.
+/// The thread: receives undos, and sends those it keeps (by `send`) every [`RETRY_EVERY`]
+/// until each is answered or out of time; ends when its inbox disconnects.
 fn run(
     send: impl Fn(&Undo) -> Result<redis::Value>,
     inbox: &Receiver<Undo>,

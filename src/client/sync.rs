@@ -1,11 +1,12 @@
 //! The locks, condition variables and channels of the client's state shared between threads:
 //! `parking_lot`'s and `crossbeam-channel`'s.
 //!
-//! Under the unit tests they are [`searched`]'s instead: the same, except that one made
+//! Under the unit tests they are those of `searched` instead: the same, except that one made
 //! inside a schedule search is `shuttle`'s, so that the search chooses which thread runs
 //! next at every lock, wait, wake, send and receive. The code under test is the same either
 //! way; only the lock or channel underneath differs. Used by the watchdog, the cleanup
-//! thread, the pub/sub hubs and the wait loop, whose threads' steps are searched so.
+//! thread, the pub/sub hubs and the wait loop, whose searches play the threads that do I/O
+//! (the watchdog's, the pub/sub listener's) and run the others as they are.
 
 use std::time::Duration;
 
@@ -15,6 +16,8 @@ use crossbeam_channel::Select;
 pub(crate) use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 #[cfg(not(test))]
 pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+#[cfg(not(test))]
+pub(crate) use select_ready as wait_ready;
 
 #[cfg(test)]
 pub(crate) mod searched;
@@ -25,17 +28,7 @@ pub(crate) use searched::{
 
 /// Blocks until any of `receivers` has a value (or is disconnected), `also` turns ready, or
 /// `timeout` passes.
-#[cfg(not(test))]
-pub(crate) fn wait_ready(
-    receivers: &[&Receiver<()>],
-    also: Option<&crossbeam_channel::Receiver<()>>,
-    timeout: Duration,
-) {
-    select_ready(receivers, also, timeout);
-}
-
-/// [`wait_ready`] for `crossbeam-channel`'s receivers.
-fn select_ready(
+pub(crate) fn select_ready(
     receivers: &[&crossbeam_channel::Receiver<()>],
     also: Option<&crossbeam_channel::Receiver<()>>,
     timeout: Duration,

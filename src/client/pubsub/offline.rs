@@ -17,7 +17,7 @@ pub(crate) struct OfflineHub(Arc<Shared>);
 
 impl OfflineHub {
     pub(crate) fn new() -> Self {
-        let info = "redis://127.0.0.1:1/"
+        let info = crate::client::sync::searched::NO_SERVER
             .into_connection_info()
             .expect("an address");
         let endpoint = Endpoint::from_info(&info, None, None, None).expect("an endpoint");

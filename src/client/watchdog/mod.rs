@@ -41,8 +41,9 @@
 //!
 //! This module talks to Redis only through the router and its pools (the call layer), and
 //! only from its own thread; the callback runs on that thread too. Its locks are
-//! [`client::sync`](crate::client::sync)'s, so that its threads' steps are searched in
-//! random orders under the unit tests (`schedules`, run by `shuttle`).
+//! [`client::sync`](crate::client::sync)'s, so that the steps of the threads that call it
+//! are searched in random orders under the unit tests (`schedules`, run by `shuttle`),
+//! with the thread's rounds played by the search (its sleep and wakes are not searched).
 
 pub(crate) mod lease;
 mod loss;

@@ -12,8 +12,8 @@
 //! guards read it) as to the callback; a renewal answered for a chain replaced meanwhile is
 //! not applied to the new one; no entry is left behind.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shuttle::thread;
@@ -22,7 +22,7 @@ use super::renewal::Outcome;
 use super::schedule::DueNow;
 use super::{Callbacks, Grant, Holding, Shared, Watchdog, Work};
 use crate::client::call::route::Router;
-use crate::client::sync::searched::searching;
+use crate::client::sync::searched::{search_random, Events, NO_SERVER};
 use crate::client::topology::pool::{Pool, PoolSizes, PoolTimeouts, Target};
 use crate::client::watchdog::lease::LeaseState;
 use crate::error::{LostReason, RiskReason};
@@ -34,9 +34,8 @@ const KEY: &str = "lock:1";
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// The rounds of the watchdog's thread.
 const ROUNDS: u32 = 3;
-/// The random orders of each case, and their seed.
+/// The random orders of each case.
 const ORDERS: usize = 2000;
-const SEED: u64 = 0x5eed;
 
 /// How the server answers every renewal.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -70,19 +69,6 @@ enum Event {
     Lost(String, LostReason),
 }
 
-#[derive(Default)]
-struct Events(Mutex<Vec<Event>>);
-
-impl Events {
-    fn push(&self, event: Event) {
-        self.0.lock().unwrap().push(event);
-    }
-
-    fn all(&self) -> Vec<Event> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
 /// The search's clock: each round of the watchdog's thread moves it a renewal interval and a
 /// second on.
 struct Clock {
@@ -110,8 +96,8 @@ struct Chain {
 }
 
 /// A watchdog without its thread (the search plays it), whose losses are told to `events`.
-fn watchdog(events: &Arc<Events>) -> Watchdog {
-    let client = redis::Client::open("redis://127.0.0.1:1/").expect("an address");
+fn watchdog(events: &Arc<Events<Event>>) -> Watchdog {
+    let client = redis::Client::open(NO_SERVER).expect("an address");
     let target = Target::Fixed {
         client,
         resolver: None,
@@ -143,7 +129,7 @@ fn watchdog(events: &Arc<Events>) -> Watchdog {
 struct World {
     watchdog: Watchdog,
     clock: Clock,
-    events: Arc<Events>,
+    events: Arc<Events<Event>>,
 }
 
 impl World {
@@ -252,9 +238,37 @@ fn renewer(world: &World, answer: Answer) {
     }
 }
 
-/// Runs `case` once, in the order shuttle chose, and checks the promises.
-fn run(case: Case) {
-    let events = Arc::new(Events::default());
+/// How many runs of a case made what a case is for.
+#[derive(Default)]
+struct Seen {
+    /// A renewal was sent.
+    renewals: AtomicUsize,
+    /// A chain was told lost.
+    losses: AtomicUsize,
+    /// The holder took the lock again by a second chain.
+    second_chains: AtomicUsize,
+}
+
+impl Seen {
+    fn count(&self, events: &[Event], chains: &[Chain]) {
+        let renewed = events
+            .iter()
+            .any(|event| matches!(event, Event::RenewalSent(_)));
+        let lost = events.iter().any(|event| matches!(event, Event::Lost(..)));
+        for (seen, counter) in [
+            (renewed, &self.renewals),
+            (lost, &self.losses),
+            (chains.len() > 1, &self.second_chains),
+        ] {
+            counter.fetch_add(usize::from(seen), Ordering::SeqCst);
+        }
+    }
+}
+
+/// Runs `case` once, in the order shuttle chose, checks the promises, and counts what it
+/// made into `seen`.
+fn run(case: Case, seen: &Seen) {
+    let events = Arc::new(Events::new());
     let world = Arc::new(World {
         watchdog: watchdog(&events),
         clock: Clock {
@@ -278,16 +292,15 @@ fn run(case: Case) {
     renewing.join().expect("the watchdog's thread");
     // The losses found last are told too.
     let shared = &*world.watchdog.shared;
-    let work = shared.work_due(
-        &mut shared.state.lock(),
-        Instant::now(),
-        &mut DueNow::default(),
-    );
+    let last = world.clock.at(ROUNDS);
+    let work = shared.work_due(&mut shared.state.lock(), last, &mut DueNow::default());
     if let Some(Work::Tell(risks, revocations, losses)) = work {
         shared.tell(risks, revocations, losses);
     }
-    check(case, &events.all(), &chains);
+    let events = events.all();
+    check(case, &events, &chains);
     assert_eq!(world.watchdog.len(), 0, "{case:?}: an entry left behind");
+    seen.count(&events, &chains);
 }
 
 /// The promises, from what happened (`events`) and the holder's chains.
@@ -316,6 +329,17 @@ fn check(case: Case, events: &[Event], chains: &[Chain]) {
             lost.len() <= 1,
             "{case:?}: {holder} told lost twice: {events:?}"
         );
+        assert_eq!(
+            chain.lease.lost(),
+            lost.first().copied(),
+            "{case:?}: {holder}'s lease state and the callback disagree: {events:?}"
+        );
+        if events.contains(&Event::Gone(holder.clone())) {
+            assert!(
+                !lost.is_empty(),
+                "{case:?}: {holder}'s renewal found it gone, untold: {events:?}"
+            );
+        }
         if let Some(&reason) = lost.first() {
             let why = match reason {
                 LostReason::NotHeldAnymore => events.contains(&Event::Gone(holder.clone())),
@@ -326,16 +350,13 @@ fn check(case: Case, events: &[Event], chains: &[Chain]) {
                 why,
                 "{case:?}: {holder} told lost ({reason:?}) for nothing: {events:?}"
             );
-            assert_eq!(
-                chain.lease.lost(),
-                Some(reason),
-                "{case:?}: {holder}'s lease state"
-            );
         }
     }
 }
 
-/// Every case of the renewals' `answer`, each in `ORDERS` random orders from a fixed seed.
+/// Every case of the renewals' `answer`, each in `ORDERS` random orders; each case made
+/// what it is for in some of them (a renewal sent; a loss, but for renewals that succeed
+/// with no notice; a second chain, with a notice).
 fn search(answer: Answer) {
     for reentrant in [false, true] {
         for notice in [false, true] {
@@ -344,7 +365,19 @@ fn search(answer: Answer) {
                 reentrant,
                 notice,
             };
-            searching(|| shuttle::check_random_with_seed(move || run(case), SEED, ORDERS));
+            let seen = Arc::new(Seen::default());
+            search_random(ORDERS, {
+                let seen = Arc::clone(&seen);
+                move || run(case, &seen)
+            });
+            let made = |counter: &AtomicUsize| counter.load(Ordering::SeqCst) > 0;
+            assert!(made(&seen.renewals), "{case:?}: no renewal sent");
+            if answer != Answer::Renewed || notice {
+                assert!(made(&seen.losses), "{case:?}: no loss");
+            }
+            if notice {
+                assert!(made(&seen.second_chains), "{case:?}: no second chain");
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Channels: `crossbeam-channel`'s, or inside a search a queue under `shuttle`'s lock whose
-//! receiver waits on `shuttle`'s condition variable (one receiver; the last sender dropped
-//! disconnects it).
+//! ends wait on `shuttle`'s condition variable (one sender and one receiver: the client
+//! clones neither; a sender's drop disconnects the receiver, and the receiver's the sender).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,18 +13,18 @@ use super::in_search;
 
 pub(crate) enum Sender<T> {
     Plain(crossbeam_channel::Sender<T>),
-    Searched(Arc<Searched<T>>),
+    Searched(Arc<SearchedChannel<T>>),
 }
 
 pub(crate) enum Receiver<T> {
     Plain(crossbeam_channel::Receiver<T>),
-    Searched(Arc<Searched<T>>),
+    Searched(Arc<SearchedChannel<T>>),
 }
 
-/// A searched channel.
-pub(crate) struct Searched<T> {
+/// A channel made inside a search.
+pub(crate) struct SearchedChannel<T> {
     queue: shuttle::sync::Mutex<Queue<T>>,
-    /// Wakes the receiver: a value came, or the last sender went.
+    /// Wakes the other end: a value came or went, or an end was dropped.
     changed: shuttle::sync::Condvar,
 }
 
@@ -32,7 +32,8 @@ struct Queue<T> {
     values: VecDeque<T>,
     /// How many values it holds at most (`None`: no bound).
     bound: Option<usize>,
-    senders: usize,
+    /// Neither end was dropped.
+    connected: bool,
 }
 
 /// A channel without a bound.
@@ -43,11 +44,15 @@ pub(crate) fn unbounded<T>() -> (Sender<T>, Receiver<T>) {
     }
 }
 
-/// A channel that holds `bound` values at most.
+/// A channel that holds `bound` values at most (one at least: a searched channel has no
+/// rendezvous).
 pub(crate) fn bounded<T>(bound: usize) -> (Sender<T>, Receiver<T>) {
     match in_search() {
         false => plain(crossbeam_channel::bounded(bound)),
-        true => searched(Some(bound)),
+        true => {
+            assert!(bound > 0, "a searched channel holds a value at least");
+            searched(Some(bound))
+        }
     }
 }
 
@@ -58,11 +63,11 @@ fn plain<T>(
 }
 
 fn searched<T>(bound: Option<usize>) -> (Sender<T>, Receiver<T>) {
-    let channel = Arc::new(Searched {
+    let channel = Arc::new(SearchedChannel {
         queue: shuttle::sync::Mutex::new(Queue {
             values: VecDeque::new(),
             bound,
-            senders: 1,
+            connected: true,
         }),
         changed: shuttle::sync::Condvar::new(),
     });
@@ -72,18 +77,37 @@ fn searched<T>(bound: Option<usize>) -> (Sender<T>, Receiver<T>) {
     )
 }
 
-impl<T> Searched<T> {
+impl<T> SearchedChannel<T> {
     fn queue(&self) -> shuttle::sync::MutexGuard<'_, Queue<T>> {
         self.queue
             .lock()
             .expect("a searched channel's user panicked")
     }
 
-    /// Queues `value`, unless the channel is full.
-    fn push(&self, value: T) -> Result<(), T> {
+    fn wait<'a>(
+        &self,
+        queue: shuttle::sync::MutexGuard<'a, Queue<T>>,
+    ) -> shuttle::sync::MutexGuard<'a, Queue<T>> {
+        self.changed
+            .wait(queue)
+            .expect("a searched channel's user panicked")
+    }
+
+    /// Queues `value`, waiting for room if `wait`s (else failing when full); fails once the
+    /// receiver is gone.
+    fn push(&self, value: T, wait: bool) -> Result<(), TrySendError<T>> {
         let mut queue = self.queue();
-        if queue.bound.is_some_and(|bound| queue.values.len() >= bound) {
-            return Err(value);
+        loop {
+            if !queue.connected {
+                return Err(TrySendError::Disconnected(value));
+            }
+            if queue.bound.is_none_or(|bound| queue.values.len() < bound) {
+                break;
+            }
+            if !wait {
+                return Err(TrySendError::Full(value));
+            }
+            queue = self.wait(queue);
         }
         queue.values.push_back(value);
         drop(queue);
@@ -91,38 +115,45 @@ impl<T> Searched<T> {
         Ok(())
     }
 
-    fn try_pop(&self) -> Result<T, TryRecvError> {
-        let mut queue = self.queue();
-        match queue.values.pop_front() {
-            Some(value) => Ok(value),
-            None if queue.senders == 0 => Err(TryRecvError::Disconnected),
-            None => Err(TryRecvError::Empty),
-        }
-    }
-
-    /// Waits for a value; `None` once the channel is empty and disconnected.
-    fn pop(&self) -> Option<T> {
+    /// Takes the first value, waiting for one if `wait`s; fails when there is none and the
+    /// sender is gone.
+    fn pop(&self, wait: bool) -> Result<T, TryRecvError> {
         let mut queue = self.queue();
         loop {
             if let Some(value) = queue.values.pop_front() {
-                return Some(value);
+                drop(queue);
+                self.changed.notify_all();
+                return Ok(value);
             }
-            if queue.senders == 0 {
-                return None;
+            if !queue.connected {
+                return Err(TryRecvError::Disconnected);
             }
-            queue = self
-                .changed
-                .wait(queue)
-                .expect("a searched channel's user panicked");
+            if !wait {
+                return Err(TryRecvError::Empty);
+            }
+            queue = self.wait(queue);
         }
+    }
+
+    /// An end was dropped.
+    fn disconnect(&self) {
+        self.queue().connected = false;
+        self.changed.notify_all();
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
         if let Sender::Searched(channel) = self {
-            channel.queue().senders -= 1;
-            channel.changed.notify_all();
+            channel.disconnect();
+        }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        if let Receiver::Searched(channel) = self {
+            channel.disconnect();
         }
     }
 }
@@ -131,14 +162,16 @@ impl<T> Sender<T> {
     pub(crate) fn send(&self, value: T) -> Result<(), SendError<T>> {
         match self {
             Sender::Plain(sender) => sender.send(value),
-            Sender::Searched(channel) => channel.push(value).map_err(SendError),
+            Sender::Searched(channel) => channel
+                .push(value, true)
+                .map_err(|err| SendError(err.into_inner())),
         }
     }
 
     pub(crate) fn try_send(&self, value: T) -> Result<(), TrySendError<T>> {
         match self {
             Sender::Plain(sender) => sender.try_send(value),
-            Sender::Searched(channel) => channel.push(value).map_err(TrySendError::Full),
+            Sender::Searched(channel) => channel.push(value, false),
         }
     }
 }
@@ -147,7 +180,7 @@ impl<T> Receiver<T> {
     pub(crate) fn recv(&self) -> Result<T, RecvError> {
         match self {
             Receiver::Plain(receiver) => receiver.recv(),
-            Receiver::Searched(channel) => channel.pop().ok_or(RecvError),
+            Receiver::Searched(channel) => channel.pop(true).map_err(|_| RecvError),
         }
     }
 
@@ -156,14 +189,16 @@ impl<T> Receiver<T> {
     pub(crate) fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
         match self {
             Receiver::Plain(receiver) => receiver.recv_timeout(timeout),
-            Receiver::Searched(channel) => channel.pop().ok_or(RecvTimeoutError::Disconnected),
+            Receiver::Searched(channel) => channel
+                .pop(true)
+                .map_err(|_| RecvTimeoutError::Disconnected),
         }
     }
 
     pub(crate) fn try_recv(&self) -> Result<T, TryRecvError> {
         match self {
             Receiver::Plain(receiver) => receiver.try_recv(),
-            Receiver::Searched(channel) => channel.try_pop(),
+            Receiver::Searched(channel) => channel.pop(false),
         }
     }
 
@@ -181,32 +216,18 @@ impl<T> Receiver<T> {
 }
 
 /// Blocks until any of `receivers` has a value (or is disconnected), `also` turns ready, or
-/// `timeout` passes. Inside a search, with no timeout: the thread yields until one does.
+/// `timeout` passes. Not searched: a wait on several channels is not made inside a search.
 pub(crate) fn wait_ready(
     receivers: &[&Receiver<()>],
     also: Option<&crossbeam_channel::Receiver<()>>,
     timeout: Duration,
 ) {
-    let plain: Option<Vec<_>> = receivers
+    let plain: Vec<_> = receivers
         .iter()
         .map(|receiver| match receiver {
-            Receiver::Plain(receiver) => Some(receiver),
-            Receiver::Searched(_) => None,
+            Receiver::Plain(receiver) => receiver,
+            Receiver::Searched(_) => panic!("a wait on several channels is not searched"),
         })
         .collect();
-    if let Some(plain) = plain {
-        return super::super::select_ready(&plain, also, timeout);
-    }
-    let ready = |receiver: &&Receiver<()>| match receiver {
-        Receiver::Plain(receiver) => !receiver.is_empty(),
-        Receiver::Searched(channel) => {
-            let queue = channel.queue();
-            !queue.values.is_empty() || queue.senders == 0
-        }
-    };
-    let also_ready =
-        || also.is_some_and(|also| !matches!(also.try_recv(), Err(TryRecvError::Empty)));
-    while !receivers.iter().any(ready) && !also_ready() {
-        shuttle::thread::yield_now();
-    }
+    super::super::select_ready(&plain, also, timeout);
 }
