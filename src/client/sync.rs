@@ -6,7 +6,8 @@
 //! next at every lock, wait, wake, send and receive. The code under test is the same either
 //! way; only the lock or channel underneath differs. Used by the watchdog, the cleanup
 //! thread, the pub/sub hubs and the wait loop, whose searches play the threads that do I/O
-//! (the watchdog's, the pub/sub listener's) and run the others as they are.
+//! (the watchdog's, the pub/sub listener's) or give them a send of their own (the cleanup
+//! thread), and run the others as they are.
 
 use std::time::Duration;
 

@@ -37,7 +37,9 @@
 //! An entry is removed *before* its last release is sent, and a release waits for a
 //! renewal of its entry that is already in flight, so no renewal is sent after a release.
 //! (One that timed out may still sit unread in a stalled server's input; run later, it finds
-//! the holder gone and does nothing.)
+//! the holder gone and does nothing. So does the renewal of a chain that was lost, and whose
+//! entry a new chain of its thread replaced, while the renewal was on the wire: its release
+//! does not wait for it.)
 //!
 //! This module talks to Redis only through the router and its pools (the call layer), and
 //! only from its own thread; the callback runs on that thread too. Its locks are
